@@ -1,0 +1,1 @@
+"""The operator library and the lowering pass (program description -> JAX)."""

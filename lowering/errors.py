@@ -1,0 +1,70 @@
+"""The exceptions a user can cause, in one small hierarchy.
+
+Every error names what it can of: the op type, the op's index in its block, the
+user's source line that created the op, and the variable concerned.
+"""
+
+
+class ProgdescError(Exception):
+    """Base class of every error progdesc raises on bad input."""
+
+    def __init__(self, message, *, op_type=None, op_index=None, block_idx=None,
+                 var=None, callsite=None):
+        self.op_type = op_type
+        self.op_index = op_index
+        self.block_idx = block_idx
+        self.var = var
+        self.callsite = callsite
+        self.detail = message
+        super().__init__(self._format(message))
+
+    def _format(self, message):
+        where = []
+        if self.op_type is not None:
+            op = f"op '{self.op_type}'"
+            if self.op_index is not None:
+                op = f"op #{self.op_index} '{self.op_type}'"
+                if self.block_idx:
+                    op += f" in block {self.block_idx}"
+            where.append(op)
+        if self.callsite:
+            where.append(f"created at {self.callsite}")
+        if self.var is not None:
+            where.append(f"variable '{self.var}'")
+        return f"{', '.join(where)}: {message}" if where else message
+
+
+class ProgramError(ProgdescError, ValueError):
+    """An op or variable that does not fit its definition or its block."""
+
+
+class UnknownOpError(ProgramError):
+    """An op type that is not registered."""
+
+
+class AttributeTypeError(ProgramError, TypeError):
+    """An attribute that is undeclared or of the wrong type."""
+
+
+class ShapeError(ProgramError):
+    """Shapes or dtypes of an op's inputs that its rule rejects."""
+
+
+class FeedError(ProgdescError, ValueError):
+    """A missing feed, or a fed value of the wrong shape or dtype."""
+
+
+class FetchError(ProgdescError, ValueError):
+    """A fetch target that does not exist or cannot be computed."""
+
+
+class FormatError(ProgdescError, ValueError):
+    """Bytes or files that are not a valid program, checkpoint or artifact."""
+
+
+class BackwardError(ProgdescError, ValueError):
+    """A gradient request that cannot be satisfied (non-scalar loss, nothing trainable, ...)."""
+
+
+class ScopeError(ProgdescError, LookupError):
+    """A variable missing from a Scope, or a value that does not fit it."""

@@ -1,0 +1,134 @@
+"""What a gradient maker sees: one forward op, and a way to emit gradient ops.
+
+A gradient maker is a function `maker(g)` registered next to its op
+(`@opdef.gradient`). It reads the forward op through `g` and emits the ops
+that compute the gradients of the op's inputs from the gradients of its
+outputs, as `OpSpec`s: plain descriptions that the backward pass appends to
+the program like any other op. It never computes anything itself.
+
+    @matmul.gradient
+    def _(g):
+        dout = g.out_grad("Out")
+        g.call("matmul", dout, g.input("Y"), transpose_y=True, out=g.in_grad("X"))
+        ...
+"""
+from dataclasses import dataclass, field
+
+from lowering import registry
+
+GRAD_SUFFIX = "@GRAD"
+
+
+def grad_name(name):
+    """The conventional name of the gradient of variable `name`."""
+    return name + GRAD_SUFFIX
+
+
+@dataclass
+class OpSpec:
+    """An op to append: type, {slot: [names]} inputs and outputs, attributes."""
+    type: str
+    inputs: dict
+    outputs: dict
+    attrs: dict = field(default_factory=dict)
+
+
+class GradContext:
+    """The forward op seen by a gradient maker, and the gradient ops it emitted.
+
+    `in_grad_targets` maps (input slot, position) to the variable name that
+    the gradient of that input must be written to, for wanted inputs only;
+    `out_grads` maps forward output variable names to their gradient names,
+    for outputs that have one. `var(name)` returns (dims, dtype name).
+    """
+
+    def __init__(self, opdef, inputs, outputs, attrs, *, in_grad_targets, out_grads,
+                 var, new_name):
+        self.opdef = opdef
+        self.inputs = inputs
+        self.outputs = outputs
+        self.attrs = attrs
+        self._targets = in_grad_targets
+        self._out_grads = dict(out_grads)
+        self._var = var
+        self._new_name = new_name
+        self.ops = []
+
+    # --- reading the forward op ---
+    def input(self, slot):
+        """The variable bound to a single-variable input slot (None if unbound)."""
+        names = self.inputs.get(slot, [])
+        return names[0] if names else None
+
+    def input_list(self, slot):
+        """The variables bound to an input slot."""
+        return list(self.inputs.get(slot, []))
+
+    def output(self, slot):
+        """The variable bound to a single-variable output slot (None if unbound)."""
+        names = self.outputs.get(slot, [])
+        return names[0] if names else None
+
+    def output_list(self, slot):
+        """The variables bound to an output slot."""
+        return list(self.outputs.get(slot, []))
+
+    def attr(self, name):
+        """A forward attribute's value."""
+        return self.attrs[name]
+
+    def var(self, name):
+        """(dims, dtype name) of a forward variable."""
+        return self._var(name)
+
+    # --- gradients in and out ---
+    def out_grad(self, slot, index=0):
+        """Gradient of an output; a zero-filled one is emitted if none flows back."""
+        name = self.outputs[slot][index]
+        if name not in self._out_grads:
+            self._out_grads[name] = self.call("fill_zeros_like", name, out=self.tmp(grad_name(name)))
+        return self._out_grads[name]
+
+    def has_out_grad(self, slot, index=0):
+        """Whether a gradient flows back into this output."""
+        names = self.outputs.get(slot, [])
+        return index < len(names) and names[index] in self._out_grads
+
+    def in_grad(self, slot, index=0):
+        """Name to write the gradient of an input to, or None if it is not wanted."""
+        return self._targets.get((slot, index))
+
+    def in_grad_list(self, slot):
+        """`in_grad` for each variable of a many-input slot."""
+        return [self.in_grad(slot, i) for i in range(len(self.inputs.get(slot, [])))]
+
+    def wants(self, slot):
+        """Whether any variable of an input slot needs its gradient."""
+        return any(k[0] == slot for k in self._targets)
+
+    # --- emitting ops ---
+    def tmp(self, hint="tmp"):
+        """A fresh variable name."""
+        return self._new_name(hint)
+
+    def op(self, op_type, inputs, outputs, **attrs):
+        """Emit an op with explicit {slot: name or [names]} inputs and outputs."""
+        as_list = lambda v: list(v) if isinstance(v, (list, tuple)) else [v]  # noqa: E731
+        spec = OpSpec(op_type,
+                      {k: as_list(v) for k, v in inputs.items() if v is not None},
+                      {k: as_list(v) for k, v in outputs.items() if v is not None}, attrs)
+        self.ops.append(spec)
+        return spec
+
+    def call(self, op_type, *args, out=None, **attrs):
+        """Emit a single-output op, binding `args` to its input slots in order.
+
+        Returns the output variable's name (`out` if given, else a fresh one).
+        """
+        opdef = registry.get(op_type)
+        if len(opdef.outputs) != 1:
+            raise ValueError(f"g.call: '{op_type}' has several outputs; use g.op")
+        out = out or self.tmp(f"{op_type}.grad")
+        inputs = {slot.name: arg for slot, arg in zip(opdef.inputs, args)}
+        self.op(op_type, inputs, {opdef.outputs[0].name: out}, **attrs)
+        return out

@@ -1,0 +1,183 @@
+"""The lowering pass: one block of a program becomes one pure JAX function.
+
+    fn(feeds, mutable, readonly) -> (fetches, written)
+
+`feeds` is the tuple of values read by the block's `feed` ops (by column),
+`mutable` and `readonly` are the persistable values the block reads (split by
+whether the block also writes them, so the caller can donate the former),
+`fetches` is the tuple written by its `fetch` ops and `written` holds the new
+value of every persistable the block writes, the RNG state included.
+
+Ops whose results reach neither a fetch nor a persistable variable are
+dropped before tracing. Random ops draw `fold_in(rng_state, op_index + 1)`;
+the state advances to `fold_in(rng_state, 0)` after each run.
+"""
+from dataclasses import dataclass
+
+import jax
+
+from lowering import registry
+from lowering.desc import read_attrs, slot_map
+from lowering.errors import FeedError, FetchError, ProgdescError, ProgramError
+from lowering.infer import split_outputs
+
+RNG_VAR = "@RNG_STATE@"
+FEED_VAR = "feed"
+FETCH_VAR = "fetch"
+
+
+@dataclass
+class _Step:
+    index: int
+    opdef: object
+    inputs: dict
+    outputs: dict
+    attrs: dict
+    callsite: str
+
+
+@dataclass
+class LoweredBlock:
+    """A block as a function, with the names it reads and writes."""
+    fn: object
+    feed_names: tuple      # variables fed (and used), by column
+    fetch_names: tuple     # variable fetched by each fetch column
+    reads: tuple           # persistables the block needs from the scope
+    writes: tuple          # persistables the block produces
+    kept_ops: tuple        # indices of the ops that were lowered
+
+
+def find_var(program_desc, block_idx, name):
+    """The VarDesc called `name`, looked up from block `block_idx` to the root."""
+    while block_idx >= 0:
+        block = program_desc.blocks[block_idx]
+        for v in block.vars:
+            if v.name == name:
+                return v
+        block_idx = block.parent_idx if block_idx != 0 else -1
+    return None
+
+
+def _persistable_names(program_desc, block_idx):
+    names = set()
+    while block_idx >= 0:
+        block = program_desc.blocks[block_idx]
+        names.update(v.name for v in block.vars if v.persistable)
+        block_idx = block.parent_idx if block_idx != 0 else -1
+    return names
+
+
+def _plan(program_desc, block_idx):
+    block = program_desc.blocks[block_idx]
+    persistable = _persistable_names(program_desc, block_idx)
+    steps, n_feeds = [], 0
+    for i, op_desc in enumerate(block.ops):
+        # positions (error messages, random keys) count the user's ops, not inserted feeds
+        n_feeds += op_desc.type == "feed"
+        i = i - n_feeds if op_desc.type != "feed" else i
+        opdef = registry.get(op_desc.type)
+        try:
+            attrs = read_attrs(opdef, op_desc)
+        except ProgdescError as e:
+            raise type(e)(e.detail, op_type=op_desc.type, op_index=i, block_idx=block_idx,
+                          callsite=op_desc.callsite) from None
+        steps.append(_Step(i, opdef, slot_map(op_desc.inputs), slot_map(op_desc.outputs),
+                           attrs, op_desc.callsite))
+
+    needed, kept = set(), []
+    for step in reversed(steps):
+        outs = [n for names in step.outputs.values() for n in names]
+        if step.opdef.type == "fetch" or any(n in needed or n in persistable for n in outs):
+            kept.append(step)
+            if step.opdef.type != "fetch":
+                needed.difference_update(outs)
+            needed.update(n for names in step.inputs.values() for n in names)
+    kept.reverse()
+    return kept, persistable
+
+
+def lower_block(program_desc, block_idx=0):
+    """Lower block `block_idx` of a `ProgramDesc` (with feed/fetch ops) to a `LoweredBlock`."""
+    steps, persistable = _plan(program_desc, block_idx)
+    feed_names, fetch_names = {}, {}
+    defined, reads, writes = set(), [], []
+    uses_rng = False
+    for step in steps:
+        if step.opdef.type == "feed":
+            feed_names[step.attrs["col"]] = step.outputs["Out"][0]
+        elif step.opdef.type == "fetch":
+            fetch_names[step.attrs["col"]] = step.inputs["X"][0]
+        for name in (n for names in step.inputs.values() for n in names):
+            if name in defined or name in (FEED_VAR,):
+                continue
+            if name in persistable:
+                if name not in reads:
+                    reads.append(name)
+                defined.add(name)
+            else:
+                var = find_var(program_desc, block_idx, name)
+                fed = var is not None and var.need_check_feed
+                raise (FeedError if fed else ProgramError)(
+                    "is needed but not fed" if fed else
+                    "is read before any op writes it and is neither fed nor persistable",
+                    op_type=step.opdef.type, op_index=step.index, block_idx=block_idx,
+                    var=name, callsite=step.callsite)
+        for name in (n for names in step.outputs.values() for n in names):
+            defined.add(name)
+            if name in persistable and name not in writes:
+                writes.append(name)
+        uses_rng |= step.opdef.random
+    if uses_rng:
+        if RNG_VAR not in reads:
+            reads.append(RNG_VAR)
+        if RNG_VAR not in writes:
+            writes.append(RNG_VAR)
+    if sorted(fetch_names) != list(range(len(fetch_names))):
+        raise FetchError(f"fetch columns {sorted(fetch_names)} are not 0..{len(fetch_names) - 1}")
+
+    n_fetch = len(fetch_names)
+    write_names = tuple(writes)
+
+    def fn(feeds, mutable, readonly):
+        env = {**readonly, **mutable, FEED_VAR: list(feeds)}
+        fetches = [None] * n_fetch
+        rng = env.get(RNG_VAR)
+        for step in steps:
+            _run_step(step, env, rng, fetches, block_idx)
+        if uses_rng:
+            env[RNG_VAR] = jax.random.fold_in(rng, 0)
+        return tuple(fetches), {name: env[name] for name in write_names}
+
+    return LoweredBlock(fn, tuple(feed_names[i] for i in sorted(feed_names)),
+                        tuple(fetch_names[i] for i in range(n_fetch)), tuple(reads),
+                        write_names, tuple(s.index for s in steps))
+
+
+def _run_step(step, env, rng, fetches, block_idx):
+    opdef = step.opdef
+    if opdef.type == "fetch":
+        fetches[step.attrs["col"]] = env[step.inputs["X"][0]]
+        return
+    args = {}
+    for slot in opdef.inputs:
+        names = step.inputs.get(slot.name)
+        if slot.many:
+            args[slot.name] = [env[n] for n in names or []]
+        else:
+            args[slot.name] = env[names[0]] if names else None
+    if opdef.random:
+        args["key"] = jax.random.fold_in(rng, step.index + 1)
+    try:
+        result = opdef.lower(**args, **step.attrs)
+        produced = split_outputs(opdef, result)
+    except ProgdescError as e:
+        raise type(e)(e.detail, op_type=opdef.type, op_index=step.index, block_idx=block_idx,
+                      callsite=step.callsite) from None
+    except Exception as e:  # noqa: BLE001  (a rule that fails on these inputs)
+        raise ProgramError(f"lowering failed: {type(e).__name__}: {e}", op_type=opdef.type,
+                           op_index=step.index, block_idx=block_idx,
+                           callsite=step.callsite) from e
+    for slot_name, names in step.outputs.items():
+        values = produced.get(slot_name, [])
+        for name, value in zip(names, values):
+            env[name] = value

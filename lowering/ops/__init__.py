@@ -1,0 +1,6 @@
+"""The built-in op library: importing this package registers every family module in it."""
+import importlib
+import pkgutil
+
+for _module in pkgutil.iter_modules(__path__):
+    importlib.import_module(f"{__name__}.{_module.name}")

@@ -1,0 +1,18 @@
+"""feed and fetch: how values get into a compiled program and results get out (seed 004).
+
+The Executor inserts them into its cached clone of a program; the lowering
+pass binds the feed list to the values passed in and collects the fetch list.
+"""
+from lowering.registry import In, Out, op
+
+
+@op("feed", inputs=[In("X")], outputs=[Out("Out")], attrs={"col": 0}, differentiable=False)
+def feed(X, *, col):
+    """Column `col` of the feed list `X`."""
+    return X[col]
+
+
+@op("fetch", inputs=[In("X")], outputs=[Out("Out")], attrs={"col": 0}, differentiable=False)
+def fetch(X, *, col):
+    """Put `X` in column `col` of the fetch list `Out`."""
+    return X

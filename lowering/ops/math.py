@@ -1,0 +1,154 @@
+"""Elementwise binary arithmetic with NumPy broadcasting, and the broadcast helpers.
+
+Gradients of broadcasting ops sum the incoming gradient back to each input's
+shape with `reduce_as`; its own gradient broadcasts with `expand_as`.
+"""
+import jax.numpy as jnp
+
+from lowering.registry import In, Out, op
+
+_BINARY = dict(inputs=[In("X", "number"), In("Y", "number")], outputs=[Out("Out")],
+               same_dtype=("X", "Y"))
+
+
+def _sum_axes(shape, target_shape):
+    lead = len(shape) - len(target_shape)
+    return tuple(range(lead)) + tuple(
+        lead + i for i, d in enumerate(target_shape) if d == 1 and shape[lead + i] != 1)
+
+
+@op("reduce_as", inputs=[In("X", "number"), In("Target", differentiable=False)],
+    outputs=[Out("Out")])
+def reduce_as(X, Target):
+    """Sum `X` over the axes along which `Target`'s shape was broadcast to `X`'s."""
+    return jnp.sum(X, axis=_sum_axes(X.shape, Target.shape)).reshape(Target.shape)
+
+
+@op("expand_as", inputs=[In("X", "number"), In("Target", differentiable=False)],
+    outputs=[Out("Out")])
+def expand_as(X, Target):
+    """Broadcast `X` to the shape of `Target`."""
+    return jnp.broadcast_to(X, Target.shape)
+
+
+@reduce_as.gradient
+def _(g):
+    g.call("expand_as", g.out_grad("Out"), g.input("X"), out=g.in_grad("X"))
+
+
+@expand_as.gradient
+def _(g):
+    g.call("reduce_as", g.out_grad("Out"), g.input("X"), out=g.in_grad("X"))
+
+
+def _to_input(g, grad, slot):
+    """Emit reduce_as(grad -> input `slot`) into that input's gradient, if wanted."""
+    if g.in_grad(slot):
+        g.call("reduce_as", grad, g.input(slot), out=g.in_grad(slot))
+
+
+@op("add", **_BINARY)
+def add(X, Y):
+    """X + Y, broadcasting."""
+    return jnp.add(X, Y)
+
+
+@add.gradient
+def _(g):
+    dout = g.out_grad("Out")
+    _to_input(g, dout, "X")
+    _to_input(g, dout, "Y")
+
+
+@op("sub", **_BINARY)
+def sub(X, Y):
+    """X - Y, broadcasting."""
+    return jnp.subtract(X, Y)
+
+
+@sub.gradient
+def _(g):
+    dout = g.out_grad("Out")
+    _to_input(g, dout, "X")
+    if g.wants("Y"):
+        _to_input(g, g.call("neg", dout), "Y")
+
+
+@op("mul", **_BINARY)
+def mul(X, Y):
+    """X * Y elementwise, broadcasting."""
+    return jnp.multiply(X, Y)
+
+
+@mul.gradient
+def _(g):
+    dout, x, y = g.out_grad("Out"), g.input("X"), g.input("Y")
+    if g.wants("X"):
+        _to_input(g, g.call("mul", dout, y), "X")
+    if g.wants("Y"):
+        _to_input(g, g.call("mul", dout, x), "Y")
+
+
+@op("div", **_BINARY)
+def div(X, Y):
+    """X / Y elementwise, broadcasting (true division)."""
+    return jnp.true_divide(X, Y)
+
+
+@div.gradient
+def _(g):
+    dout, y, out = g.out_grad("Out"), g.input("Y"), g.output("Out")
+    if g.wants("X"):
+        _to_input(g, g.call("div", dout, y), "X")
+    if g.wants("Y"):  # d(x/y)/dy = -out / y
+        _to_input(g, g.call("neg", g.call("mul", dout, g.call("div", out, y))), "Y")
+
+
+@op("pow", inputs=[In("X", "float"), In("Y", "float")], outputs=[Out("Out")],
+    same_dtype=("X", "Y"))
+def pow_(X, Y):
+    """X ** Y elementwise, broadcasting."""
+    return jnp.power(X, Y)
+
+
+@pow_.gradient
+def _(g):
+    dout, x, y, out = g.out_grad("Out"), g.input("X"), g.input("Y"), g.output("Out")
+    if g.wants("X"):  # y * x ** (y - 1)
+        dx = g.call("mul", y, g.call("pow", x, g.call("scale", y, bias=-1.0)))
+        _to_input(g, g.call("mul", dout, dx), "X")
+    if g.wants("Y"):  # out * log(x)
+        _to_input(g, g.call("mul", dout, g.call("mul", out, g.call("log", x))), "Y")
+
+
+def _select_grad(g, first_wins):
+    """Gradient of maximum/minimum: the input that was selected takes the gradient."""
+    dout, x, y = g.out_grad("Out"), g.input("X"), g.input("Y")
+    pick_x = g.call(first_wins, x, y)
+    zeros = g.call("fill_zeros_like", dout)
+    if g.wants("X"):
+        _to_input(g, g.call("where", pick_x, dout, zeros), "X")
+    if g.wants("Y"):
+        _to_input(g, g.call("where", pick_x, zeros, dout), "Y")
+
+
+@op("maximum", **_BINARY)
+def maximum(X, Y):
+    """Elementwise maximum, broadcasting (ties send the gradient to X)."""
+    return jnp.maximum(X, Y)
+
+
+@maximum.gradient
+def _(g):
+    _select_grad(g, "greater_equal")
+
+
+@op("minimum", **_BINARY)
+def minimum(X, Y):
+    """Elementwise minimum, broadcasting (ties send the gradient to X)."""
+    return jnp.minimum(X, Y)
+
+
+@minimum.gradient
+def _(g):
+    _select_grad(g, "less_equal")

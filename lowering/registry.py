@@ -1,0 +1,289 @@
+"""The operator registry: one `OpDef` per op type.
+
+An op is declared once, in `lowering/ops/<family>.py`, with the `op` decorator:
+
+    @op("softmax", inputs=[In("X", "float")], outputs=["Out"], attrs={"axis": -1})
+    def softmax(X, *, axis):
+        "Softmax along `axis`."
+        return jax.nn.softmax(X, axis=axis)
+
+    @softmax.gradient
+    def _(g):
+        ...   # emit gradient ops, see lowering.gradients.GradContext
+
+The decorated function is the lowering rule: it receives each input slot as a
+keyword argument (a list for a `many` slot, None for an absent optional one),
+each attribute as a keyword argument, and `key` (a PRNG key) when the op is
+`random`. It returns one array per output slot (a tuple when there are
+several, a list for a `many` slot). Shapes and dtypes are inferred from it
+(lowering.infer) unless an explicit `infer` rule is given.
+"""
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+import numpy as np
+
+from lowering import dtypes
+from lowering.errors import AttributeTypeError, ProgramError, UnknownOpError
+
+REQUIRED = object()
+"""Default of an attribute that every op of the type must set."""
+
+# attribute type -> (proto oneof field, whether it is a list)
+ATTR_TYPES = {
+    "int": ("i", False), "float": ("f", False), "string": ("s", False),
+    "bool": ("b", False), "int64": ("l", False), "float64": ("d", False),
+    "ints": ("ints", True), "floats": ("floats", True), "strings": ("strings", True),
+    "bools": ("bools", True), "int64s": ("longs", True), "float64s": ("doubles", True),
+    "block": ("block_idx", False), "blocks": ("blocks_idx", True),
+    "dtype": ("s", False),
+}
+_INT32_RANGE = (-2**31, 2**31 - 1)
+
+
+@dataclass(frozen=True)
+class Slot:
+    """A named input or output of an op.
+
+    `dtypes` is the family of element types accepted ('float', 'int', 'bool',
+    'number' or 'any'); `many` slots hold a list of variables; `optional`
+    slots may be left unbound; `differentiable` is False for inputs that never
+    receive a gradient (indices, labels, masks).
+    """
+    name: str
+    dtypes: str = "any"
+    many: bool = False
+    optional: bool = False
+    differentiable: bool = True
+    doc: str = ""
+
+    def accepts(self, dtype):
+        """Whether a variable of `dtype` may be bound to this slot."""
+        kind = dtypes.kind_of(dtype)
+        return (self.dtypes == "any" or self.dtypes == kind
+                or (self.dtypes == "number" and kind != "bool"))
+
+
+def In(name, dtypes="any", **kw):
+    """An input slot (see `Slot`)."""
+    return Slot(name, dtypes, **kw)
+
+
+def Out(name, **kw):
+    """An output slot (see `Slot`)."""
+    return Slot(name, **kw)
+
+
+@dataclass(frozen=True)
+class Attr:
+    """A typed attribute with a default (or REQUIRED)."""
+    name: str
+    type: str
+    default: Any = REQUIRED
+    doc: str = ""
+
+    def __post_init__(self):
+        if self.type not in ATTR_TYPES:
+            raise ValueError(f"attribute {self.name!r}: unknown type {self.type!r}")
+
+    def check(self, value):
+        """Return `value` normalized to this attribute's type, or raise AttributeTypeError."""
+        kind, is_list = self.type, ATTR_TYPES[self.type][1]
+        if is_list:
+            if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
+                raise self._wrong(value)
+            scalar = {"ints": "int", "floats": "float", "strings": "string", "bools": "bool",
+                      "int64s": "int64", "float64s": "float64", "blocks": "block"}[kind]
+            return tuple(Attr(self.name, scalar).check(v) for v in value)
+        if kind == "dtype":
+            try:
+                return dtypes.name_of(value)
+            except ProgramError:
+                raise self._wrong(value) from None
+        if isinstance(value, np.generic):
+            value = value.item()
+        if kind in ("int", "int64", "block"):
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise self._wrong(value)
+            if kind in ("int", "block") and not _INT32_RANGE[0] <= value <= _INT32_RANGE[1]:
+                raise self._wrong(value, "out of int32 range; declare the attribute int64")
+            return value
+        if kind in ("float", "float64"):
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise self._wrong(value)
+            return float(value)
+        if kind == "bool":
+            if not isinstance(value, bool):
+                raise self._wrong(value)
+            return value
+        if not isinstance(value, str):
+            raise self._wrong(value)
+        return value
+
+    def _wrong(self, value, why=None):
+        got = f"{type(value).__name__} {value!r}"
+        return AttributeTypeError(
+            f"attribute '{self.name}' expects {self.type}, got {got}" + (f" ({why})" if why else ""))
+
+
+def encode_attr(attr_def, value, attribute):
+    """Write a checked attribute value into a proto `Attribute` message."""
+    fld, is_list = ATTR_TYPES[attr_def.type]
+    if is_list:
+        values = getattr(attribute, fld)
+        values.SetInParent()
+        values.values.extend(value)
+    else:
+        setattr(attribute, fld, value)
+
+
+def decode_attr(attr_def, attribute):
+    """Read a proto `Attribute` back into a Python value, checking its type."""
+    fld, is_list = ATTR_TYPES[attr_def.type]
+    which = attribute.WhichOneof("value")
+    if which != fld:
+        raise AttributeTypeError(
+            f"attribute '{attr_def.name}' expects {attr_def.type}, got a '{which}' value")
+    value = getattr(attribute, fld)
+    return tuple(value.values) if is_list else value
+
+
+@dataclass
+class OpDef:
+    """Everything about one op type: slots, attributes, lowering, shape rule, gradient."""
+    type: str
+    inputs: tuple
+    outputs: tuple
+    attrs: tuple
+    lower: Callable
+    doc: str = ""
+    infer: Optional[Callable] = None
+    grad: Optional[Callable] = None
+    random: bool = False
+    differentiable: bool = True
+    same_dtype: tuple = ()
+    _attr_index: dict = field(default_factory=dict, repr=False)
+
+    def __post_init__(self):
+        self._attr_index = {a.name: a for a in self.attrs}
+
+    def attr(self, name):
+        """The `Attr` declared under `name`, or None."""
+        return self._attr_index.get(name)
+
+    def input(self, name):
+        """The input `Slot` declared under `name`, or None."""
+        return next((s for s in self.inputs if s.name == name), None)
+
+    def output(self, name):
+        """The output `Slot` declared under `name`, or None."""
+        return next((s for s in self.outputs if s.name == name), None)
+
+    def gradient(self, maker):
+        """Decorator: register `maker(g)` as this op's gradient maker."""
+        self.grad = maker
+        return maker
+
+    def shape_rule(self, rule):
+        """Decorator: register an explicit shape/dtype rule instead of tracing the lowering."""
+        self.infer = rule
+        return rule
+
+    def complete_attrs(self, given):
+        """Checked attributes with defaults filled in; raises on unknown, missing or mistyped ones."""
+        unknown = sorted(set(given) - set(self._attr_index))
+        if unknown:
+            raise AttributeTypeError(
+                f"attribute '{unknown[0]}' is not declared by '{self.type}' "
+                f"(declared: {', '.join(self._attr_index) or 'none'})")
+        out = {}
+        for a in self.attrs:
+            if a.name in given:
+                out[a.name] = a.check(given[a.name])
+            elif a.default is REQUIRED:
+                raise AttributeTypeError(f"required attribute '{a.name}' ({a.type}) is missing")
+            else:
+                out[a.name] = a.check(a.default)
+        return out
+
+    @property
+    def differentiable_inputs(self):
+        """Names of input slots that may receive gradients."""
+        if not self.differentiable:
+            return ()
+        return tuple(s.name for s in self.inputs if s.differentiable and s.dtypes != "int"
+                     and s.dtypes != "bool")
+
+
+_REGISTRY: dict = {}
+
+
+def register(opdef, replace=False):
+    """Add an `OpDef` to the registry; registering a type twice needs `replace=True`."""
+    if opdef.type in _REGISTRY and not replace:
+        raise ProgramError(f"op type '{opdef.type}' is already registered "
+                           "(pass replace=True to replace it)")
+    _REGISTRY[opdef.type] = opdef
+    return opdef
+
+
+def get(op_type):
+    """The `OpDef` of `op_type`; raises UnknownOpError if none is registered."""
+    _ensure_loaded()
+    try:
+        return _REGISTRY[op_type]
+    except KeyError:
+        raise UnknownOpError(f"unknown op type '{op_type}'", op_type=op_type) from None
+
+
+def is_registered(op_type):
+    """Whether `op_type` has a definition."""
+    _ensure_loaded()
+    return op_type in _REGISTRY
+
+
+def all_ops():
+    """Every registered `OpDef`, sorted by type."""
+    _ensure_loaded()
+    return [_REGISTRY[k] for k in sorted(_REGISTRY)]
+
+
+def _attr_from_default(name, default):
+    if isinstance(default, Attr):
+        return default
+    for py, kind in ((bool, "bool"), (int, "int"), (float, "float"), (str, "string")):
+        if isinstance(default, py):
+            return Attr(name, kind, default)
+    raise TypeError(f"attribute {name!r}: give Attr(...) for default {default!r}")
+
+
+def op(op_type, inputs, outputs, attrs=None, *, random=False, differentiable=True,
+       same_dtype=(), replace=False):
+    """Decorator declaring an op type whose lowering rule is the decorated function.
+
+    `inputs`/`outputs` are `Slot`s or plain names; `attrs` maps a name to a
+    default value (its type is taken from the default) or to an `Attr`.
+    Returns the registered `OpDef` (use its `.gradient` decorator next).
+    """
+    def wrap(fn):
+        attr_defs = tuple(
+            (a if isinstance(a, Attr) and a.name == name else _attr_from_default(name, a))
+            for name, a in (attrs or {}).items())
+        opdef = OpDef(
+            type=op_type,
+            inputs=tuple(s if isinstance(s, Slot) else Slot(s) for s in inputs),
+            outputs=tuple(s if isinstance(s, Slot) else Slot(s) for s in outputs),
+            attrs=attr_defs, lower=fn, doc=(fn.__doc__ or "").strip(), random=random,
+            differentiable=differentiable, same_dtype=tuple(same_dtype))
+        return register(opdef, replace=replace)
+    return wrap
+
+
+_loaded = False
+
+
+def _ensure_loaded():
+    global _loaded
+    if not _loaded:
+        _loaded = True
+        import lowering.ops  # noqa: F401  (registers the built-in ops)

@@ -1,0 +1,17 @@
+"""progdesc: serializable program descriptions, compiled to XLA through JAX."""
+from lowering.errors import (AttributeTypeError, BackwardError, FeedError, FetchError,
+                             FormatError, ProgdescError, ProgramError, ScopeError, ShapeError,
+                             UnknownOpError)
+from progdesc import ops
+from progdesc.executor import Executor
+from progdesc.framework import (Block, Operator, Program, Variable, data, default_main_program,
+                                default_startup_program, program_guard)
+from progdesc.scope import Scope, global_scope, scope_guard
+
+__version__ = "0.1.0"
+__all__ = [
+    "AttributeTypeError", "BackwardError", "Block", "Executor", "FeedError", "FetchError",
+    "FormatError", "Operator", "ProgdescError", "Program", "ProgramError", "Scope", "ScopeError",
+    "ShapeError", "UnknownOpError", "Variable", "data", "default_main_program",
+    "default_startup_program", "global_scope", "ops", "program_guard", "scope_guard",
+]

@@ -1,0 +1,638 @@
+"""Program, Block, Variable and Operator: thin typed views over the protos.
+
+Appending an op validates it against its registered definition and writes
+the inferred shapes and dtypes into its output variables.
+"""
+import contextlib
+import os
+import sys
+
+from google.protobuf import message as _pb_message
+from google.protobuf import text_format
+
+from lowering import dtypes, infer, registry
+from lowering import progdesc_pb2 as pb
+from lowering.desc import new_op_desc, read_attrs, slot_map, write_attrs
+from lowering.errors import FormatError, ProgdescError, ProgramError
+from lowering.lower import RNG_VAR
+
+FORMAT_VERSION = 1
+_PACKAGE_DIRS = tuple(os.path.dirname(os.path.abspath(m)) + os.sep for m in (
+    __file__, registry.__file__))
+ROLE_NAMES = {pb.FORWARD: "forward", pb.BACKWARD: "backward", pb.OPTIMIZE: "optimize",
+              pb.LR_SCHED: "lr_sched", pb.LOSS: "loss"}
+
+
+def _user_callsite():
+    """'file:line' of the innermost frame outside progdesc and lowering."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        path = frame.f_code.co_filename
+        if not os.path.abspath(path).startswith(_PACKAGE_DIRS):
+            return f"{os.path.basename(path)}:{frame.f_lineno}"
+        frame = frame.f_back
+    return ""
+
+
+class NameGenerator:
+    """Unique, readable names ('fc_0', 'fc_1', ...) counted per program."""
+
+    def __init__(self):
+        self._counts = {}
+
+    def __call__(self, prefix):
+        """The next unused name starting with `prefix`."""
+        n = self._counts.get(prefix, 0)
+        self._counts[prefix] = n + 1
+        return f"{prefix}_{n}"
+
+
+class Variable:
+    """A view of one `VarDesc` in a block."""
+
+    def __init__(self, block, desc):
+        self.block = block
+        self.desc = desc
+
+    name = property(lambda self: self.desc.name, doc="The variable's name.")
+    shape = property(lambda self: tuple(self.desc.dims), doc="Dims, -1 where unknown.")
+    dtype = property(lambda self: dtypes.name_of(self.desc.dtype), doc="Element type name.")
+    persistable = property(lambda self: self.desc.persistable,
+                           doc="Whether the value lives in the Scope between runs.")
+    is_parameter = property(lambda self: self.desc.is_parameter,
+                            doc="Whether this is a trainable parameter.")
+    kind = property(lambda self: pb.VarKind.Name(self.desc.kind), doc="The VarKind name.")
+
+    @property
+    def stop_gradient(self):
+        """Whether gradients stop at this variable."""
+        return self.desc.stop_gradient
+
+    @stop_gradient.setter
+    def stop_gradient(self, value):
+        self.desc.stop_gradient = bool(value)
+        self.block.program._touch()
+
+    def __repr__(self):
+        return f"Variable({self.name}: {type_str(self.desc)})"
+
+    def _binary(self, op_type, other, reverse=False):
+        from progdesc import ops
+        if not isinstance(other, Variable):
+            if op_type in ("add", "sub") and not reverse:
+                return ops.scale(self, scale=1.0, bias=float(other) * (1 if op_type == "add" else -1))
+            if op_type == "mul":
+                return ops.scale(self, scale=float(other))
+            if op_type == "sub" and reverse:
+                return ops.scale(self, scale=-1.0, bias=float(other))
+            if op_type == "add" and reverse:
+                return ops.scale(self, scale=1.0, bias=float(other))
+            other = ops.fill_constant(shape=[1], dtype=self.dtype, value=float(other))
+        a, b = (other, self) if reverse else (self, other)
+        return getattr(ops, op_type)(a, b)
+
+    __add__ = lambda self, o: self._binary("add", o)  # noqa: E731
+    __radd__ = lambda self, o: self._binary("add", o, True)  # noqa: E731
+    __sub__ = lambda self, o: self._binary("sub", o)  # noqa: E731
+    __rsub__ = lambda self, o: self._binary("sub", o, True)  # noqa: E731
+    __mul__ = lambda self, o: self._binary("mul", o)  # noqa: E731
+    __rmul__ = lambda self, o: self._binary("mul", o, True)  # noqa: E731
+    __truediv__ = lambda self, o: self._binary("div", o)  # noqa: E731
+    __rtruediv__ = lambda self, o: self._binary("div", o, True)  # noqa: E731
+
+    def __matmul__(self, other):
+        from progdesc import ops
+        return ops.matmul(self, other)
+
+    def __neg__(self):
+        from progdesc import ops
+        return ops.neg(self)
+
+
+class Operator:
+    """A view of one `OpDesc` in a block."""
+
+    def __init__(self, block, desc):
+        self.block = block
+        self.desc = desc
+
+    type = property(lambda self: self.desc.type, doc="The op type.")
+    role = property(lambda self: ROLE_NAMES.get(self.desc.role, "forward"),
+                    doc="'forward', 'backward', 'optimize', ...")
+    callsite = property(lambda self: self.desc.callsite, doc="'file:line' that created the op.")
+    inputs = property(lambda self: slot_map(self.desc.inputs), doc="{slot: [variable names]}.")
+    outputs = property(lambda self: slot_map(self.desc.outputs), doc="{slot: [variable names]}.")
+
+    @property
+    def idx(self):
+        """Index of this op in its block."""
+        for i, d in enumerate(self.block.desc.ops):
+            if d is self.desc or d == self.desc:
+                return i
+        return -1
+
+    @property
+    def attrs(self):
+        """{name: value} of the op's attributes."""
+        return read_attrs(registry.get(self.type), self.desc)
+
+    def attr(self, name):
+        """One attribute's value."""
+        return self.attrs[name]
+
+    def input(self, slot):
+        """Variable names bound to input slot `slot`."""
+        return self.inputs.get(slot, [])
+
+    def output(self, slot):
+        """Variable names bound to output slot `slot`."""
+        return self.outputs.get(slot, [])
+
+    def __repr__(self):
+        return op_line(self.block, self.desc)
+
+
+class Block:
+    """A view of one `BlockDesc`: its variables and its ops, in order."""
+
+    def __init__(self, program, desc):
+        self.program = program
+        self.desc = desc
+        self._vars = {v.name: Variable(self, v) for v in desc.vars}
+
+    idx = property(lambda self: self.desc.idx, doc="Index of the block in its program.")
+    parent_idx = property(lambda self: self.desc.parent_idx, doc="Parent block index, -1 for root.")
+
+    @property
+    def parent(self):
+        """The enclosing block, or None for the root block."""
+        return self.program.blocks[self.parent_idx] if self.parent_idx >= 0 else None
+
+    @property
+    def vars(self):
+        """{name: Variable} declared in this block."""
+        return dict(self._vars)
+
+    @property
+    def ops(self):
+        """The block's ops, in order."""
+        return [Operator(self, d) for d in self.desc.ops]
+
+    def has_var(self, name):
+        """Whether `name` is declared in this block or an enclosing one."""
+        return self.find_var(name) is not None
+
+    def find_var(self, name):
+        """The Variable `name` from this block or an enclosing one, or None."""
+        block = self
+        while block is not None:
+            if name in block._vars:
+                return block._vars[name]
+            block = block.parent
+        return None
+
+    def var(self, name):
+        """The Variable `name`; raises ProgramError if it is not declared."""
+        v = self.find_var(name)
+        if v is None:
+            raise ProgramError(f"no variable '{name}' in block {self.idx} or its parents", var=name)
+        return v
+
+    def create_var(self, name, shape=(), dtype="float32", *, persistable=False,
+                   stop_gradient=False, is_parameter=False, kind=pb.DENSE_TENSOR,
+                   need_check_feed=False):
+        """Declare a variable in this block (or return the existing one of that name)."""
+        if name in self._vars:
+            return self._vars[name]
+        desc = self.desc.vars.add(
+            name=name, kind=kind, dtype=dtypes.to_enum(dtype),
+            dims=[-1 if d is None else int(d) for d in shape], persistable=persistable,
+            stop_gradient=stop_gradient, is_parameter=is_parameter,
+            need_check_feed=need_check_feed)
+        var = self._vars[name] = Variable(self, desc)
+        self.program._touch()
+        return var
+
+    def create_parameter(self, name, shape, dtype="float32", *, trainable=True):
+        """Declare a persistable parameter variable."""
+        return self.create_var(name, shape, dtype, persistable=True, is_parameter=True,
+                               stop_gradient=not trainable)
+
+    def append_op(self, type, inputs=None, outputs=None, attrs=None, *, role=pb.FORWARD,
+                  name=None, callsite=None):
+        """Validate and append an op; returns its Operator view.
+
+        `inputs`/`outputs` map slot names to a Variable, a name, or a list of
+        them. Output variables that do not exist yet are created; when
+        `outputs` is None every output slot gets fresh variables named after
+        `name` (or the op type). Shapes and dtypes of outputs are inferred.
+        """
+        return self._insert_op(len(self.desc.ops), type, inputs, outputs, attrs, role=role,
+                               name=name, callsite=callsite)
+
+    def _insert_op(self, index, type, inputs=None, outputs=None, attrs=None, *,
+                   role=pb.FORWARD, name=None, callsite=None):
+        callsite = _user_callsite() if callsite is None else callsite
+        where = dict(op_type=type, op_index=index, block_idx=self.idx, callsite=callsite)
+        try:
+            opdef = registry.get(type)
+            in_map = _check_slots(opdef.inputs, _names_of(inputs or {}), "input")
+            for names in in_map.values():
+                for n in names:
+                    if self.find_var(n) is None:
+                        raise ProgramError("is used before it is defined in this block", var=n)
+            full_attrs = opdef.complete_attrs(attrs or {})
+            in_shapes = {slot: [_shape_dtype(self.var(n)) for n in names]
+                         for slot, names in in_map.items()}
+            _check_dtypes(opdef, in_map, in_shapes)
+            inferred = infer.infer(opdef, in_shapes, full_attrs)
+            if outputs is None:
+                base = self.program._names(name or type)
+                outputs = {}
+                for slot in opdef.outputs:
+                    produced = inferred.get(slot.name, [])
+                    suffix = slot.name.lower()
+                    outputs[slot.name] = ([f"{base}.{suffix}_{i}" for i in range(len(produced))]
+                                          if slot.many else [f"{base}.{suffix}"][:len(produced)])
+            out_map = _check_slots(opdef.outputs, _names_of(outputs), "output")
+            for slot, names in out_map.items():
+                produced = inferred.get(slot, [])
+                if len(names) > len(produced):
+                    raise ProgramError(f"output slot '{slot}' binds {len(names)} variables but "
+                                       f"the op produces {len(produced)}")
+                for n, (dims, dtype) in zip(names, produced):
+                    self._set_output_var(n, dims, dtype)
+        except ProgdescError as e:
+            if e.op_type is not None and e.op_index is not None:
+                raise
+            raise type_of(e)(e.detail, var=e.var, **where) from None
+        desc = new_op_desc(type, in_map, out_map, role=role, callsite=callsite)
+        write_attrs(opdef, desc, full_attrs)
+        if index == len(self.desc.ops):
+            self.desc.ops.append(desc)
+            desc = self.desc.ops[-1]
+        else:
+            self.desc.ops.insert(index, desc)
+            desc = self.desc.ops[index]
+        if opdef.random:
+            self.program._ensure_rng_var()
+        self.program._touch()
+        return Operator(self, desc)
+
+    def _set_output_var(self, name, dims, dtype):
+        var = self.find_var(name)
+        if var is None:
+            self.create_var(name, dims, dtype)
+            return
+        if var.persistable and var.desc.dims:
+            if var.dtype != dtype or not dims_compatible(var.shape, dims):
+                raise ProgramError(f"op writes {dtype}{list(dims)} into a persistable variable "
+                                   f"declared {type_str(var.desc)}", var=name)
+            return
+        var.desc.dtype = dtypes.to_enum(dtype)
+        var.desc.ClearField("dims")
+        var.desc.dims.extend(dims)
+
+    def _remove_op(self, index):
+        del self.desc.ops[index]
+        self.program._touch()
+
+    def __str__(self):
+        return block_text(self)
+
+
+def type_of(err):
+    """The class of an error, for re-raising it with more context."""
+    return type(err)
+
+
+def _names_of(mapping):
+    out = {}
+    for slot, value in mapping.items():
+        if value is None:
+            continue
+        values = value if isinstance(value, (list, tuple)) else [value]
+        names = []
+        for v in values:
+            if isinstance(v, Variable):
+                names.append(v.name)
+            elif isinstance(v, str):
+                names.append(v)
+            else:
+                raise ProgramError(f"slot '{slot}' expects Variables or names, "
+                                   f"got {type(v).__name__}")
+        out[slot] = names
+    return out
+
+
+def _check_slots(slots, given, what):
+    declared = {s.name: s for s in slots}
+    for name in given:
+        if name not in declared:
+            raise ProgramError(f"'{name}' is not an {what} slot (declared: "
+                               f"{', '.join(declared) or 'none'})")
+    for s in slots:
+        names = given.get(s.name, [])
+        if not names and not s.optional and what == "input":
+            raise ProgramError(f"required {what} slot '{s.name}' is not bound")
+        if len(names) > 1 and not s.many:
+            raise ProgramError(f"{what} slot '{s.name}' takes one variable, got {len(names)}")
+    return {k: v for k, v in given.items() if v or declared[k].many}
+
+
+def _shape_dtype(var):
+    return (tuple(var.desc.dims), dtypes.name_of(var.desc.dtype))
+
+
+def _check_dtypes(opdef, in_map, in_shapes):
+    for slot in opdef.inputs:
+        for name, (_, dtype) in zip(in_map.get(slot.name, []), in_shapes.get(slot.name, [])):
+            if not slot.accepts(dtype):
+                raise ProgramError(f"input slot '{slot.name}' expects a {slot.dtypes} dtype, "
+                                   f"got {dtype}", var=name)
+    group = [(s, n, d) for s in opdef.same_dtype
+             for n, (_, d) in zip(in_map.get(s, []), in_shapes.get(s, []))]
+    if group and len({d for _, _, d in group}) > 1:
+        first = group[0]
+        odd = next(g for g in group if g[2] != first[2])
+        raise ProgramError(f"dtype mismatch: slot '{first[0]}' is {first[2]} but slot "
+                           f"'{odd[0]}' is {odd[2]} (cast one of them)", var=odd[1])
+
+
+def dims_compatible(a, b):
+    """Whether two dim lists can describe the same array (-1 matches anything)."""
+    return len(a) == len(b) and all(x == y or x < 0 or y < 0 for x, y in zip(a, b))
+
+
+def type_str(var_desc):
+    """'float32[-1, 10]' for a VarDesc."""
+    return f"{dtypes.name_of(var_desc.dtype)}[{', '.join(map(str, var_desc.dims))}]"
+
+
+def op_line(block, op_desc):
+    """One readable line: outputs = type(inputs) {non-default attrs}."""
+    def names(mapping, with_type):
+        parts = []
+        for slot, args in slot_map(mapping).items():
+            shown = []
+            for a in args:
+                v = block.find_var(a)
+                shown.append(f"{a}: {type_str(v.desc)}" if with_type and v is not None else a)
+            shown = shown[0] if len(shown) == 1 else "[" + ", ".join(shown) + "]"
+            parts.append(f"{slot}={shown}" if not with_type else shown)
+        return ", ".join(parts)
+
+    line = f"{names(op_desc.outputs, True)} = {op_desc.type}({names(op_desc.inputs, False)})"
+    if registry.is_registered(op_desc.type):
+        opdef = registry.get(op_desc.type)
+        attrs = read_attrs(opdef, op_desc)
+        shown = {k: v for k, v in attrs.items()
+                 if opdef.attr(k).default is registry.REQUIRED or v != opdef.attr(k).check(
+                     opdef.attr(k).default)}
+        if shown:
+            line += " {" + ", ".join(f"{k}={_fmt(v)}" for k, v in shown.items()) + "}"
+    return line
+
+
+def _fmt(v):
+    if isinstance(v, float):
+        return f"{v:g}"
+    if isinstance(v, tuple):
+        return "[" + ", ".join(_fmt(x) for x in v) + "]"
+    return repr(v) if isinstance(v, str) else str(v)
+
+
+def block_text(block):
+    """The readable listing of one block."""
+    lines = [f"block {block.idx} (parent {block.parent_idx}) {{"]
+    for v in block.desc.vars:
+        if v.need_check_feed:
+            lines.append(f"  data  {v.name}: {type_str(v)}")
+        elif v.persistable and v.kind == pb.DENSE_TENSOR:
+            what = "param" if v.is_parameter else "state"
+            lines.append(f"  {what} {v.name}: {type_str(v)}")
+    role = None
+    for op_desc in block.desc.ops:
+        if op_desc.role != role and role is not None:
+            lines.append(f"  # {ROLE_NAMES.get(op_desc.role, '')}")
+        role = op_desc.role
+        lines.append("  " + op_line(block, op_desc))
+    lines.append("}")
+    return "\n".join(lines)
+
+
+class Program:
+    """A program description: blocks of variables and ops (block 0 is the root)."""
+
+    def __init__(self, random_seed=0):
+        self.desc = pb.ProgramDesc(format_version=FORMAT_VERSION, random_seed=random_seed)
+        self.desc.blocks.add(idx=0, parent_idx=-1)
+        self._rebuild()
+
+    def _rebuild(self):
+        self.blocks = [Block(self, b) for b in self.desc.blocks]
+        self._current = 0
+        self._version = 0
+        self._names = NameGenerator()
+
+    def _touch(self):
+        self._version += 1
+
+    @property
+    def version(self):
+        """A counter that changes whenever the program is modified through its API."""
+        return self._version
+
+    @property
+    def random_seed(self):
+        """Seed of the program's RNG state (reproducible runs)."""
+        return self.desc.random_seed
+
+    @random_seed.setter
+    def random_seed(self, seed):
+        self.desc.random_seed = int(seed)
+        self._touch()
+
+    def global_block(self):
+        """Block 0."""
+        return self.blocks[0]
+
+    def current_block(self):
+        """The block ops are appended to now."""
+        return self.blocks[self._current]
+
+    def block(self, idx):
+        """Block `idx`."""
+        return self.blocks[idx]
+
+    @property
+    def num_blocks(self):
+        """How many blocks the program has."""
+        return len(self.blocks)
+
+    def create_block(self, parent_idx=None):
+        """Append a sub-block (child of the current block) and make it current."""
+        parent = self._current if parent_idx is None else parent_idx
+        desc = self.desc.blocks.add(idx=len(self.desc.blocks), parent_idx=parent)
+        self.blocks.append(Block(self, desc))
+        self._current = desc.idx
+        self._touch()
+        return self.blocks[-1]
+
+    def rollback(self):
+        """Make the parent of the current block current again."""
+        self._current = max(self.current_block().parent_idx, 0)
+
+    def list_vars(self):
+        """Every Variable of every block."""
+        return [v for b in self.blocks for v in b._vars.values()]
+
+    def all_parameters(self):
+        """Every trainable-parameter Variable."""
+        return [v for v in self.list_vars() if v.is_parameter]
+
+    def _ensure_rng_var(self):
+        self.global_block().create_var(RNG_VAR, (2,), "uint32", persistable=True,
+                                       stop_gradient=True, kind=pb.RNG_STATE)
+
+    def clone(self, for_test=False):
+        """A deep copy; `for_test` drops backward/optimizer ops and sets `is_test` attrs."""
+        p = Program.from_desc(self.desc)
+        p._names._counts = dict(self._names._counts)
+        if for_test:
+            for block in p.blocks:
+                keep = [d for d in block.desc.ops
+                        if d.role in (pb.FORWARD, pb.LOSS)]
+                del block.desc.ops[:]
+                block.desc.ops.extend(keep)
+                for d in block.desc.ops:
+                    if "is_test" in d.attrs:
+                        d.attrs["is_test"].b = True
+            p._touch()
+        return p
+
+    @classmethod
+    def from_desc(cls, desc):
+        """A Program over a copy of a `ProgramDesc` message (validated)."""
+        p = cls.__new__(cls)
+        p.desc = pb.ProgramDesc()
+        p.desc.CopyFrom(desc)
+        p._rebuild()
+        validate(p)
+        return p
+
+    def to_bytes(self, strip_callsites=False):
+        """Deterministic binary protobuf of the program."""
+        desc = self.desc
+        if strip_callsites:
+            desc = pb.ProgramDesc()
+            desc.CopyFrom(self.desc)
+            for b in desc.blocks:
+                for o in b.ops:
+                    o.ClearField("callsite")
+        return desc.SerializeToString(deterministic=True)
+
+    @classmethod
+    def from_bytes(cls, data):
+        """Parse and validate binary protobuf; raises FormatError on bad bytes."""
+        desc = pb.ProgramDesc()
+        try:
+            desc.ParseFromString(bytes(data))
+        except (_pb_message.DecodeError, TypeError, ValueError) as e:
+            raise FormatError(f"bytes are not a valid ProgramDesc: {e}") from None
+        return cls._checked(desc)
+
+    def to_text(self):
+        """Protobuf text format (.pbtxt) of the program."""
+        return text_format.MessageToString(self.desc)
+
+    @classmethod
+    def from_text(cls, text):
+        """Parse and validate protobuf text format; raises FormatError on bad text."""
+        desc = pb.ProgramDesc()
+        try:
+            text_format.Parse(text, desc)
+        except text_format.ParseError as e:
+            raise FormatError(f"text is not a valid ProgramDesc: {e}") from None
+        return cls._checked(desc)
+
+    @classmethod
+    def _checked(cls, desc):
+        if not desc.blocks:
+            raise FormatError("program has no blocks")
+        if desc.format_version > FORMAT_VERSION or desc.format_version < 1:
+            raise FormatError(f"format version {desc.format_version} is not supported "
+                              f"(this progdesc reads 1..{FORMAT_VERSION})")
+        return cls.from_desc(desc)
+
+    def __str__(self):
+        head = f"program (format {self.desc.format_version}, seed {self.random_seed})"
+        return "\n".join([head] + [block_text(b) for b in self.blocks])
+
+    def __repr__(self):
+        n = sum(len(b.desc.ops) for b in self.blocks)
+        return f"<Program {len(self.blocks)} block(s), {n} op(s)>"
+
+
+def validate(program):
+    """Check every op of a program against the registry; raises ProgramError naming the op."""
+    for block in program.blocks:
+        for i, op_desc in enumerate(block.desc.ops):
+            where = dict(op_type=op_desc.type, op_index=i, block_idx=block.idx,
+                         callsite=op_desc.callsite)
+            try:
+                opdef = registry.get(op_desc.type)
+                _check_slots(opdef.inputs, slot_map(op_desc.inputs), "input")
+                _check_slots(opdef.outputs, slot_map(op_desc.outputs), "output")
+                opdef.complete_attrs(read_attrs(opdef, op_desc))
+                unknown = set(op_desc.attrs) - {a.name for a in opdef.attrs}
+                if unknown:
+                    raise ProgramError(f"attribute '{sorted(unknown)[0]}' is not declared")
+                for names in list(slot_map(op_desc.inputs).values()) + list(
+                        slot_map(op_desc.outputs).values()):
+                    for n in names:
+                        if block.find_var(n) is None:
+                            raise ProgramError("is not declared in the program", var=n)
+            except ProgdescError as e:
+                raise type(e)(e.detail, var=e.var, **where) from None
+
+
+# --- default programs and program_guard ---
+
+_main_program = Program()
+_startup_program = Program()
+
+
+def default_main_program():
+    """The program ops are appended to outside any program_guard."""
+    return _main_program
+
+
+def default_startup_program():
+    """The program initializer ops are appended to outside any program_guard."""
+    return _startup_program
+
+
+@contextlib.contextmanager
+def program_guard(main_program, startup_program=None):
+    """Make `main_program` (and `startup_program`) the defaults inside the block."""
+    global _main_program, _startup_program
+    if not isinstance(main_program, Program):
+        raise TypeError("program_guard expects a Program")
+    saved = _main_program, _startup_program
+    _main_program = main_program
+    if startup_program is not None:
+        _startup_program = startup_program
+    try:
+        yield
+    finally:
+        _main_program, _startup_program = saved
+
+
+def data(name, shape, dtype="float32", *, stop_gradient=True):
+    """Declare an input variable of the current main program (None or -1 for unknown dims)."""
+    block = default_main_program().global_block()
+    if block.find_var(name) is not None:
+        raise ProgramError(f"a variable named '{name}' already exists", var=name)
+    return block.create_var(name, shape, dtype, stop_gradient=stop_gradient,
+                            need_check_feed=True)

@@ -1,0 +1,149 @@
+"""Scopes: a tree of name -> value maps holding the values of persistable variables.
+
+A lookup walks up to the parent scope (seed 001); a variable is created in a
+scope on its first mutable access (`scope.var(name)`); values are jax arrays
+that stay on their device. Every scope is safe to use from several threads.
+"""
+import contextlib
+import threading
+
+import jax
+import numpy as np
+
+from lowering.errors import ScopeError
+
+
+class ScopeVariable:
+    """One named slot of a Scope; `value` is a jax array or None until set."""
+
+    __slots__ = ("name", "value", "_scope")
+
+    def __init__(self, scope, name):
+        self._scope = scope
+        self.name = name
+        self.value = None
+
+    def set(self, value):
+        """Store `value` (anything array-like) as a jax array."""
+        with self._scope._lock:
+            self.value = value if isinstance(value, jax.Array) else jax.numpy.asarray(value)
+
+    def get(self):
+        """The stored jax array; raises ScopeError if nothing is stored yet."""
+        if self.value is None:
+            raise ScopeError(f"variable '{self.name}' has no value yet", var=self.name)
+        return self.value
+
+    def numpy(self):
+        """The stored value as a NumPy array (copied to the host)."""
+        return np.asarray(self.get())
+
+    def __repr__(self):
+        v = self.value
+        return f"<ScopeVariable {self.name}: {'unset' if v is None else f'{v.dtype}{list(v.shape)}'}>"
+
+
+class Scope:
+    """A name -> value map with a parent; see the module docstring."""
+
+    def __init__(self, parent=None):
+        self.parent = parent
+        self._vars = {}
+        self._kids = []
+        self._lock = threading.RLock() if parent is None else parent._lock
+
+    def new_scope(self):
+        """A child scope whose lookups fall back to this one."""
+        kid = Scope(self)
+        with self._lock:
+            self._kids.append(kid)
+        return kid
+
+    def drop_kids(self):
+        """Forget every child scope."""
+        with self._lock:
+            self._kids.clear()
+
+    @property
+    def kids(self):
+        """The child scopes."""
+        with self._lock:
+            return list(self._kids)
+
+    def var(self, name):
+        """The variable `name` of this scope, created (empty) on first access."""
+        with self._lock:
+            v = self._vars.get(name)
+            if v is None:
+                v = self._vars[name] = ScopeVariable(self, name)
+            return v
+
+    def find_var(self, name):
+        """The variable `name` here or in the nearest ancestor that has it, or None."""
+        scope = self
+        with self._lock:
+            while scope is not None:
+                v = scope._vars.get(name)
+                if v is not None:
+                    return v
+                scope = scope.parent
+        return None
+
+    def get(self, name):
+        """The value of `name` (looked up through parents); raises ScopeError if absent."""
+        v = self.find_var(name)
+        if v is None or v.value is None:
+            raise ScopeError(f"no value for '{name}' in this scope or its parents", var=name)
+        return v.value
+
+    def set(self, name, value):
+        """Store a value for `name` where it is found, or in this scope if it is new."""
+        v = self.find_var(name) or self.var(name)
+        v.set(value)
+
+    def local_var_names(self):
+        """Names of the variables held by this scope itself."""
+        with self._lock:
+            return sorted(self._vars)
+
+    def __contains__(self, name):
+        v = self.find_var(name)
+        return v is not None and v.value is not None
+
+    def _read(self, names):
+        """{name: value} for names present, and the list of missing names (one lock)."""
+        found, missing = {}, []
+        with self._lock:
+            for n in names:
+                v = self.find_var(n)
+                if v is None or v.value is None:
+                    missing.append(n)
+                else:
+                    found[n] = v.value
+        return found, missing
+
+    def _write(self, values):
+        """Store several values at once, under one lock."""
+        with self._lock:
+            for n, value in values.items():
+                (self.find_var(n) or self.var(n)).value = value
+
+
+_global_scope = Scope()
+_current = threading.local()
+
+
+def global_scope():
+    """The scope used when none is given (per thread inside scope_guard)."""
+    return getattr(_current, "scope", None) or _global_scope
+
+
+@contextlib.contextmanager
+def scope_guard(scope):
+    """Make `scope` the one `global_scope()` returns inside the block (this thread)."""
+    saved = getattr(_current, "scope", None)
+    _current.scope = scope
+    try:
+        yield scope
+    finally:
+        _current.scope = saved

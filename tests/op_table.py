@@ -1,0 +1,64 @@
+"""The op sample table, in the spirit of PyTorch's OpInfo.
+
+Every registered op type has entries in `tests/samples/<family>.py` (a list
+`SAMPLES` of `Sample`). Each entry gives inputs, attributes and an
+independent NumPy reference; the tests in test_op_table.py run all entries.
+"""
+import importlib
+import pkgutil
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+import numpy as np
+
+
+@dataclass
+class Sample:
+    """One sample of one op.
+
+    `inputs` maps input slot names to arrays (a list of arrays for a many
+    slot). `ref(**inputs, **attrs)` is the NumPy reference: one array, or a
+    tuple with one entry per output slot (None to skip an output). Random
+    ops give `check(outputs, inputs)` instead, asserting properties of the
+    {slot: [arrays]} outputs. `grad=False` skips the gradient checks (say
+    why in `name`); `grad_slots` limits them to some inputs. `symbolic`
+    False skips the unknown-batch-dim shape check.
+    """
+    op: str
+    inputs: dict
+    ref: Optional[Callable] = None
+    attrs: dict = field(default_factory=dict)
+    name: str = ""
+    check: Optional[Callable] = None
+    rtol: float = 1e-5
+    atol: float = 1e-6
+    grad: bool = True
+    grad_slots: Optional[tuple] = None
+    grad_rtol: float = 1e-4
+    grad_atol: float = 1e-5
+    symbolic: bool = True
+
+    @property
+    def id(self):
+        """Test id: 'op-name'."""
+        return f"{self.op}-{self.name}" if self.name else self.op
+
+
+def all_samples():
+    """Every Sample of every module in tests/samples."""
+    import samples  # tests/ is on sys.path under pytest
+    out = []
+    for mod in pkgutil.iter_modules(samples.__path__):
+        out.extend(importlib.import_module(f"samples.{mod.name}").SAMPLES)
+    return out
+
+
+def rand(*shape, dtype="float32", low=-1.0, high=1.0, seed=0):
+    """Deterministic uniform random array of `shape` (a sample helper)."""
+    rng = np.random.default_rng(seed + sum(shape) * 7 + len(shape))
+    return rng.uniform(low, high, size=shape).astype(dtype)
+
+
+def positive(*shape, dtype="float32", seed=0):
+    """Deterministic random array in [0.5, 2) (for log, sqrt, pow, division)."""
+    return rand(*shape, dtype=dtype, low=0.5, high=2.0, seed=seed)

@@ -1,0 +1,32 @@
+"""Samples of lowering/ops/math.py."""
+import numpy as np
+
+from op_table import Sample, positive, rand
+
+
+def _binary(op, ref):
+    return [
+        Sample(op, {"X": rand(3, 4), "Y": rand(3, 4, seed=1)}, ref, name="same"),
+        Sample(op, {"X": rand(2, 3, 4), "Y": rand(4, seed=1)}, ref, name="bcast_y"),
+        Sample(op, {"X": rand(3, 1), "Y": rand(2, 1, 4, seed=1)}, ref, name="bcast_both"),
+    ]
+
+
+SAMPLES = [
+    *_binary("add", lambda X, Y: X + Y),
+    *_binary("sub", lambda X, Y: X - Y),
+    *_binary("mul", lambda X, Y: X * Y),
+    Sample("div", {"X": rand(3, 4), "Y": positive(3, 4, seed=1)}, lambda X, Y: X / Y),
+    Sample("div", {"X": rand(2, 3, 4), "Y": positive(3, 1, seed=1)}, lambda X, Y: X / Y,
+           name="bcast"),
+    Sample("div", {"X": np.array([7, -7, 6]), "Y": np.array([2, 2, 3])},
+           lambda X, Y: X / Y, name="int_true_division", grad=False),
+    Sample("pow", {"X": positive(3, 4), "Y": rand(3, 4, seed=1)}, lambda X, Y: np.power(X, Y)),
+    Sample("pow", {"X": positive(2, 3), "Y": rand(3, seed=1)}, lambda X, Y: np.power(X, Y), name="bcast"),
+    *_binary("maximum", lambda X, Y: np.maximum(X, Y)),
+    *_binary("minimum", lambda X, Y: np.minimum(X, Y)),
+    Sample("reduce_as", {"X": rand(2, 3, 4), "Target": rand(3, 1, seed=1)},
+           lambda X, Target: X.sum(axis=(0, 2)).reshape(3, 1)),
+    Sample("expand_as", {"X": rand(3, 1), "Target": rand(2, 3, 4, seed=1)},
+           lambda X, Target: np.broadcast_to(X, (2, 3, 4))),
+]

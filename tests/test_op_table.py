@@ -1,0 +1,250 @@
+"""Table-driven checks over every sample of every registered op.
+
+Forward values against the NumPy reference; inferred shapes and dtypes
+against the actual results (with known and with unknown batch dims);
+serialize -> parse -> identical bytes; and the registered gradient
+composition against `jax.vjp` of the forward rule (float32) and against
+central finite differences (float64).
+"""
+import jax
+import numpy as np
+import pytest
+
+import progdesc as pd
+from lowering import dtypes, registry
+from op_table import all_samples
+from progdesc.backward import emit_grad_ops
+
+SAMPLES = all_samples()
+# feed and fetch are inserted by the Executor into every run: every test here exercises them.
+EXECUTOR_OPS = {"feed", "fetch"}
+
+
+def _as_list(v):
+    return list(v) if isinstance(v, (list, tuple)) else [v]
+
+
+def build(sample, unknown_batch=False, dtype_map=None):
+    """A program holding one op of `sample`, its data vars, and the feed dict."""
+    main = pd.Program()
+    feed, bound = {}, {}
+    block = main.global_block()
+    top_rank = max((np.ndim(a) for v in sample.inputs.values() for a in _as_list(v)), default=0)
+    for slot, value in sample.inputs.items():
+        names = []
+        for i, arr in enumerate(_as_list(value)):
+            arr = np.asarray(arr)
+            if dtype_map and arr.dtype.kind == "f":
+                arr = arr.astype(dtype_map)
+            name = f"in_{slot}_{i}"
+            shape = list(arr.shape)
+            if unknown_batch and shape and len(shape) == top_rank:
+                shape[0] = -1
+            block.create_var(name, shape, arr.dtype, need_check_feed=True)
+            feed[name] = arr
+            names.append(name)
+        bound[slot] = names if isinstance(value, (list, tuple)) else names[0]
+    op = block.append_op(sample.op, inputs=bound, attrs=sample.attrs)
+    return main, op, feed
+
+
+def run_op(sample, unknown_batch=False):
+    main, op, feed = build(sample, unknown_batch)
+    out_names = [n for names in op.outputs.values() for n in names]
+    values = pd.Executor().run(main, feed=feed, fetch_list=out_names, scope=pd.Scope())
+    got = dict(zip(out_names, values))
+    return main, op, {slot: [got[n] for n in names] for slot, names in op.outputs.items()}
+
+
+def test_every_registered_op_has_samples():
+    covered = {s.op for s in SAMPLES} | EXECUTOR_OPS
+    missing = sorted(o.type for o in registry.all_ops() if o.type not in covered)
+    assert not missing, f"ops without samples: {missing}"
+
+
+def test_every_sample_names_a_registered_op():
+    unknown = sorted({s.op for s in SAMPLES if not registry.is_registered(s.op)})
+    assert not unknown
+
+
+@pytest.mark.parametrize("sample", SAMPLES, ids=lambda s: s.id)
+def test_forward_matches_reference(sample):
+    main, op, outputs = run_op(sample)
+    opdef = registry.get(sample.op)
+    if sample.check is not None:
+        sample.check(outputs, sample.inputs)
+        return
+    expected = sample.ref(**sample.inputs, **sample.attrs)
+    expected = expected if isinstance(expected, tuple) else (expected,)
+    assert len(expected) == len(opdef.outputs), "reference must give one entry per output slot"
+    for slot, want in zip(opdef.outputs, expected):
+        if want is None:
+            continue
+        got = outputs[slot.name]
+        want = _as_list(want) if slot.many else [want]
+        assert len(got) == len(want), slot.name
+        for g, w in zip(got, want):
+            w = np.asarray(w)
+            assert g.shape == w.shape, f"{slot.name}: shape {g.shape} vs reference {w.shape}"
+            assert g.dtype == w.dtype, f"{slot.name}: dtype {g.dtype} vs reference {w.dtype}"
+            np.testing.assert_allclose(g, w, rtol=sample.rtol, atol=sample.atol,
+                                       err_msg=slot.name)
+
+
+@pytest.mark.parametrize("unknown_batch", [False, True], ids=["known", "unknown_batch"])
+@pytest.mark.parametrize("sample", SAMPLES, ids=lambda s: s.id)
+def test_inferred_shape_and_dtype(sample, unknown_batch):
+    if unknown_batch and not sample.symbolic:
+        pytest.skip("sample is not meant for symbolic dims")
+    main, op, outputs = run_op(sample, unknown_batch)
+    for slot, names in op.outputs.items():
+        for name, value in zip(names, outputs[slot]):
+            var = main.global_block().var(name)
+            assert var.dtype == dtypes.name_of(value.dtype), name
+            assert len(var.shape) == value.ndim, name
+            for inferred, actual in zip(var.shape, value.shape):
+                assert inferred in (-1, actual), f"{name}: {var.shape} vs {value.shape}"
+                if not unknown_batch:
+                    assert inferred == actual, f"{name}: {var.shape} vs {value.shape}"
+
+
+@pytest.mark.parametrize("sample", SAMPLES, ids=lambda s: s.id)
+def test_serialization_round_trip(sample):
+    main, _, _ = build(sample)
+    data = main.to_bytes()
+    again = pd.Program.from_bytes(data)
+    assert again.to_bytes() == data
+    assert pd.Program.from_text(main.to_text()).to_bytes() == data
+
+
+# --- gradients ---
+
+def _grad_slots(sample):
+    opdef = registry.get(sample.op)
+    slots = sample.grad_slots or opdef.differentiable_inputs
+    return [s for s in slots if s in sample.inputs and all(
+        np.asarray(a).dtype.kind == "f" for a in _as_list(sample.inputs[s]))]
+
+
+GRAD_SAMPLES = [s for s in SAMPLES
+                if s.grad and registry.get(s.op).differentiable and _grad_slots(s)]
+
+
+def test_every_differentiable_op_has_a_gradient_maker():
+    missing = sorted({s.op for s in GRAD_SAMPLES if registry.get(s.op).grad is None})
+    assert not missing, f"differentiable ops without gradient makers: {missing}"
+
+
+def _float_outputs(op, main):
+    return [(slot, i, n) for slot, names in op.outputs.items() for i, n in enumerate(names)
+            if dtypes.kind_of(main.global_block().var(n).dtype) == "float"]
+
+
+def registered_grads(sample, dtype):
+    """Run the op's gradient ops on fixed cotangents; returns (grads, cotangents, feed)."""
+    main, op, feed = build(sample, dtype_map=dtype)
+    block = main.global_block()
+    rng = np.random.default_rng(1)
+    out_grads, cotangents = {}, {}
+    with pd.program_guard(main):
+        for slot, i, name in _float_outputs(op, main):
+            var = block.var(name)
+            cot = rng.standard_normal(var.shape).astype(var.dtype)
+            block.create_var(name + "@COT", var.shape, var.dtype, need_check_feed=True)
+            feed[name + "@COT"] = cot
+            out_grads[name] = name + "@COT"
+            cotangents[(slot, i)] = cot
+        targets = {}
+        for slot in _grad_slots(sample):
+            for i, _ in enumerate(op.input(slot)):
+                targets[(slot, i)] = f"d_{slot}_{i}"
+        emit_grad_ops(block, op.desc, 0, targets, out_grads)
+    names = list(targets.values())
+    got = pd.Executor().run(main, feed=feed, fetch_list=names, scope=pd.Scope())
+    return dict(zip(targets, got)), cotangents, feed, main
+
+
+def _forward_fn(sample, main, feed, wrt):
+    """The op's own lowering rule as a function of the `wrt` inputs."""
+    opdef = registry.get(sample.op)
+    attrs = {a.name: main.global_block().ops[0].attrs[a.name] for a in opdef.attrs}
+    attrs = {k: (dtypes.to_numpy(v) if opdef.attr(k).type == "dtype" else v)
+             for k, v in attrs.items()}
+    args = {slot: ([feed[f"in_{slot}_{i}"] for i in range(len(v))] if isinstance(v, (list, tuple))
+                   else feed[f"in_{slot}_0"]) for slot, v in sample.inputs.items()}
+    if opdef.random:
+        args["key"] = jax.random.fold_in(jax.random.PRNGKey(main.random_seed), 1)
+
+    def fn(*values):
+        full = dict(args)
+        for (slot, i), v in zip(wrt, values):
+            if isinstance(full[slot], list):
+                full[slot] = list(full[slot])
+                full[slot][i] = v
+            else:
+                full[slot] = v
+        out = opdef.lower(**full, **attrs)
+        return out if len(opdef.outputs) > 1 else (out,)
+    return fn
+
+
+@pytest.mark.parametrize("sample", GRAD_SAMPLES, ids=lambda s: s.id)
+def test_gradient_matches_jax_vjp(sample):
+    grads, cots, feed, main = registered_grads(sample, np.float32)
+    wrt = list(grads)
+    fn = _forward_fn(sample, main, feed, wrt)
+    primals = [feed[f"in_{s}_{i}"] for s, i in wrt]
+    with jax.enable_x64(True):
+        outs, vjp = jax.vjp(fn, *primals)
+        opdef = registry.get(sample.op)
+        cot_tree = []
+        for k, slot in enumerate(opdef.outputs):
+            out_k = outs[k]
+            if slot.many:
+                cot_tree.append([cots.get((slot.name, i), np.zeros_like(o))
+                                 for i, o in enumerate(out_k)])
+            elif out_k is None:
+                cot_tree.append(None)
+            elif np.asarray(out_k).dtype.kind == "f":
+                cot_tree.append(cots.get((slot.name, 0), np.zeros_like(out_k)))
+            else:
+                cot_tree.append(np.zeros(np.shape(out_k), jax.dtypes.float0))
+        expected = vjp(tuple(cot_tree))
+    for key, want in zip(wrt, expected):
+        np.testing.assert_allclose(grads[key], np.asarray(want), rtol=sample.grad_rtol,
+                                   atol=sample.grad_atol, err_msg=f"d{key}")
+
+
+@pytest.mark.parametrize("sample", GRAD_SAMPLES, ids=lambda s: s.id)
+def test_gradient_matches_finite_differences(sample):
+    grads, cots, feed, main = registered_grads(sample, np.float64)
+    wrt = list(grads)
+    fn = _forward_fn(sample, main, feed, wrt)
+    opdef = registry.get(sample.op)
+    primals = [np.array(feed[f"in_{s}_{i}"], dtype=np.float64) for s, i in wrt]
+
+    def objective(values):
+        with jax.enable_x64(True):
+            outs = fn(*values)
+        total = 0.0
+        for k, slot in enumerate(opdef.outputs):
+            outs_k = outs[k] if slot.many else [outs[k]]
+            for i, o in enumerate(outs_k):
+                if (slot.name, i) in cots:
+                    total += float(np.sum(np.asarray(o, np.float64) * cots[(slot.name, i)]))
+        return total
+
+    eps = 1e-6
+    for j, key in enumerate(wrt):
+        flat = primals[j].reshape(-1)
+        numeric = np.zeros_like(flat)
+        for e in range(flat.size):
+            old = flat[e]
+            flat[e] = old + eps
+            plus = objective(primals)
+            flat[e] = old - eps
+            minus = objective(primals)
+            flat[e] = old
+            numeric[e] = (plus - minus) / (2 * eps)
+        np.testing.assert_allclose(grads[key].reshape(-1), numeric, rtol=1e-5, atol=1e-6,
+                                   err_msg=f"d{key}")
