@@ -28,7 +28,8 @@ FETCH_VAR = "fetch"
 
 @dataclass
 class _Step:
-    index: int
+    index: int         # position among the user's ops (feed ops inserted by the Executor skipped)
+    desc_index: int    # position in the lowered desc
     opdef: object
     inputs: dict
     outputs: dict
@@ -71,17 +72,16 @@ def _plan(program_desc, block_idx):
     block = program_desc.blocks[block_idx]
     persistable = _persistable_names(program_desc, block_idx)
     steps, n_feeds = [], 0
-    for i, op_desc in enumerate(block.ops):
-        # positions (error messages, random keys) count the user's ops, not inserted feeds
+    for desc_index, op_desc in enumerate(block.ops):
         n_feeds += op_desc.type == "feed"
-        i = i - n_feeds if op_desc.type != "feed" else i
+        i = desc_index - n_feeds if op_desc.type != "feed" else desc_index
         opdef = registry.get(op_desc.type)
         try:
             attrs = read_attrs(opdef, op_desc)
         except ProgdescError as e:
             raise type(e)(e.detail, op_type=op_desc.type, op_index=i, block_idx=block_idx,
                           callsite=op_desc.callsite) from None
-        steps.append(_Step(i, opdef, slot_map(op_desc.inputs), slot_map(op_desc.outputs),
+        steps.append(_Step(i, desc_index, opdef, slot_map(op_desc.inputs), slot_map(op_desc.outputs),
                            attrs, op_desc.callsite))
 
     needed, kept = set(), []
@@ -150,7 +150,7 @@ def lower_block(program_desc, block_idx=0):
 
     return LoweredBlock(fn, tuple(feed_names[i] for i in sorted(feed_names)),
                         tuple(fetch_names[i] for i in range(n_fetch)), tuple(reads),
-                        write_names, tuple(s.index for s in steps))
+                        write_names, tuple(s.desc_index for s in steps))
 
 
 def _run_step(step, env, rng, fetches, block_idx):

@@ -7,7 +7,7 @@ from lowering import registry
 from lowering import progdesc_pb2 as pb
 from lowering.desc import read_attrs, slot_map
 from lowering.errors import BackwardError, ProgdescError
-from lowering.gradients import GradContext
+from lowering.gradients import GradContext, grad_name
 
 
 def emit_grad_ops(block, op_desc, op_index, in_grad_targets, out_grads):
@@ -42,3 +42,220 @@ def emit_grad_ops(block, op_desc, op_index, in_grad_targets, out_grads):
                                 op_type=opdef.type, op_index=op_index, block_idx=block.idx,
                                 var=e.var, callsite=op_desc.callsite) from None
     return appended
+
+
+def _outputs(op_desc):
+    return [n for s in op_desc.outputs for n in s.arguments]
+
+
+def _diff_inputs(op_desc):
+    """(slot, position, name) of inputs bound to slots that may receive gradients."""
+    opdef = registry.get(op_desc.type)
+    diff = set(opdef.differentiable_inputs)
+    return [(s.parameter, i, n) for s in op_desc.inputs if s.parameter in diff
+            for i, n in enumerate(s.arguments)]
+
+
+def _is_float(block, name):
+    v = block.find_var(name)
+    return v is not None and v.dtype in ("float16", "bfloat16", "float32", "float64")
+
+
+def _unique_grad_name(block, name):
+    base = grad_name(name)
+    candidate, k = base, 1
+    while block.find_var(candidate) is not None:
+        candidate, k = f"{base}_{k}", k + 1
+    return candidate
+
+
+def _grad_ops(block, targets, target_grads, inputs, no_grad_set):
+    """Append gradient ops of `targets` w.r.t. `inputs`; returns {input name: grad name}."""
+    n_forward = len(block.desc.ops)
+    ops = list(block.desc.ops)
+    requested = set(inputs)
+    blocked = set(no_grad_set)
+
+    def flows_into(name):
+        if name in blocked:
+            return False
+        if name in requested:
+            return True
+        v = block.find_var(name)
+        return v is not None and not v.stop_gradient and _is_float(block, name)
+
+    depends = {n for n in requested if n not in blocked}
+    for op_desc in ops:
+        if any(n in depends and flows_into(n) for _, _, n in _diff_inputs(op_desc)):
+            depends.update(n for n in _outputs(op_desc) if flows_into(n))
+    needed = {t for t in targets if t in depends}
+    relevant = []
+    for idx in range(n_forward - 1, -1, -1):
+        op_desc = ops[idx]
+        if any(n in needed for n in _outputs(op_desc)):
+            relevant.append(idx)
+            needed.update(n for _, _, n in _diff_inputs(op_desc) if n in depends)
+
+    # how many gradient contributions each variable receives
+    consumers = {}
+    for t in targets:
+        consumers[t] = consumers.get(t, 0) + 1
+    for idx in relevant:
+        for _, _, n in _diff_inputs(ops[idx]):
+            if n in needed and flows_into(n):
+                consumers[n] = consumers.get(n, 0) + 1
+
+    contributions, final = {}, {}
+
+    def contribution_name(var):
+        if consumers.get(var, 0) <= 1:
+            return _unique_grad_name(block, var)
+        return block.program._names(f"{grad_name(var)}@RENAME")
+
+    def finalize(var):
+        if var in final:
+            return final[var]
+        names = contributions.get(var)
+        if not names:
+            return None
+        if len(names) == 1:
+            final[var] = names[0]
+        else:
+            out = _unique_grad_name(block, var)
+            block.append_op("sum", {"X": names}, {"Out": [out]}, role=pb.BACKWARD,
+                             callsite="")
+            final[var] = out
+        return final[var]
+
+    for t, seed in zip(targets, target_grads):
+        if t not in depends:
+            continue
+        if seed is None:
+            seed = _ones_like(block, t)
+        contributions.setdefault(t, []).append(seed)
+    for idx in relevant:
+        op_desc = ops[idx]
+        out_grads = {}
+        for n in _outputs(op_desc):
+            g = finalize(n) if n in depends else None
+            if g is not None:
+                out_grads[n] = g
+        if not out_grads:
+            continue
+        in_targets, new = {}, []
+        for slot, i, n in _diff_inputs(op_desc):
+            if n in needed and flows_into(n):
+                name = contribution_name(n)
+                in_targets[(slot, i)] = name
+                new.append((n, name))
+        if not in_targets:
+            continue
+        emit_grad_ops(block, op_desc, idx, in_targets, out_grads)
+        for n, name in new:
+            contributions.setdefault(n, []).append(name)
+    result = {n: finalize(n) for n in inputs}
+    _prune(block, n_forward, {g for g in result.values() if g})
+    return result
+
+
+def _ones_like(block, name):
+    var = block.var(name)
+    out = _unique_grad_name(block, name)
+    if all(d >= 0 for d in var.shape):
+        block.append_op("fill_constant", {}, {"Out": [out]},
+                        {"shape": list(var.shape), "dtype": var.dtype, "value": 1.0},
+                        role=pb.BACKWARD, callsite="")
+    else:
+        zeros = block.append_op("fill_zeros_like", {"X": [name]}, None, role=pb.BACKWARD,
+                                callsite="").output("Out")[0]
+        block.append_op("scale", {"X": [zeros]}, {"Out": [out]}, {"scale": 1.0, "bias": 1.0},
+                        role=pb.BACKWARD, callsite="")
+    return out
+
+
+def _prune(block, start, keep):
+    """Drop gradient ops (from index `start`) whose results nothing needs, and their variables."""
+    needed, drop = set(keep), []
+    for idx in range(len(block.desc.ops) - 1, start - 1, -1):
+        op_desc = block.desc.ops[idx]
+        if any(n in needed for n in _outputs(op_desc)):
+            needed.update(n for s in op_desc.inputs for n in s.arguments)
+        else:
+            drop.append(idx)
+    dead = {n for idx in drop for n in _outputs(block.desc.ops[idx])}
+    for idx in drop:  # descending, so earlier indices stay valid
+        del block.desc.ops[idx]
+    dead -= {n for op_desc in block.desc.ops for s in op_desc.outputs for n in s.arguments}
+    for idx in range(len(block.desc.vars) - 1, -1, -1):
+        if block.desc.vars[idx].name in dead:
+            del block.desc.vars[idx]
+    block._reindex()
+    block.program._touch()
+
+
+def _var_name(block, target, what):
+    from progdesc.framework import Variable
+    name = target.name if isinstance(target, Variable) else target
+    if not isinstance(name, str) or block.find_var(name) is None:
+        raise BackwardError(f"{what} is not a variable of this program", var=str(name))
+    if not any(name in _outputs(d) for d in block.desc.ops) and what == "loss":
+        raise BackwardError("no op of the program computes the loss", var=name)
+    return name
+
+
+def append_backward(loss, parameter_list=None, no_grad_set=None):
+    """Append the gradient ops of scalar `loss` w.r.t. trainable parameters.
+
+    `parameter_list` limits the parameters (Variables or names; default:
+    every parameter that is not stop_gradient); `no_grad_set` names
+    variables gradients must not flow through. Returns
+    [(parameter, gradient Variable)] for every parameter the loss depends on.
+    """
+    from progdesc.framework import Variable
+    if not isinstance(loss, Variable):
+        raise BackwardError("append_backward expects the loss Variable", var=str(loss))
+    block = loss.block
+    name = _var_name(block, loss, "loss")
+    if any(d != 1 for d in loss.shape):
+        raise BackwardError(f"loss must be a scalar (shape [] or [1]), got shape "
+                            f"{list(loss.shape)}; reduce it with mean or reduce_sum", var=name)
+    if parameter_list is None:
+        params = [v.name for v in block.program.all_parameters() if not v.stop_gradient]
+    else:
+        params = [_var_name(block, p, "parameter") for p in parameter_list]
+    if not params:
+        raise BackwardError("the program has no trainable parameter to differentiate", var=name)
+    no_grad = {_var_name(block, v, "no_grad_set entry") for v in (no_grad_set or ())}
+    grads = _grad_ops(block, [name], [None], params, no_grad)
+    pairs = [(block.var(p), block.var(g)) for p, g in grads.items() if g is not None]
+    if not pairs:
+        raise BackwardError("the loss does not depend on any trainable parameter", var=name)
+    return pairs
+
+
+def gradients(targets, inputs, target_gradients=None, no_grad_set=None):
+    """Append ops computing d(sum of targets)/d(inputs); returns one Variable (or None) per input.
+
+    `target_gradients` gives the gradient flowing into each target (default
+    ones). Works on programs that already hold gradient ops, so calling it
+    on its own results gives second-order gradients.
+    """
+    from progdesc.framework import Variable
+    targets = list(targets) if isinstance(targets, (list, tuple)) else [targets]
+    inputs = list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
+    if not targets or not isinstance(targets[0], Variable):
+        raise BackwardError("gradients expects target Variables")
+    block = targets[0].block
+    t_names = [_var_name(block, t, "target") for t in targets]
+    in_names = [_var_name(block, v, "input") for v in inputs]
+    if target_gradients is None:
+        seeds = [None] * len(t_names)
+    else:
+        seeds = [None if g is None else _var_name(block, g, "target gradient")
+                 for g in (target_gradients if isinstance(target_gradients, (list, tuple))
+                           else [target_gradients])]
+        if len(seeds) != len(t_names):
+            raise BackwardError(f"{len(seeds)} target gradients for {len(t_names)} targets")
+    no_grad = {_var_name(block, v, "no_grad_set entry") for v in (no_grad_set or ())}
+    grads = _grad_ops(block, t_names, seeds, in_names, no_grad)
+    return [block.var(grads[n]) if grads.get(n) else None for n in in_names]

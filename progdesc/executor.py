@@ -59,8 +59,9 @@ def convert_feed(var, value):
             arr = np.asarray(value)
         except (ValueError, TypeError) as e:
             raise FeedError(f"feed cannot be made an array: {e}", var=name) from None
-    if arr.dtype == object:
-        raise FeedError("feed is not a rectangular numeric array", var=name)
+    if np.dtype(arr.dtype).kind not in "biuf":
+        raise FeedError(f"feed of dtype {arr.dtype} is not a rectangular numeric array",
+                        var=name)
     if arr.dtype != want:
         got_kind, want_kind = dtypes.kind_of(arr.dtype), dtypes.kind_of(want)
         if not (got_kind == want_kind or (want_kind == "float" and got_kind == "int")):

@@ -158,7 +158,11 @@ class Block:
     def __init__(self, program, desc):
         self.program = program
         self.desc = desc
-        self._vars = {v.name: Variable(self, v) for v in desc.vars}
+        self._reindex()
+
+    def _reindex(self):
+        """Rebuild the name -> Variable map after variables were removed from the desc."""
+        self._vars = {v.name: Variable(self, v) for v in self.desc.vars}
 
     idx = property(lambda self: self.desc.idx, doc="Index of the block in its program.")
     parent_idx = property(lambda self: self.desc.parent_idx, doc="Parent block index, -1 for root.")

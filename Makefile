@@ -1,0 +1,36 @@
+# Two commands for a fresh machine: `make demo` and `make test`. Both create .venv if missing.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+# CI runs the reduced suite; `make test-all` runs every case, long ones included.
+PYTEST_ARGS ?= -n 2 --dist loadfile
+
+.PHONY: install demo test test-all bench proto clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e ".[test]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(PY) -m progdesc demo
+
+test: $(STAMP)
+	$(PY) -m pytest $(PYTEST_ARGS) -m "not slow"
+
+test-all: $(STAMP)
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+bench: $(STAMP)
+	$(PY) -m bench
+
+# Regenerate lowering/progdesc_pb2.py from proto/progdesc.proto (tests fail when it is stale).
+proto: $(STAMP)
+	$(PY) -m grpc_tools.protoc -Iproto --python_out=lowering proto/progdesc.proto
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache

@@ -1,0 +1,43 @@
+"""Ops that create arrays: constants, zeros shaped like an input, and random draws.
+
+None of them is differentiable. The random ones are declared `random=True`
+and receive `key`, the PRNG key the lowering pass derives for their position
+from the program's RNG state (seeded by `Program.random_seed`).
+"""
+import jax
+import jax.numpy as jnp
+
+from lowering import dtypes
+from lowering.registry import Attr, In, Out, op
+
+_SHAPE = Attr("shape", "ints", doc="dims of the result")
+_DTYPE = Attr("dtype", "dtype", "float32", doc="element type of the result")
+
+
+@op("fill_constant", inputs=[], outputs=[Out("Out")],
+    attrs={"shape": _SHAPE, "dtype": _DTYPE, "value": 0.0}, differentiable=False)
+def fill_constant(*, shape, dtype, value):
+    """An array of `shape` and `dtype` filled with `value`."""
+    return jnp.full(shape, value, dtype=dtypes.to_numpy(dtype))
+
+
+@op("fill_zeros_like", inputs=[In("X")], outputs=[Out("Out")], differentiable=False)
+def fill_zeros_like(X):
+    """Zeros of the shape and dtype of `X`."""
+    return jnp.zeros_like(X)
+
+
+@op("uniform_random", inputs=[], outputs=[Out("Out")],
+    attrs={"shape": _SHAPE, "dtype": _DTYPE, "min": -1.0, "max": 1.0},
+    random=True, differentiable=False)
+def uniform_random(*, key, shape, dtype, min, max):  # noqa: A002  (the attributes' names)
+    """Samples drawn uniformly from [min, max)."""
+    return jax.random.uniform(key, shape, dtypes.to_numpy(dtype), minval=min, maxval=max)
+
+
+@op("gaussian_random", inputs=[], outputs=[Out("Out")],
+    attrs={"shape": _SHAPE, "dtype": _DTYPE, "mean": 0.0, "std": 1.0},
+    random=True, differentiable=False)
+def gaussian_random(*, key, shape, dtype, mean, std):
+    """Samples drawn from the normal distribution N(mean, std**2)."""
+    return mean + std * jax.random.normal(key, shape, dtypes.to_numpy(dtype))

@@ -1,0 +1,66 @@
+"""Matrix products.
+
+`matmul` follows numpy.matmul: 1-D operands are a row (X) or a column (Y)
+vector whose added axis is dropped from the result, and batch dims broadcast.
+Its gradient is made of matmuls with transpose flags. A 1-D operand is first
+reshaped to a [1, k] row (Y's is then used transposed), so the rule for
+matrices applies; `reduce_as` sums gradients back to each operand's shape,
+which both undoes batch broadcasting and drops the added axis.
+"""
+import jax.numpy as jnp
+
+from lowering.registry import In, Out, op
+
+
+def _maybe_t(a, flag):
+    return jnp.swapaxes(a, -1, -2) if flag and a.ndim >= 2 else a
+
+
+@op("matmul", inputs=[In("X", "number"), In("Y", "number")], outputs=[Out("Out")],
+    attrs={"transpose_x": False, "transpose_y": False, "alpha": 1.0}, same_dtype=("X", "Y"))
+def matmul(X, Y, *, transpose_x, transpose_y, alpha):
+    """alpha * op(X) @ op(Y), batched and broadcasting like numpy.matmul.
+
+    op() swaps the last two axes of an operand whose transpose flag is set;
+    the flag of a 1-D operand is ignored.
+    """
+    out = jnp.matmul(_maybe_t(X, transpose_x), _maybe_t(Y, transpose_y))
+    return out if alpha == 1.0 else (out * alpha).astype(out.dtype)
+
+
+# (transpose_x, transpose_y) -> products (a, b, transpose_a, transpose_b) giving dX and dY
+_GRAD_PRODUCTS = {
+    (False, False): (("dout", "Y", False, True), ("X", "dout", True, False)),
+    (False, True): (("dout", "Y", False, False), ("dout", "X", True, False)),
+    (True, False): (("Y", "dout", False, True), ("X", "dout", False, False)),
+    (True, True): (("Y", "dout", True, True), ("dout", "X", True, True)),
+}
+
+
+@matmul.gradient
+def _(g):
+    x, y, dout = g.input("X"), g.input("Y"), g.out_grad("Out")
+    tx, ty, alpha = g.attr("transpose_x"), g.attr("transpose_y"), g.attr("alpha")
+    xd, yd, od = g.var(x)[0], g.var(y)[0], g.var(g.output("Out"))[0]
+    if len(xd) == 1:  # a [1, k] row
+        x, tx = g.call("reshape", x, shape=[1, -1]), False
+    if len(yd) == 1:  # a [1, k] row, used transposed
+        y, ty = g.call("reshape", y, shape=[1, -1]), True
+    if len(xd) == 1 or len(yd) == 1:  # give dout the axes numpy.matmul dropped from Out
+        if len(xd) == len(yd):  # both vectors: Out is a scalar
+            shape = [1, 1]
+        elif len(xd) == 1:  # [..., n] -> [..., 1, n]
+            shape = [0] * (len(od) - 1) + [1, -1]
+        else:  # [..., m] -> [..., m, 1]
+            shape = [0] * len(od) + [1]
+        dout = g.call("reshape", dout, shape=shape)
+    names = {"X": x, "Y": y, "dout": dout}
+    for slot, dims, other, (a, b, ta, tb) in zip(
+            ("X", "Y"), (xd, yd), (yd, xd), _GRAD_PRODUCTS[(tx, ty)]):
+        if not g.wants(slot):
+            continue
+        reduce = len(dims) == 1 or (len(other) > 1 and tuple(dims[:-2]) != tuple(od[:-2]))
+        grad = g.call("matmul", names[a], names[b], transpose_x=ta, transpose_y=tb,
+                      alpha=alpha, out=None if reduce else g.in_grad(slot))
+        if reduce:
+            g.call("reduce_as", grad, g.input(slot), out=g.in_grad(slot))

@@ -1,0 +1,149 @@
+"""Reductions: mean, reduce_sum / mean / max / min / prod, argmax and top_k.
+
+`axis` lists the reduced axes (negative counts from the end; empty means all).
+Gradients re-insert the reduced axes as size-1 dims (`unsqueeze`, unless
+`keep_dim`) and broadcast back against the input.
+"""
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from lowering import dtypes
+from lowering.registry import REQUIRED, Attr, In, Out, op
+
+_REDUCE_ATTRS = {"axis": Attr("axis", "ints", ()), "keep_dim": False}
+
+
+def _axes(axis):
+    return tuple(axis) or None
+
+
+def _reduced_axes(g):
+    """The reduced axes of the forward op, non-negative and sorted."""
+    rank = len(g.var(g.input("X"))[0])
+    return tuple(sorted({a % rank for a in g.attr("axis")})) or tuple(range(rank))
+
+
+def _keep_dim(g, name):
+    """`name` (shaped like the reduced output) with the reduced axes put back as size 1."""
+    if g.attr("keep_dim") or not _reduced_axes(g):
+        return name
+    return g.call("unsqueeze", name, axes=list(_reduced_axes(g)))
+
+
+def _count(g, axes):
+    """Number of reduced elements: a float when the dims are known, else a variable."""
+    x = g.input("X")
+    dims = [g.var(x)[0][a] for a in axes]
+    if -1 not in dims:
+        return float(np.prod(dims))
+    ones = g.call("scale", g.call("fill_zeros_like", x), bias=1.0)
+    return g.call("reduce_sum", ones, axis=list(axes), keep_dim=True)
+
+
+def _divide(g, name, count, out):
+    if isinstance(count, float):
+        return g.call("scale", name, scale=1.0 / count, out=out)
+    return g.call("div", name, count, out=out)
+
+
+@op("mean", inputs=[In("X", "float")], outputs=[Out("Out")])
+def mean(X):
+    """Mean of all elements of `X`, of shape ()."""
+    return jnp.mean(X)
+
+
+@mean.gradient
+def _(g):
+    x = g.input("X")
+    spread = g.call("expand_as", g.out_grad("Out"), x)
+    _divide(g, spread, _count(g, tuple(range(len(g.var(x)[0])))), g.in_grad("X"))
+
+
+@op("reduce_sum", inputs=[In("X", "number")], outputs=[Out("Out")], attrs=_REDUCE_ATTRS)
+def reduce_sum(X, *, axis, keep_dim):
+    """Sum of `X` over `axis`, in the dtype of `X`."""
+    return jnp.sum(X, axis=_axes(axis), keepdims=keep_dim, dtype=X.dtype)
+
+
+@reduce_sum.gradient
+def _(g):
+    g.call("expand_as", _keep_dim(g, g.out_grad("Out")), g.input("X"), out=g.in_grad("X"))
+
+
+@op("reduce_mean", inputs=[In("X", "float")], outputs=[Out("Out")], attrs=_REDUCE_ATTRS)
+def reduce_mean(X, *, axis, keep_dim):
+    """Mean of `X` over `axis`."""
+    return jnp.mean(X, axis=_axes(axis), keepdims=keep_dim)
+
+
+@reduce_mean.gradient
+def _(g):
+    spread = g.call("expand_as", _keep_dim(g, g.out_grad("Out")), g.input("X"))
+    _divide(g, spread, _count(g, _reduced_axes(g)), g.in_grad("X"))
+
+
+@op("reduce_max", inputs=[In("X", "number")], outputs=[Out("Out")], attrs=_REDUCE_ATTRS)
+def reduce_max(X, *, axis, keep_dim):
+    """Maximum of `X` over `axis` (ties share the gradient equally)."""
+    return jnp.max(X, axis=_axes(axis), keepdims=keep_dim)
+
+
+@op("reduce_min", inputs=[In("X", "number")], outputs=[Out("Out")], attrs=_REDUCE_ATTRS)
+def reduce_min(X, *, axis, keep_dim):
+    """Minimum of `X` over `axis` (ties share the gradient equally)."""
+    return jnp.min(X, axis=_axes(axis), keepdims=keep_dim)
+
+
+@reduce_max.gradient
+@reduce_min.gradient
+def _(g):
+    x = g.input("X")
+    hit = g.call("cast", g.call("equal", x, _keep_dim(g, g.output("Out"))),
+                 dtype=g.var(x)[1])
+    ties = g.call("reduce_sum", hit, axis=list(_reduced_axes(g)), keep_dim=True)
+    g.call("div", g.call("mul", hit, _keep_dim(g, g.out_grad("Out"))), ties,
+           out=g.in_grad("X"))
+
+
+@op("reduce_prod", inputs=[In("X", "number")], outputs=[Out("Out")], attrs=_REDUCE_ATTRS)
+def reduce_prod(X, *, axis, keep_dim):
+    """Product of `X` over `axis`, in the dtype of `X`."""
+    return jnp.prod(X, axis=_axes(axis), keepdims=keep_dim, dtype=X.dtype)
+
+
+@reduce_prod.gradient
+def _(g):
+    # out / x: exact for nonzero inputs only
+    x = g.input("X")
+    scaled = g.call("mul", _keep_dim(g, g.out_grad("Out")), _keep_dim(g, g.output("Out")))
+    g.call("div", scaled, x, out=g.in_grad("X"))
+
+
+@op("argmax", inputs=[In("X", "number")], outputs=[Out("Out")],
+    attrs={"axis": -1, "keep_dim": False, "dtype": Attr("dtype", "dtype", "int64")},
+    differentiable=False)
+def argmax(X, *, axis, keep_dim, dtype):
+    """Index of the first maximum of `X` along `axis`."""
+    return jnp.argmax(X, axis=axis, keepdims=keep_dim).astype(dtypes.to_numpy(dtype))
+
+
+@op("top_k", inputs=[In("X", "number")], outputs=[Out("Out"), Out("Indices")],
+    attrs={"k": Attr("k", "int", REQUIRED), "axis": -1, "largest": True})
+def top_k(X, *, k, axis, largest):
+    """The `k` largest (or smallest) entries of `X` along `axis`, sorted, and their indices
+    (ties: lower index first)."""
+    x = jnp.moveaxis(X, axis, -1)
+    if largest:
+        index = lax.top_k(x, k)[1]
+    else:
+        index = jnp.argsort(x, axis=-1, stable=True)[..., :k]
+    index = index.astype(np.int64)
+    values = jnp.take_along_axis(x, index, axis=-1)
+    return jnp.moveaxis(values, -1, axis), jnp.moveaxis(index, -1, axis)
+
+
+@top_k.gradient
+def _(g):
+    g.call("take_along_axis_grad", g.input("X"), g.output("Indices"), g.out_grad("Out"),
+           axis=g.attr("axis"), out=g.in_grad("X"))

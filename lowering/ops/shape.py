@@ -1,0 +1,273 @@
+"""Shape and layout ops: reshape, transpose, concat / split / stack, slice, squeeze,
+unsqueeze, expand, gather, one_hot, take_along_axis.
+
+Gradients move the incoming gradient back into the input's layout. Where the
+input's shape is only known at run time (a symbolic batch dim), they read it
+from the input itself: `reshape_as`, and the scatter ops `slice_grad`,
+`gather_grad` and `take_along_axis_grad` that write into zeros shaped like
+the forward input.
+"""
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from lowering import dtypes
+from lowering.errors import BackwardError
+from lowering.registry import REQUIRED, Attr, In, Out, op
+
+_AXIS = Attr("axis", "int", 0)
+_LIKE = In("X", differentiable=False, doc="only its shape (and dtype) is used")
+
+
+@op("reshape", inputs=[In("X")], outputs=[Out("Out")],
+    attrs={"shape": Attr("shape", "ints", REQUIRED)})
+def reshape(X, *, shape):
+    """Reshape `X`; a 0 in `shape` copies the input dim at that position, one -1 is inferred."""
+    return jnp.reshape(X, tuple(X.shape[i] if d == 0 else d for i, d in enumerate(shape)))
+
+
+@reshape.gradient
+def _(g):
+    g.call("reshape_as", g.out_grad("Out"), g.input("X"), out=g.in_grad("X"))
+
+
+@op("reshape_as", inputs=[In("X"), In("Target", differentiable=False)], outputs=[Out("Out")])
+def reshape_as(X, Target):
+    """Reshape `X` to the (run-time) shape of `Target`."""
+    return jnp.reshape(X, Target.shape)
+
+
+@reshape_as.gradient
+def _(g):
+    g.call("reshape_as", g.out_grad("Out"), g.input("X"), out=g.in_grad("X"))
+
+
+@op("transpose", inputs=[In("X")], outputs=[Out("Out")],
+    attrs={"perm": Attr("perm", "ints", REQUIRED)})
+def transpose(X, *, perm):
+    """Permute the axes of `X`: output axis i is input axis perm[i]."""
+    return jnp.transpose(X, perm)
+
+
+@transpose.gradient
+def _(g):
+    perm = [p % len(g.attr("perm")) for p in g.attr("perm")]
+    g.call("transpose", g.out_grad("Out"), perm=[int(i) for i in np.argsort(perm)],
+           out=g.in_grad("X"))
+
+
+@op("concat", inputs=[In("X", many=True)], outputs=[Out("Out")], attrs={"axis": _AXIS})
+def concat(X, *, axis):
+    """Concatenate the arrays of `X` along `axis`."""
+    return jnp.concatenate(X, axis=axis)
+
+
+@concat.gradient
+def _(g):
+    xs = g.input_list("X")
+    rank = len(g.var(xs[0])[0])
+    axis = g.attr("axis") % rank
+    sizes = [g.var(x)[0][axis] for x in xs]
+    if sizes.count(-1) > 1:
+        raise BackwardError(f"concat: the gradient needs the sizes along axis {axis}, "
+                            f"but more than one is unknown ({sizes})", op_type="concat")
+    outs = [t or g.tmp("concat.grad") for t in g.in_grad_list("X")]
+    g.op("split", {"X": g.out_grad("Out")}, {"Out": outs}, sections=sizes, axis=axis)
+
+
+def _split_bounds(sizes):
+    """Static (start, stop) of each part; parts after the inferred one count from the end."""
+    j = sizes.index(-1) if -1 in sizes else len(sizes)
+    bounds, start = [], 0
+    for s in sizes[:j]:
+        bounds.append((start, start + s))
+        start += s
+    if j < len(sizes):
+        stop = -sum(sizes[j + 1:])
+        bounds.append((start, stop or None))
+        for s in sizes[j + 1:]:
+            bounds.append((stop, stop + s or None))
+            stop += s
+    return bounds
+
+
+@op("split", inputs=[In("X")], outputs=[Out("Out", many=True)],
+    attrs={"num": 0, "sections": Attr("sections", "ints", ()), "axis": _AXIS})
+def split(X, *, num, sections, axis):
+    """Split `X` along `axis` into `num` equal parts, or into parts of sizes `sections`
+    (at most one -1, inferred)."""
+    if (num > 0) == bool(sections):
+        raise ValueError("split: give exactly one of num > 0 or sections")
+    if num:
+        return jnp.split(X, num, axis=axis)
+    sections, dim = list(sections), X.shape[axis]
+    if sections.count(-1) > 1 or any(s < -1 for s in sections):
+        raise ValueError(f"split: sections {sections} may hold one -1 and sizes >= 0")
+    rest = sum(s for s in sections if s != -1)
+    if isinstance(dim, int) and (rest > dim if -1 in sections else rest != dim):
+        raise ValueError(f"split: sections {sections} do not fit dim {dim}")
+    index = [slice(None)] * X.ndim
+    parts = []
+    for start, stop in _split_bounds(sections):
+        index[axis] = slice(start, stop)
+        parts.append(X[tuple(index)])
+    return parts
+
+
+@split.gradient
+def _(g):
+    grads = [g.out_grad("Out", i) for i in range(len(g.output_list("Out")))]
+    g.call("concat", grads, axis=g.attr("axis"), out=g.in_grad("X"))
+
+
+@op("stack", inputs=[In("X", many=True)], outputs=[Out("Out")], attrs={"axis": _AXIS})
+def stack(X, *, axis):
+    """Stack the same-shaped arrays of `X` along a new axis `axis`."""
+    return jnp.stack(X, axis=axis)
+
+
+@stack.gradient
+def _(g):
+    dout = g.out_grad("Out")
+    axis = g.attr("axis") % (len(g.var(g.input_list("X")[0])[0]) + 1)
+    for i, target in enumerate(g.in_grad_list("X")):
+        if target:
+            part = g.call("slice", dout, axes=[axis], starts=[i], ends=[i + 1])
+            g.call("squeeze", part, axes=[axis], out=target)
+
+
+def _slices(ndim, axes, starts, ends, strides):
+    if not len(axes) == len(starts) == len(ends) or strides and len(strides) != len(axes):
+        raise ValueError("slice: axes, starts, ends (and strides) must have equal lengths")
+    index = [slice(None)] * ndim
+    for k, axis in enumerate(axes):
+        index[axis] = slice(starts[k], ends[k], strides[k] if strides else None)
+    return tuple(index)
+
+
+_SLICE_ATTRS = {"axes": Attr("axes", "ints", REQUIRED), "starts": Attr("starts", "ints", REQUIRED),
+                "ends": Attr("ends", "ints", REQUIRED), "strides": Attr("strides", "ints", ())}
+
+
+@op("slice", inputs=[In("X")], outputs=[Out("Out")], attrs=_SLICE_ATTRS)
+def slice_(X, *, axes, starts, ends, strides):
+    """X[starts:ends:strides] along each of `axes`, indices clamped as in NumPy."""
+    return X[_slices(X.ndim, axes, starts, ends, strides)]
+
+
+@slice_.gradient
+def _(g):
+    g.call("slice_grad", g.input("X"), g.out_grad("Out"), out=g.in_grad("X"),
+           **{k: g.attr(k) for k in _SLICE_ATTRS})
+
+
+@op("slice_grad", inputs=[_LIKE, In("OutGrad")], outputs=[Out("Out")], attrs=_SLICE_ATTRS)
+def slice_grad(X, OutGrad, *, axes, starts, ends, strides):
+    """Zeros shaped like `X` with `OutGrad` written into the slice that `slice` reads."""
+    return jnp.zeros_like(X, dtype=OutGrad.dtype).at[
+        _slices(X.ndim, axes, starts, ends, strides)].add(OutGrad)
+
+
+@slice_grad.gradient
+def _(g):
+    g.call("slice", g.out_grad("Out"), out=g.in_grad("OutGrad"),
+           **{k: g.attr(k) for k in _SLICE_ATTRS})
+
+
+@op("squeeze", inputs=[In("X")], outputs=[Out("Out")], attrs={"axes": Attr("axes", "ints", ())})
+def squeeze(X, *, axes):
+    """Drop the size-1 dims `axes` (all statically size-1 dims when empty)."""
+    if not axes:
+        axes = tuple(i for i, d in enumerate(X.shape) if isinstance(d, int) and d == 1)
+    return jnp.squeeze(X, axis=tuple(axes))
+
+
+@op("unsqueeze", inputs=[In("X")], outputs=[Out("Out")],
+    attrs={"axes": Attr("axes", "ints", REQUIRED)})
+def unsqueeze(X, *, axes):
+    """Insert size-1 dims so that they sit at `axes` of the output."""
+    return jnp.expand_dims(X, tuple(axes))
+
+
+@squeeze.gradient
+@unsqueeze.gradient
+def _(g):
+    g.call("reshape_as", g.out_grad("Out"), g.input("X"), out=g.in_grad("X"))
+
+
+@op("expand", inputs=[In("X")], outputs=[Out("Out")],
+    attrs={"shape": Attr("shape", "ints", REQUIRED)})
+def expand(X, *, shape):
+    """Broadcast `X` to `shape` (NumPy rules); -1 keeps the input dim it lines up with."""
+    lead = len(shape) - X.ndim
+    if any(d == -1 for d in shape[:max(lead, 0)]):
+        raise ValueError(f"expand: -1 in shape {list(shape)} has no input dim to keep")
+    return jnp.broadcast_to(X, tuple(X.shape[i - lead] if d == -1 else d
+                                     for i, d in enumerate(shape)))
+
+
+@expand.gradient
+def _(g):
+    g.call("reduce_as", g.out_grad("Out"), g.input("X"), out=g.in_grad("X"))
+
+
+@op("gather", inputs=[In("X"), In("Index", "int")], outputs=[Out("Out")], attrs={"axis": _AXIS})
+def gather(X, Index, *, axis):
+    """Rows `Index` (1-D, negative counts from the end) of `X` along `axis`."""
+    return jnp.take(X, Index, axis=axis)
+
+
+@gather.gradient
+def _(g):
+    g.call("gather_grad", g.input("X"), g.input("Index"), g.out_grad("Out"),
+           axis=g.attr("axis"), out=g.in_grad("X"))
+
+
+@op("gather_grad", inputs=[_LIKE, In("Index", "int"), In("OutGrad")], outputs=[Out("Out")],
+    attrs={"axis": _AXIS})
+def gather_grad(X, Index, OutGrad, *, axis):
+    """Zeros shaped like `X` with the rows of `OutGrad` added at `Index` along `axis`."""
+    where = (slice(None),) * (axis % X.ndim) + (Index,)
+    return jnp.zeros_like(X, dtype=OutGrad.dtype).at[where].add(OutGrad)
+
+
+@gather_grad.gradient
+def _(g):
+    g.call("gather", g.out_grad("Out"), g.input("Index"), axis=g.attr("axis"),
+           out=g.in_grad("OutGrad"))
+
+
+@op("take_along_axis", inputs=[In("X"), In("Indices", "int")], outputs=[Out("Out")],
+    attrs={"axis": _AXIS})
+def take_along_axis(X, Indices, *, axis):
+    """X picked at `Indices` along `axis` (as numpy.take_along_axis)."""
+    return jnp.take_along_axis(X, Indices, axis=axis)
+
+
+@take_along_axis.gradient
+def _(g):
+    g.call("take_along_axis_grad", g.input("X"), g.input("Indices"), g.out_grad("Out"),
+           axis=g.attr("axis"), out=g.in_grad("X"))
+
+
+@op("take_along_axis_grad", inputs=[_LIKE, In("Indices", "int"), In("OutGrad")],
+    outputs=[Out("Out")], attrs={"axis": _AXIS})
+def take_along_axis_grad(X, Indices, OutGrad, *, axis):
+    """Zeros shaped like `X` with `OutGrad` added at `Indices` along `axis`."""
+    where = [lax.broadcasted_iota(Indices.dtype, Indices.shape, d) for d in range(Indices.ndim)]
+    where[axis % X.ndim] = Indices
+    return jnp.zeros_like(X, dtype=OutGrad.dtype).at[tuple(where)].add(OutGrad)
+
+
+@take_along_axis_grad.gradient
+def _(g):
+    g.call("take_along_axis", g.out_grad("Out"), g.input("Indices"), axis=g.attr("axis"),
+           out=g.in_grad("OutGrad"))
+
+
+@op("one_hot", inputs=[In("X", "int")], outputs=[Out("Out")],
+    attrs={"depth": Attr("depth", "int", REQUIRED), "dtype": Attr("dtype", "dtype", "float32")},
+    differentiable=False)
+def one_hot(X, *, depth, dtype):
+    """One-hot encoding of `X` along a new last axis of size `depth` (out-of-range: all 0)."""
+    return (X[..., None] == jnp.arange(depth, dtype=X.dtype)).astype(dtypes.to_numpy(dtype))

@@ -1,0 +1,177 @@
+"""Elementwise unary math, n-ary `sum`, `cast` and `assign`.
+
+Gradients reuse the forward output where it is at hand (exp, sqrt, rsqrt) and
+write nothing for integer or bool inputs. `full_like` is the helper other
+families use to build constants of a variable's shape in gradient makers.
+"""
+import functools
+
+import jax.numpy as jnp
+from jax import lax
+
+from lowering import dtypes
+from lowering.registry import Attr, In, Out, op
+
+_FLOAT = dict(inputs=[In("X", "float")], outputs=[Out("Out")])
+_NUMBER = dict(inputs=[In("X", "number")], outputs=[Out("Out")])
+
+
+def full_like(g, like, value):
+    """Emit ops making an array of `like`'s shape and dtype filled with `value`; returns its name."""
+    return g.call("scale", g.call("fill_zeros_like", like), bias=float(value))
+
+
+def is_float(g, name):
+    """Whether variable `name` has a floating-point dtype."""
+    return dtypes.kind_of(g.var(name)[1]) == "float"
+
+
+@op("scale", **_NUMBER, attrs={"scale": 1.0, "bias": 0.0, "bias_after_scale": True})
+def scale(X, *, scale, bias, bias_after_scale):
+    """scale * X + bias, or scale * (X + bias) when bias_after_scale is False; keeps X's dtype."""
+    out = X * scale + bias if bias_after_scale else (X + bias) * scale
+    return out.astype(X.dtype)
+
+
+@scale.gradient
+def _(g):
+    g.call("scale", g.out_grad("Out"), scale=g.attr("scale"), out=g.in_grad("X"))
+
+
+@op("neg", **_NUMBER)
+def neg(X):
+    """-X elementwise."""
+    return jnp.negative(X)
+
+
+@neg.gradient
+def _(g):
+    g.call("neg", g.out_grad("Out"), out=g.in_grad("X"))
+
+
+@op("abs", **_NUMBER)
+def abs_(X):
+    """|X| elementwise."""
+    return jnp.abs(X)
+
+
+@abs_.gradient
+def _(g):  # sign(x) * dout, with x == 0 counted as positive (as jax does)
+    dout, x = g.out_grad("Out"), g.input("X")
+    nonneg = g.call("greater_equal", x, g.call("fill_zeros_like", x))
+    g.call("where", nonneg, dout, g.call("neg", dout), out=g.in_grad("X"))
+
+
+@op("exp", **_FLOAT)
+def exp(X):
+    """e ** X elementwise."""
+    return jnp.exp(X)
+
+
+@exp.gradient
+def _(g):
+    g.call("mul", g.out_grad("Out"), g.output("Out"), out=g.in_grad("X"))
+
+
+@op("log", **_FLOAT)
+def log(X):
+    """Natural logarithm elementwise."""
+    return jnp.log(X)
+
+
+@log.gradient
+def _(g):
+    g.call("div", g.out_grad("Out"), g.input("X"), out=g.in_grad("X"))
+
+
+@op("sqrt", **_FLOAT)
+def sqrt(X):
+    """Square root elementwise."""
+    return jnp.sqrt(X)
+
+
+@sqrt.gradient
+def _(g):  # 0.5 / out
+    g.call("div", g.call("scale", g.out_grad("Out"), scale=0.5), g.output("Out"),
+           out=g.in_grad("X"))
+
+
+@op("rsqrt", **_FLOAT)
+def rsqrt(X):
+    """1 / sqrt(X) elementwise."""
+    return lax.rsqrt(X)
+
+
+@rsqrt.gradient
+def _(g):  # -0.5 * x ** -1.5 = -0.5 * out / x
+    ratio = g.call("div", g.output("Out"), g.input("X"))
+    g.call("scale", g.call("mul", g.out_grad("Out"), ratio), scale=-0.5, out=g.in_grad("X"))
+
+
+@op("square", **_NUMBER)
+def square(X):
+    """X * X elementwise."""
+    return jnp.square(X)
+
+
+@square.gradient
+def _(g):
+    g.call("scale", g.call("mul", g.out_grad("Out"), g.input("X")), scale=2.0,
+           out=g.in_grad("X"))
+
+
+@op("clip", **_NUMBER, attrs={"min": Attr("min", "float"), "max": Attr("max", "float")})
+def clip(X, *, min, max):  # noqa: A002  (the attributes' names)
+    """X limited to [min, max] elementwise; keeps X's dtype."""
+    return jnp.clip(X, min, max).astype(X.dtype)
+
+
+@clip.gradient
+def _(g):  # the gradient passes where min <= x <= max, i.e. where clipping left x unchanged
+    dout, x = g.out_grad("Out"), g.input("X")
+    inside = g.call("equal", g.output("Out"), x)
+    g.call("where", inside, dout, g.call("fill_zeros_like", dout), out=g.in_grad("X"))
+
+
+@op("sum", inputs=[In("X", "number", many=True)], outputs=[Out("Out")], same_dtype=("X",))
+def sum_(X):
+    """Elementwise sum of all arrays in X (same shape and dtype, no broadcasting)."""
+    return functools.reduce(lax.add, X)
+
+
+@sum_.gradient
+def _(g):
+    dout = g.out_grad("Out")
+    for target in g.in_grad_list("X"):
+        if target:
+            g.call("assign", dout, out=target)
+
+
+@op("cast", inputs=[In("X")], outputs=[Out("Out")],
+    attrs={"dtype": Attr("dtype", "dtype", doc="element type of the result")})
+def cast(X, *, dtype):
+    """X converted to `dtype`."""
+    return X.astype(dtypes.to_numpy(dtype))
+
+
+@cast.gradient
+def _(g):
+    x, target = g.input("X"), g.in_grad("X")
+    if not target or not is_float(g, x):
+        return
+    if is_float(g, g.output("Out")):
+        g.call("cast", g.out_grad("Out"), dtype=g.var(x)[1], out=target)
+    else:  # a float cast to int or bool: nothing flows back
+        g.call("fill_zeros_like", x, out=target)
+
+
+@op("assign", inputs=[In("X")], outputs=[Out("Out")])
+def assign(X):
+    """A copy of X."""
+    return X
+
+
+@assign.gradient
+def _(g):
+    if g.in_grad("X") and is_float(g, g.input("X")):
+        g.call("assign", g.out_grad("Out"), out=g.in_grad("X"))

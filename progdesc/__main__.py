@@ -1,0 +1,6 @@
+"""`python -m progdesc ...`: the progdesc command."""
+import sys
+
+from progdesc.cli import main
+
+sys.exit(main())

@@ -1,0 +1,276 @@
+"""Layers: compositions of registered ops that create their own parameters (seed 003).
+
+`fc = add(matmul(x, W), b)`: every layer appends ordinary ops to the current
+block, and declares its parameters (named `<layer>_<n>.w_0`, `.b_0`, ...) in
+the main and startup programs with their initializer ops in the startup one.
+`param_attr` / `bias_attr` take a ParamAttr, a name, an Initializer, or
+False for no bias.
+"""
+import math
+
+from lowering.errors import ProgramError
+from progdesc import initializer as init
+from progdesc import ops
+from progdesc.framework import default_main_program
+from progdesc.param import ParamAttr, create_global_var, create_parameter
+
+
+def _prefix(layer, name):
+    return name or default_main_program()._names(layer)
+
+
+def _param(prefix, suffix, shape, attr, default_init, dtype="float32"):
+    attr = ParamAttr.of(attr)
+    if attr.name is None:
+        attr = ParamAttr(f"{prefix}.{suffix}", attr.initializer, attr.trainable,
+                         attr.regularizer, attr.learning_rate)
+    return create_parameter(shape, dtype, attr=attr, default_initializer=default_init)
+
+
+def _act(x, act):
+    if act is None:
+        return x
+    fn = getattr(ops, act, None)
+    if fn is None:
+        raise ProgramError(f"unknown activation '{act}'", var=x.name)
+    return fn(x)
+
+
+def _known(dims, what, var):
+    if any(d < 0 for d in dims):
+        raise ProgramError(f"{what} must be known when the layer is built, got {list(dims)}",
+                           var=var.name)
+    return dims
+
+
+def _pair(v):
+    return list(v) if isinstance(v, (list, tuple)) else [v, v]
+
+
+def fc(input, size, num_flatten_dims=1, param_attr=None, bias_attr=None, act=None, name=None):
+    """Fully connected layer: act(flatten(input) @ W + b).
+
+    Dims of `input` from `num_flatten_dims` on are flattened into the
+    feature dim; the leading ones are kept (so a [B, T, D] input with
+    num_flatten_dims=2 gives [B, T, size]).
+    """
+    prefix = _prefix("fc", name)
+    features = _known(input.shape[num_flatten_dims:], "feature dims of fc's input", input)
+    in_features = math.prod(features)
+    x = input
+    if len(input.shape) != num_flatten_dims + 1:
+        x = ops.reshape(input, shape=[0] * num_flatten_dims + [in_features])
+    w = _param(prefix, "w_0", [in_features, size], param_attr, init.XavierUniform(),
+               input.dtype)
+    out = ops.matmul(x, w)
+    if bias_attr is not False:
+        b = _param(prefix, "b_0", [size], bias_attr, init.Constant(0.0), input.dtype)
+        out = ops.add(out, b)
+    return _act(out, act)
+
+
+def conv2d(input, num_filters, filter_size, stride=1, padding=0, dilation=1, groups=1,
+           param_attr=None, bias_attr=None, act=None, name=None):
+    """2-D convolution over NCHW input with a [num_filters, C/groups, kh, kw] filter."""
+    prefix = _prefix("conv2d", name)
+    channels = _known(input.shape[1:2], "input channels of conv2d", input)[0]
+    if channels % groups:
+        raise ProgramError(f"{channels} input channels do not split into {groups} groups",
+                           var=input.name)
+    kh, kw = _pair(filter_size)
+    w = _param(prefix, "w_0", [num_filters, channels // groups, kh, kw], param_attr,
+               init.KaimingNormal(in_axis=1, out_axis=0), input.dtype)
+    out = ops.conv2d(input, w, strides=_pair(stride), paddings=_pair(padding),
+                     dilations=_pair(dilation), groups=groups)
+    if bias_attr is not False:
+        b = _param(prefix, "b_0", [num_filters], bias_attr, init.Constant(0.0), input.dtype)
+        out = ops.add(out, ops.reshape(b, shape=[num_filters, 1, 1]))
+    return _act(out, act)
+
+
+def pool2d(input, pool_size=2, pool_type="max", pool_stride=None, pool_padding=0,
+           global_pooling=False, name=None):
+    """Max or average pooling over NCHW input (stride defaults to the window size)."""
+    stride = pool_size if pool_stride is None else pool_stride
+    return ops.pool2d(input, pooling_type=pool_type, ksize=_pair(pool_size),
+                      strides=_pair(stride), paddings=_pair(pool_padding),
+                      global_pooling=global_pooling, name=name)
+
+
+def batch_norm(input, act=None, is_test=False, momentum=0.9, epsilon=1e-5, param_attr=None,
+               bias_attr=None, name=None):
+    """Batch normalization over dim 1; running mean/variance are persistable state.
+
+    In training it normalizes with the batch statistics and updates the
+    running ones; `is_test` (or `Program.clone(for_test=True)`) uses the
+    running statistics.
+    """
+    prefix = _prefix("batch_norm", name)
+    c = _known(input.shape[1:2], "channels of batch_norm's input", input)[0]
+    scale = _param(prefix, "w_0", [c], param_attr, init.Constant(1.0), input.dtype)
+    bias = _param(prefix, "b_0", [c], bias_attr, init.Constant(0.0), input.dtype)
+    mean = create_global_var(f"{prefix}.w_1", [c], 0.0, input.dtype)
+    variance = create_global_var(f"{prefix}.w_2", [c], 1.0, input.dtype)
+    block = default_main_program().current_block()
+    y = block.create_var(f"{prefix}.tmp_0", input.shape, input.dtype)
+    block.append_op("batch_norm",
+                    {"X": input, "Scale": scale, "Bias": bias, "Mean": mean,
+                     "Variance": variance},
+                    {"Y": y, "MeanOut": mean, "VarianceOut": variance},
+                    {"momentum": momentum, "epsilon": epsilon, "is_test": is_test})
+    return _act(y, act)
+
+
+def layer_norm(input, begin_norm_axis=1, epsilon=1e-5, param_attr=None, bias_attr=None,
+               act=None, name=None):
+    """Layer normalization over the dims from `begin_norm_axis` on, with scale and bias."""
+    prefix = _prefix("layer_norm", name)
+    size = math.prod(_known(input.shape[begin_norm_axis:], "normalized dims", input))
+    inputs = {"X": input}
+    if param_attr is not False:
+        inputs["Scale"] = _param(prefix, "w_0", [size], param_attr, init.Constant(1.0),
+                                 input.dtype)
+    if bias_attr is not False:
+        inputs["Bias"] = _param(prefix, "b_0", [size], bias_attr, init.Constant(0.0),
+                                input.dtype)
+    block = default_main_program().current_block()
+    y = block.create_var(f"{prefix}.tmp_0", input.shape, input.dtype)
+    block.append_op("layer_norm", inputs, {"Y": y},
+                    {"begin_norm_axis": begin_norm_axis, "epsilon": epsilon})
+    return _act(y, act)
+
+
+def dropout(x, dropout_prob, is_test=False, dropout_implementation="upscale_in_train",
+            name=None):
+    """Zero each element with probability `dropout_prob` in training (identity in test)."""
+    if dropout_prob == 0:
+        return x
+    out, _mask = ops.dropout(x, dropout_prob=float(dropout_prob), is_test=is_test,
+                             dropout_implementation=dropout_implementation, name=name)
+    return out
+
+
+def embedding(input, size, padding_idx=None, param_attr=None, name=None):
+    """Rows of a [vocab, dim] table looked up by the integer ids in `input`."""
+    prefix = _prefix("embedding", name)
+    w = _param(prefix, "w_0", list(size), param_attr, init.Normal(0.0, 1.0))
+    return ops.lookup_table(w, input, padding_idx=-1 if padding_idx is None else padding_idx)
+
+
+def _split_heads(x, num_heads, head_dim):
+    # [B, T, H * dh] -> [B, H, T, dh]
+    return ops.transpose(ops.reshape(x, shape=[0, 0, num_heads, head_dim]), perm=[0, 2, 1, 3])
+
+
+def _mask_bias(mask):
+    """Additive attention bias from a keep-mask of 1 (attend) / 0 (ignore): 0 or -1e9."""
+    if mask.dtype != "float32":
+        mask = ops.cast(mask, dtype="float32")
+    return ops.scale(mask, scale=1e9, bias=-1e9)
+
+
+def multi_head_attention(queries, keys=None, values=None, num_heads=1, d_model=None,
+                         causal=False, key_padding_mask=None, dropout_rate=0.0, is_test=False,
+                         param_attr=None, bias_attr=None, name=None):
+    """Scaled dot-product attention over [B, T, D] inputs, with input and output projections.
+
+    `causal` lets position t attend to positions <= t only;
+    `key_padding_mask` [B, S] holds 1 for real keys and 0 for padding.
+    Keys and values default to the queries (self-attention).
+    """
+    prefix = _prefix("multi_head_attention", name)
+    keys = queries if keys is None else keys
+    values = keys if values is None else values
+    d_model = d_model or _known(queries.shape[-1:], "model dim", queries)[0]
+    if d_model % num_heads:
+        raise ProgramError(f"d_model {d_model} is not divisible by {num_heads} heads",
+                           var=queries.name)
+    head_dim = d_model // num_heads
+
+    def proj(x, tag):
+        return fc(x, d_model, num_flatten_dims=2, param_attr=param_attr, bias_attr=bias_attr,
+                  name=f"{prefix}.{tag}")
+
+    q = _split_heads(proj(queries, "query"), num_heads, head_dim)
+    k = _split_heads(proj(keys, "key"), num_heads, head_dim)
+    v = _split_heads(proj(values, "value"), num_heads, head_dim)
+    scores = ops.matmul(q, k, transpose_y=True, alpha=1.0 / math.sqrt(head_dim))  # [B,H,T,S]
+    if causal:
+        ones = ops.scale(ops.fill_zeros_like(scores), scale=1.0, bias=1.0)
+        scores = ops.add(scores, _mask_bias(ops.tril(ones)))
+    if key_padding_mask is not None:
+        bias = _mask_bias(key_padding_mask)
+        scores = ops.add(scores, ops.reshape(bias, shape=[0, 1, 1, -1]))
+    weights = dropout(ops.softmax(scores), dropout_rate, is_test=is_test)
+    context = ops.transpose(ops.matmul(weights, v), perm=[0, 2, 1, 3])
+    context = ops.reshape(context, shape=[0, 0, d_model])
+    return proj(context, "output")
+
+
+def transformer_encoder_layer(x, num_heads, dim_feedforward, dropout_rate=0.1,
+                              activation="gelu", normalize_before=False, causal=False,
+                              key_padding_mask=None, is_test=False, name=None):
+    """One Transformer encoder layer: self-attention and a feed-forward net, each residual.
+
+    Post-norm by default (x = norm(x + sublayer(x))); `normalize_before`
+    gives pre-norm (x = x + sublayer(norm(x))).
+    """
+    prefix = _prefix("transformer_encoder", name)
+    d_model = _known(x.shape[-1:], "model dim", x)[0]
+
+    def norm(h, tag):
+        return layer_norm(h, begin_norm_axis=len(h.shape) - 1, name=f"{prefix}.{tag}")
+
+    def residual(h, sublayer, tag):
+        inner = sublayer(norm(h, tag) if normalize_before else h)
+        out = ops.add(h, dropout(inner, dropout_rate, is_test=is_test))
+        return out if normalize_before else norm(out, tag)
+
+    def attention(h):
+        return multi_head_attention(h, num_heads=num_heads, causal=causal,
+                                    key_padding_mask=key_padding_mask,
+                                    dropout_rate=dropout_rate, is_test=is_test,
+                                    name=f"{prefix}.attn")
+
+    def feed_forward(h):
+        hidden = fc(h, dim_feedforward, num_flatten_dims=2, act=activation,
+                    name=f"{prefix}.ffn1")
+        hidden = dropout(hidden, dropout_rate, is_test=is_test)
+        return fc(hidden, d_model, num_flatten_dims=2, name=f"{prefix}.ffn2")
+
+    x = residual(x, attention, "norm1")
+    return residual(x, feed_forward, "norm2")
+
+
+# --- losses ---
+
+def softmax_with_cross_entropy(logits, label, soft_label=False, ignore_index=-100,
+                               return_softmax=False):
+    """Per-example cross entropy of softmax(logits) (hard int labels [.., 1] or soft labels)."""
+    softmax, loss = ops.softmax_with_cross_entropy(logits, label, soft_label=soft_label,
+                                                   ignore_index=ignore_index)
+    return (loss, softmax) if return_softmax else loss
+
+
+def cross_entropy(input, label, soft_label=False):
+    """Per-example -log(input[label]) for probabilities `input` (hard [.., 1] or soft labels)."""
+    log_p = ops.log(input)
+    if soft_label:
+        picked = ops.mul(label, log_p)
+    else:
+        depth = _known(input.shape[-1:], "number of classes", input)[0]
+        ids = ops.squeeze(label, axes=[-1]) if label.shape[-1:] == (1,) else label
+        picked = ops.mul(ops.one_hot(ids, depth=depth, dtype=input.dtype), log_p)
+    return ops.neg(ops.reduce_sum(picked, axis=[-1], keep_dim=True))
+
+
+def mse_loss(input, label):
+    """Mean of the squared differences."""
+    return ops.mean(ops.square(ops.sub(input, label)))
+
+
+def accuracy(input, label):
+    """Fraction of rows whose arg-max over the last axis equals `label` ([N] or [N, 1])."""
+    pred = ops.argmax(input, axis=-1, dtype=label.dtype)
+    ids = ops.squeeze(label, axes=[-1]) if label.shape[-1:] == (1,) else label
+    return ops.mean(ops.cast(ops.equal(pred, ids), dtype="float32"))

@@ -1,0 +1,88 @@
+"""Creating parameters and other persistable state in the main and startup programs.
+
+A parameter is declared in both programs' root blocks; its initializer op
+goes to the startup program, so running the startup program once fills the
+Scope and every later run of the main program reads from it.
+"""
+from dataclasses import dataclass
+from typing import Optional
+
+from lowering.errors import ProgramError
+from progdesc import initializer as init
+from progdesc.framework import default_main_program, default_startup_program
+
+
+@dataclass
+class ParamAttr:
+    """How a layer creates one parameter: name, initializer, trainable, regularizer.
+
+    `regularizer` is an L2 coefficient added to the parameter's gradient by
+    the optimizer; `learning_rate` scales the optimizer's rate for it.
+    """
+    name: Optional[str] = None
+    initializer: Optional[init.Initializer] = None
+    trainable: bool = True
+    regularizer: float = 0.0
+    learning_rate: float = 1.0
+
+    @staticmethod
+    def of(attr):
+        """A ParamAttr from None, a name, an Initializer or a ParamAttr."""
+        if attr is None:
+            return ParamAttr()
+        if isinstance(attr, ParamAttr):
+            return attr
+        if isinstance(attr, str):
+            return ParamAttr(name=attr)
+        if isinstance(attr, init.Initializer):
+            return ParamAttr(initializer=attr)
+        raise TypeError(f"expected ParamAttr, name or Initializer, got {type(attr).__name__}")
+
+
+# per-parameter settings the optimizer reads back (kept beside the program, not in the desc)
+_SETTINGS_ATTR = "_param_settings"
+
+
+def param_settings(program):
+    """{parameter name: ParamAttr} recorded by create_parameter for `program`."""
+    return getattr(program, _SETTINGS_ATTR, {})
+
+
+def create_parameter(shape, dtype="float32", *, attr=None, default_name="param",
+                     default_initializer=None):
+    """Declare a trainable parameter in the current main and startup programs.
+
+    `attr` is a ParamAttr (or name / Initializer); the name defaults to
+    `default_name` and the initializer to `default_initializer` (Xavier
+    uniform if that is None too).
+    """
+    attr = ParamAttr.of(attr)
+    if any(d is None or d < 0 for d in shape):
+        raise ProgramError(f"parameter shape {list(shape)} must be fully known",
+                           var=attr.name or default_name)
+    main, startup = default_main_program(), default_startup_program()
+    name = attr.name or default_name
+    if main.global_block().find_var(name) is not None:
+        raise ProgramError("a variable of this name already exists; give the parameter "
+                           "another name", var=name)
+    var = main.global_block().create_parameter(name, shape, dtype, trainable=attr.trainable)
+    svar = startup.global_block().create_parameter(name, shape, dtype, trainable=attr.trainable)
+    (attr.initializer or default_initializer or init.XavierUniform()).append(
+        startup.global_block(), svar)
+    settings = main.__dict__.setdefault(_SETTINGS_ATTR, {})
+    settings[name] = attr
+    return var
+
+
+def create_global_var(name, shape, value, dtype="float32"):
+    """Declare persistable, non-trainable state (step counters, moments) filled with `value`."""
+    main, startup = default_main_program(), default_startup_program()
+    var = main.global_block().find_var(name)
+    if var is not None:
+        return var
+    var = main.global_block().create_var(name, shape, dtype, persistable=True,
+                                         stop_gradient=True)
+    svar = startup.global_block().create_var(name, shape, dtype, persistable=True,
+                                             stop_gradient=True)
+    init.Constant(value).append(startup.global_block(), svar)
+    return var

@@ -1,0 +1,51 @@
+"""Samples of lowering/ops/linalg.py.
+
+With an unknown batch dim every top-rank input's first dim becomes the same
+symbolic dim; 2-D products whose contracted dims are not both first dims
+cannot trace that way, so they are `symbolic=False` ('fixed_dims').
+"""
+import numpy as np
+
+from op_table import Sample, rand
+
+
+def _matmul(X, Y, transpose_x=False, transpose_y=False, alpha=1.0):
+    if transpose_x and X.ndim >= 2:
+        X = np.swapaxes(X, -1, -2)
+    if transpose_y and Y.ndim >= 2:
+        Y = np.swapaxes(Y, -1, -2)
+    return (alpha * np.matmul(X, Y)).astype(X.dtype)
+
+
+def _mm(x_shape, y_shape, name, symbolic=True, **attrs):
+    return Sample("matmul", {"X": rand(*x_shape), "Y": rand(*y_shape, seed=1)}, _matmul,
+                  attrs=attrs, name=name, symbolic=symbolic)
+
+
+SAMPLES = [
+    _mm((3, 4), (4, 5), "2d_fixed_dims", symbolic=False),
+    _mm((4, 3), (4, 5), "2d_tx", transpose_x=True),
+    _mm((3, 4), (5, 4), "2d_ty", transpose_y=True),
+    _mm((4, 3), (5, 4), "2d_tx_ty_fixed_dims", symbolic=False, transpose_x=True,
+        transpose_y=True),
+    _mm((2, 3, 4), (2, 4, 5), "batched"),
+    _mm((2, 4, 3), (2, 4, 5), "batched_tx", transpose_x=True),
+    _mm((2, 3, 4), (2, 5, 4), "batched_ty", transpose_y=True),
+    _mm((2, 4, 3), (2, 5, 4), "batched_tx_ty", transpose_x=True, transpose_y=True),
+    _mm((2, 3, 4, 5), (5, 6), "bcast_batch_y_2d"),
+    _mm((4, 5), (2, 3, 5, 6), "bcast_batch_x_2d"),
+    _mm((2, 1, 3, 4), (3, 4, 2), "bcast_batch_both"),
+    _mm((2, 3, 5, 4), (6, 5), "bcast_batch_tx_ty", transpose_x=True, transpose_y=True),
+    _mm((3, 4), (4, 5), "alpha_fixed_dims", symbolic=False, alpha=0.5),
+    _mm((2, 3, 4), (4, 5), "alpha_bcast", alpha=-2.0),
+    _mm((4,), (4, 5), "vec_mat_fixed_dims", symbolic=False),
+    _mm((3, 4), (4,), "mat_vec"),
+    _mm((4,), (4,), "vec_vec"),
+    _mm((4,), (2, 4, 5), "vec_batched"),
+    _mm((2, 3, 4), (4,), "batched_vec"),
+    _mm((4,), (5, 4), "vec_mat_ty_ignored_on_vec", transpose_x=True, transpose_y=True),
+    _mm((2, 4, 3), (4,), "batched_tx_vec_alpha", transpose_x=True, transpose_y=True,
+        alpha=3.0),
+    Sample("matmul", {"X": np.arange(6, dtype=np.int32).reshape(2, 3),
+                      "Y": np.arange(3, dtype=np.int32)}, _matmul, name="int32"),
+]

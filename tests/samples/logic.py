@@ -1,0 +1,61 @@
+"""Samples of lowering/ops/logic.py."""
+import numpy as np
+
+from op_table import Sample, rand
+
+
+def _ints(*shape, seed=0):
+    """Small whole numbers as float32, so that comparisons see ties."""
+    return np.round(rand(*shape, seed=seed) * 2).astype(np.float32)
+
+
+def _bools(*shape, seed=0):
+    return rand(*shape, seed=seed) > 0
+
+
+def _binary(fn):
+    """A reference taking X and Y by keyword."""
+    return lambda X, Y: fn(X, Y)
+
+
+def _where(Condition, X, Y):
+    return np.where(Condition, X, Y)
+
+
+def _comparison(op, fn):
+    ref = _binary(fn)
+    return [
+        Sample(op, {"X": _ints(3, 4), "Y": _ints(3, 4, seed=1)}, ref, name="same"),
+        Sample(op, {"X": _ints(2, 3, 4), "Y": _ints(4, seed=1)}, ref, name="bcast_y"),
+        Sample(op, {"X": _ints(3, 1), "Y": _ints(2, 1, 4, seed=1)}, ref, name="bcast_both"),
+        Sample(op, {"X": np.array([1, 2, 3], np.int32), "Y": np.array([3, 2, 1], np.int32)},
+               ref, name="int32"),
+    ]
+
+
+SAMPLES = [
+    *_comparison("equal", np.equal),
+    *_comparison("not_equal", np.not_equal),
+    *_comparison("less_than", np.less),
+    *_comparison("less_equal", np.less_equal),
+    *_comparison("greater_than", np.greater),
+    *_comparison("greater_equal", np.greater_equal),
+    Sample("equal", {"X": np.array([True, False]), "Y": np.array([True, True])},
+           _binary(np.equal), name="bool"),
+    Sample("logical_and", {"X": _bools(3, 4), "Y": _bools(3, 4, seed=1)},
+           _binary(np.logical_and)),
+    Sample("logical_and", {"X": _bools(2, 3, 4), "Y": _bools(4, seed=1)},
+           _binary(np.logical_and), name="bcast"),
+    Sample("logical_or", {"X": _bools(3, 4), "Y": _bools(3, 4, seed=1)}, _binary(np.logical_or)),
+    Sample("logical_or", {"X": _bools(3, 1), "Y": _bools(2, 1, 4, seed=1)},
+           _binary(np.logical_or), name="bcast"),
+    Sample("logical_not", {"X": _bools(3, 4)}, lambda X: np.logical_not(X)),
+    Sample("where", {"Condition": _bools(3, 4, seed=2), "X": rand(3, 4), "Y": rand(3, 4, seed=1)},
+           _where, name="same"),
+    Sample("where", {"Condition": _bools(3, 1, seed=2), "X": rand(2, 3, 4),
+                     "Y": rand(4, seed=1)}, _where, name="bcast_all"),
+    Sample("where", {"Condition": _bools(2, 3, 4, seed=2), "X": rand(3, 1),
+                     "Y": rand(1, 4, seed=1)}, _where, name="bcast_cond_widest"),
+    Sample("where", {"Condition": _bools(2, 3, seed=2), "X": np.arange(6).reshape(2, 3),
+                     "Y": -np.ones(3, np.int64)}, _where, name="int64"),
+]

@@ -1,0 +1,131 @@
+"""Samples of lowering/ops/shape.py."""
+import numpy as np
+
+from op_table import Sample, rand
+
+
+def _slice_ref(X, axes, starts, ends, strides=()):
+    index = [slice(None)] * X.ndim
+    for k, axis in enumerate(axes):
+        index[axis] = slice(starts[k], ends[k], strides[k] if strides else None)
+    return X[tuple(index)]
+
+
+def _slice_grad_ref(X, OutGrad, **attrs):
+    out = np.zeros_like(X, dtype=OutGrad.dtype)
+    index = [slice(None)] * X.ndim
+    for k, axis in enumerate(attrs["axes"]):
+        step = attrs["strides"][k] if attrs.get("strides") else None
+        index[axis] = slice(attrs["starts"][k], attrs["ends"][k], step)
+    out[tuple(index)] += OutGrad
+    return out
+
+
+def _split_ref(X, num=0, sections=(), axis=0):
+    if num:
+        return np.split(X, num, axis=axis)
+    sections = list(sections)
+    if -1 in sections:
+        sections[sections.index(-1)] = X.shape[axis] - (sum(sections) + 1)
+    return np.split(X, np.cumsum(sections)[:-1], axis=axis)
+
+
+def _expand_ref(X, shape):
+    lead = len(shape) - X.ndim
+    return np.broadcast_to(X, [X.shape[i - lead] if d == -1 else d for i, d in enumerate(shape)])
+
+
+def _gather_grad_ref(X, Index, OutGrad, axis=0):
+    out = np.zeros_like(X, dtype=OutGrad.dtype)
+    np.add.at(out, (slice(None),) * axis + (Index,), OutGrad)
+    return out
+
+
+def _take_along_axis_grad_ref(X, Indices, OutGrad, axis=0):
+    out = np.zeros_like(X, dtype=OutGrad.dtype)
+    where = list(np.indices(Indices.shape, sparse=True))
+    where[axis] = Indices
+    np.add.at(out, tuple(where), OutGrad)
+    return out
+
+
+def _one_hot_ref(X, depth, dtype="float32"):
+    return (X[..., None] == np.arange(depth)).astype(dtype)
+
+
+SAMPLES = [
+    Sample("reshape", {"X": rand(2, 3, 4)}, lambda X, shape: X.reshape(2, 12),
+           {"shape": [0, 12]}, name="copy_dim"),
+    Sample("reshape", {"X": rand(2, 3, 4)}, lambda X, shape: X.reshape(-1, 4),
+           {"shape": [-1, 4]}, name="infer"),
+    Sample("reshape", {"X": rand(2, 3, 4)}, lambda X, shape: X.reshape(4, 3, 2),
+           {"shape": [4, -1, 2]}, name="fixed_dims_need_static_batch", symbolic=False),
+    Sample("reshape", {"X": np.arange(6, dtype=np.int32).reshape(2, 3)},
+           lambda X, shape: X.reshape(2, 3, 1), {"shape": [0, 0, 1]}, name="int"),
+    Sample("reshape_as", {"X": rand(2, 3, 4), "Target": rand(2, 4, 3, seed=1)},
+           lambda X, Target: X.reshape(Target.shape)),
+    Sample("transpose", {"X": rand(2, 3, 4)}, lambda X, perm: X.transpose(perm),
+           {"perm": [2, 0, 1]}),
+    Sample("transpose", {"X": rand(3, 4)}, lambda X, perm: X.T, {"perm": [1, 0]}, name="2d"),
+    Sample("concat", {"X": [rand(2, 3), rand(2, 2, seed=1), rand(2, 1, seed=2)]},
+           lambda X, axis: np.concatenate(X, axis=1), {"axis": 1}),
+    Sample("concat", {"X": [rand(2, 3, 2), rand(2, 3, 1, seed=1)]},
+           lambda X, axis: np.concatenate(X, axis=-1), {"axis": -1}, name="neg_axis"),
+    Sample("concat", {"X": [rand(2, 3), rand(1, 3, seed=1)]},
+           lambda X: np.concatenate(X, axis=0), name="axis0"),
+    Sample("split", {"X": rand(3, 6)}, _split_ref, {"num": 3, "axis": 1}, name="num"),
+    Sample("split", {"X": rand(3, 6)}, _split_ref, {"sections": [2, -1, 1], "axis": 1},
+           name="sections_infer"),
+    Sample("split", {"X": rand(4, 3)}, _split_ref, {"sections": [1, 3]}, name="sections_axis0"),
+    Sample("split", {"X": rand(4, 3)}, _split_ref, {"sections": [-1, 2, 1]},
+           name="infer_first_axis0"),
+    Sample("stack", {"X": [rand(2, 3), rand(2, 3, seed=1), rand(2, 3, seed=2)]},
+           lambda X: np.stack(X)),
+    Sample("stack", {"X": [rand(2, 3), rand(2, 3, seed=1)]},
+           lambda X, axis: np.stack(X, axis=-1), {"axis": -1}, name="neg_axis"),
+    Sample("slice", {"X": rand(4, 5)}, _slice_ref,
+           {"axes": [0, 1], "starts": [1, -3], "ends": [3, 100]}, name="neg_and_clamped"),
+    Sample("slice", {"X": rand(4, 5)}, _slice_ref,
+           {"axes": [0], "starts": [-2], "ends": [2**31 - 1]}, name="batch_axis_tail"),
+    Sample("slice", {"X": rand(2, 5, 3)}, _slice_ref,
+           {"axes": [1], "starts": [0], "ends": [5], "strides": [2]}, name="strided"),
+    Sample("slice", {"X": rand(2, 5)}, _slice_ref,
+           {"axes": [-1], "starts": [3], "ends": [-10], "strides": [-1]}, name="reversed"),
+    Sample("slice_grad", {"X": rand(3, 5), "OutGrad": rand(3, 2, seed=1)}, _slice_grad_ref,
+           {"axes": [1], "starts": [1], "ends": [3]}),
+    Sample("slice_grad", {"X": rand(4, 5), "OutGrad": rand(2, 2, seed=1)}, _slice_grad_ref,
+           {"axes": [0, 1], "starts": [-3, 4], "ends": [100, 0], "strides": [2, -2]},
+           name="strided_part_of_batch_axis", symbolic=False),
+    Sample("squeeze", {"X": rand(2, 1, 3, 1)}, lambda X: X.reshape(2, 3), name="all"),
+    Sample("squeeze", {"X": rand(2, 1, 3, 1)}, lambda X, axes: X.reshape(2, 3, 1),
+           {"axes": [1]}, name="one"),
+    Sample("squeeze", {"X": rand(2, 1, 3, 1)}, lambda X, axes: X.reshape(2, 1, 3),
+           {"axes": [-1]}, name="neg"),
+    Sample("unsqueeze", {"X": rand(2, 3)}, lambda X, axes: X.reshape(1, 2, 3, 1),
+           {"axes": [0, 3]}),
+    Sample("unsqueeze", {"X": rand(2, 3)}, lambda X, axes: X.reshape(2, 3, 1),
+           {"axes": [-1]}, name="neg"),
+    Sample("expand", {"X": rand(3, 1)}, _expand_ref, {"shape": [2, -1, 4]}),
+    Sample("expand", {"X": rand(3, 1)}, _expand_ref, {"shape": [-1, 5]}, name="keep"),
+    Sample("expand", {"X": rand(3, 1)}, _expand_ref, {"shape": [3, 2]},
+           name="fixed_dims_need_static_batch", symbolic=False),
+    Sample("gather", {"X": rand(5, 3), "Index": np.array([0, 3, 3, -1])},
+           lambda X, Index: np.take(X, Index, axis=0), name="dup_and_negative"),
+    Sample("gather", {"X": rand(2, 4), "Index": np.array([2, 0], np.int32)},
+           lambda X, Index, axis: np.take(X, Index, axis=1), {"axis": 1}, name="axis1_int32"),
+    Sample("gather_grad", {"X": rand(2, 4), "Index": np.array([1, 1, 3]),
+                           "OutGrad": rand(2, 3, seed=1)}, _gather_grad_ref, {"axis": 1}),
+    Sample("gather_grad", {"X": rand(5, 2), "Index": np.array([0, 4, 0, -1]),
+                           "OutGrad": rand(4, 2, seed=1)}, _gather_grad_ref,
+           name="rows_differ_from_batch", symbolic=False),
+    Sample("take_along_axis", {"X": rand(3, 4), "Indices": np.array([[0, 3], [1, 1], [2, 0]])},
+           lambda X, Indices, axis: np.take_along_axis(X, Indices, axis), {"axis": 1}),
+    Sample("take_along_axis", {"X": rand(3, 4), "Indices": np.array([[2, 0, 1, 1]], np.int32)},
+           lambda X, Indices: np.take_along_axis(X, Indices, 0), name="axis0_int32"),
+    Sample("take_along_axis_grad",
+           {"X": rand(3, 4), "Indices": np.array([[0, 3], [1, 1], [2, 0]]),
+            "OutGrad": rand(3, 2, seed=1)}, _take_along_axis_grad_ref, {"axis": 1}),
+    Sample("one_hot", {"X": np.array([[0, 2], [3, 1]])}, _one_hot_ref, {"depth": 4}),
+    Sample("one_hot", {"X": np.array([1, -1, 5, 0], np.int32)}, _one_hot_ref,
+           {"depth": 3, "dtype": "int32"}, name="out_of_range_int32"),
+]

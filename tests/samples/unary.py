@@ -1,0 +1,56 @@
+"""Samples of lowering/ops/unary.py."""
+import numpy as np
+
+from op_table import Sample, positive, rand
+
+_ints = np.array([[3, -2, 0], [7, 1, -5]], dtype=np.int32)
+
+
+def _scale_ref(X, scale, bias, bias_after_scale):
+    out = X * scale + bias if bias_after_scale else (X + bias) * scale
+    return np.asarray(out).astype(X.dtype)
+
+
+SAMPLES = [
+    Sample("scale", {"X": rand(3, 4)}, _scale_ref,
+           {"scale": 2.5, "bias": -0.5, "bias_after_scale": True}, name="bias_after"),
+    Sample("scale", {"X": rand(2, 3, 2)}, _scale_ref,
+           {"scale": -1.5, "bias": 0.25, "bias_after_scale": False}, name="bias_before"),
+    Sample("scale", {"X": rand(4)}, _scale_ref, {"scale": 1.0, "bias": 0.0,
+                                                  "bias_after_scale": True}, name="defaults"),
+    Sample("scale", {"X": _ints}, _scale_ref, {"scale": 3.0, "bias": 1.0, "bias_after_scale": True},
+           name="int_keeps_dtype"),
+    Sample("neg", {"X": rand(3, 4)}, lambda X: -X),
+    Sample("neg", {"X": _ints}, lambda X: -X, name="int"),
+    Sample("abs", {"X": rand(3, 4)}, lambda X: np.abs(X)),
+    Sample("abs", {"X": _ints}, lambda X: np.abs(X), name="int"),
+    Sample("exp", {"X": rand(3, 4)}, lambda X: np.exp(X)),
+    Sample("exp", {"X": rand(2, 5, dtype="float64")}, lambda X: np.exp(X), name="float64"),
+    Sample("log", {"X": positive(3, 4)}, lambda X: np.log(X)),
+    Sample("sqrt", {"X": positive(3, 4)}, lambda X: np.sqrt(X)),
+    Sample("rsqrt", {"X": positive(3, 4)}, lambda X: (1 / np.sqrt(X)).astype(X.dtype)),
+    Sample("square", {"X": rand(3, 4)}, lambda X: np.square(X)),
+    Sample("square", {"X": _ints}, lambda X: np.square(X), name="int"),
+    Sample("clip", {"X": rand(4, 5)}, lambda X, min, max: np.clip(X, min, max),
+           {"min": -0.5, "max": 0.25}),
+    Sample("clip", {"X": rand(3, 4)}, lambda X, min, max: np.clip(X, min, max),
+           {"min": -2.0, "max": 2.0}, name="nothing_clipped"),
+    Sample("clip", {"X": _ints}, lambda X, min, max: np.clip(X, -1, 2).astype(X.dtype),
+           {"min": -1.0, "max": 2.0}, name="int"),
+    Sample("sum", {"X": [rand(3, 4), rand(3, 4, seed=1), rand(3, 4, seed=2)]},
+           lambda X: X[0] + X[1] + X[2], name="three"),
+    Sample("sum", {"X": [rand(2, 3)]}, lambda X: X[0], name="one"),
+    Sample("sum", {"X": [_ints, _ints * 2]}, lambda X: X[0] + X[1], name="int"),
+    Sample("cast", {"X": rand(3, 4)}, lambda X, dtype: X.astype(np.float64),
+           {"dtype": "float64"}, name="to_float64"),
+    Sample("cast", {"X": rand(3, 4, dtype="float64")}, lambda X, dtype: X.astype(np.float32),
+           {"dtype": "float32"}, name="to_float32_too_coarse_for_finite_differences", grad=False),
+    Sample("cast", {"X": rand(3, 4) * 4}, lambda X, dtype: X.astype(np.int32),
+           {"dtype": "int32"}, name="to_int_zero_grad"),
+    Sample("cast", {"X": _ints}, lambda X, dtype: X.astype(np.float32),
+           {"dtype": "float32"}, name="int_to_float"),
+    Sample("cast", {"X": np.array([True, False, True])}, lambda X, dtype: X.astype(np.int64),
+           {"dtype": "int64"}, name="bool_to_int64"),
+    Sample("assign", {"X": rand(3, 4)}, lambda X: X.copy()),
+    Sample("assign", {"X": _ints}, lambda X: X.copy(), name="int"),
+]

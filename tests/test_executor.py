@@ -1,0 +1,150 @@
+"""Executor: feed/fetch, caching, startup, dead-op removal, and errors that lose nothing."""
+import jax
+import numpy as np
+import pytest
+
+import progdesc as pd
+from progdesc import ops
+from progdesc.executor import with_feed_fetch
+from lowering.lower import lower_block
+
+
+def affine_program():
+    """y = x * w + b with persistable w, b initialized by the startup program."""
+    main, startup = pd.Program(), pd.Program()
+    with pd.program_guard(main, startup):
+        x = pd.data("x", [None, 3])
+        for prog, value in ((startup, 2.0), (main, None)):
+            w = prog.global_block().create_parameter("w", [3])
+            b = prog.global_block().create_parameter("b", [3])
+            if value is not None:
+                prog.global_block().append_op("fill_constant", {}, {"Out": [w]},
+                                              {"shape": [3], "value": value})
+                prog.global_block().append_op("fill_constant", {}, {"Out": [b]},
+                                              {"shape": [3], "value": 0.5})
+        y = ops.add(ops.mul(x, w), b)
+    return main, startup, x, y
+
+
+def test_startup_initializes_persistables_and_main_reads_them():
+    main, startup, x, y = affine_program()
+    scope, exe = pd.Scope(), pd.Executor()
+    exe.run(startup, scope=scope)
+    assert np.asarray(scope.get("w")).tolist() == [2.0, 2.0, 2.0]
+    out, = exe.run(main, feed={"x": np.ones((2, 3), np.float32)}, fetch_list=[y], scope=scope)
+    np.testing.assert_allclose(out, np.full((2, 3), 2.5))
+
+
+def test_feed_and_fetch_by_name_or_variable():
+    main, startup, x, y = affine_program()
+    scope, exe = pd.Scope(), pd.Executor()
+    exe.run(startup, scope=scope)
+    a, = exe.run(main, feed={x: np.ones((1, 3))}, fetch_list=[y], scope=scope)
+    b, = exe.run(main, feed={"x": np.ones((1, 3))}, fetch_list=[y.name], scope=scope)
+    assert np.array_equal(a, b)
+
+
+def test_same_feed_signature_does_not_retrace():
+    main, startup, x, y = affine_program()
+    scope, exe = pd.Scope(), pd.Executor()
+    exe.run(startup, scope=scope)
+    traces = exe.trace_count
+    for _ in range(3):
+        exe.run(main, feed={"x": np.ones((4, 3), np.float32)}, fetch_list=[y], scope=scope)
+    assert exe.trace_count == traces + 1
+    exe.run(main, feed={"x": np.ones((5, 3), np.float32)}, fetch_list=[y], scope=scope)
+    assert exe.trace_count == traces + 2      # a new batch size is a new signature
+    with pd.program_guard(main):
+        ops.neg(y)                             # editing the program invalidates the cache
+    exe.run(main, feed={"x": np.ones((5, 3), np.float32)}, fetch_list=[y], scope=scope)
+    assert exe.trace_count == traces + 3
+
+
+def test_return_numpy_false_gives_device_arrays():
+    main, startup, x, y = affine_program()
+    scope, exe = pd.Scope(), pd.Executor()
+    exe.run(startup, scope=scope)
+    out, = exe.run(main, feed={"x": np.ones((1, 3))}, fetch_list=[y], scope=scope,
+                   return_numpy=False)
+    assert isinstance(out, jax.Array)
+
+
+def test_ops_not_needed_by_fetches_or_persistables_are_not_lowered():
+    main = pd.Program()
+    with pd.program_guard(main):
+        x = pd.data("x", [3])
+        used = ops.exp(x)
+        ops.log(x)  # dead
+    desc = with_feed_fetch(main, ("x",), (used.name,))
+    lowered = lower_block(desc, 0)
+    kept_types = [desc.blocks[0].ops[i].type for i in lowered.kept_ops]
+    assert "log" not in kept_types and "exp" in kept_types
+
+
+def test_float64_feed_is_converted_to_float32():
+    main, startup, x, y = affine_program()
+    scope, exe = pd.Scope(), pd.Executor()
+    exe.run(startup, scope=scope)
+    out, = exe.run(main, feed={"x": np.ones((1, 3), np.float64)}, fetch_list=[y], scope=scope)
+    assert out.dtype == np.float32
+
+
+def test_float_feed_into_int64_label_is_refused():
+    main = pd.Program()
+    with pd.program_guard(main):
+        label = pd.data("label", [None, 1], "int64")
+        out = ops.neg(label)
+    with pytest.raises(pd.FeedError, match="variable 'label'.*float64.*int64"):
+        pd.Executor().run(main, feed={"label": np.ones((2, 1))}, fetch_list=[out],
+                          scope=pd.Scope())
+
+
+def test_missing_feed_wrong_shape_and_unknown_names():
+    main, startup, x, y = affine_program()
+    scope, exe = pd.Scope(), pd.Executor()
+    exe.run(startup, scope=scope)
+    with pytest.raises(pd.FeedError, match="variable 'x': is needed but not fed"):
+        exe.run(main, feed={}, fetch_list=[y], scope=scope)
+    with pytest.raises(pd.FeedError, match=r"variable 'x': feed has shape \[2, 4\].*\[-1, 3\]"):
+        exe.run(main, feed={"x": np.ones((2, 4))}, fetch_list=[y], scope=scope)
+    with pytest.raises(pd.FeedError, match="'nope'"):
+        exe.run(main, feed={"nope": np.ones(3)}, fetch_list=[y], scope=scope)
+    with pytest.raises(pd.FetchError, match="'missing'"):
+        exe.run(main, feed={"x": np.ones((2, 3))}, fetch_list=["missing"], scope=scope)
+
+
+def test_running_main_before_startup_says_so():
+    main, startup, x, y = affine_program()
+    with pytest.raises(pd.ScopeError, match="run the startup program first"):
+        pd.Executor().run(main, feed={"x": np.ones((1, 3))}, fetch_list=[y], scope=pd.Scope())
+
+
+def test_failed_run_leaves_the_scope_unchanged():
+    main, startup = pd.Program(), pd.Program()
+    with pd.program_guard(main, startup):
+        x = pd.data("x", [3])
+        for prog in (startup, main):
+            prog.global_block().create_var("counter", [3], persistable=True)
+        startup.global_block().append_op("fill_constant", {}, {"Out": ["counter"]},
+                                         {"shape": [3], "value": 1.0})
+        main.global_block().append_op("add", {"X": ["counter"], "Y": [x]}, {"Out": ["counter"]})
+    scope, exe = pd.Scope(), pd.Executor()
+    exe.run(startup, scope=scope)
+    exe.run(main, feed={"x": np.ones(3)}, scope=scope)
+    before = np.asarray(scope.get("counter")).copy()
+    with pytest.raises(pd.FeedError):
+        exe.run(main, feed={"x": np.ones(4)}, scope=scope)
+    with pytest.raises(pd.FeedError):
+        exe.run(main, feed={"x": np.array(["a", "b", "c"])}, scope=scope)
+    assert np.array_equal(np.asarray(scope.get("counter")), before)
+    exe.run(main, feed={"x": np.ones(3)}, scope=scope)   # the in-place update still works
+    assert np.asarray(scope.get("counter")).tolist() == [3.0, 3.0, 3.0]
+
+
+def test_scope_value_that_does_not_fit_the_program_is_refused():
+    main, startup, x, y = affine_program()
+    scope = pd.Scope()
+    scope.set("w", np.ones(4, np.float32))
+    scope.set("b", np.ones(3, np.float32))
+    with pytest.raises(pd.ScopeError, match="variable 'w'"):
+        pd.Executor().run(main, feed={"x": np.ones((1, 3))}, fetch_list=[y], scope=scope)
