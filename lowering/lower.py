@@ -28,6 +28,7 @@ FETCH_VAR = "fetch"
 
 @dataclass
 class _Step:
+    stopped: frozenset  # outputs marked stop_gradient: lax.stop_gradient keeps JAX autodiff honest
     index: int         # position among the user's ops (feed ops inserted by the Executor skipped)
     desc_index: int    # position in the lowered desc
     opdef: object
@@ -48,29 +49,19 @@ class LoweredBlock:
     kept_ops: tuple        # indices of the ops that were lowered
 
 
-def find_var(program_desc, block_idx, name):
-    """The VarDesc called `name`, looked up from block `block_idx` to the root."""
+def _var_index(program_desc, block_idx):
+    """{name: VarDesc} visible from block `block_idx` (inner blocks shadow outer ones)."""
+    chain = []
     while block_idx >= 0:
-        block = program_desc.blocks[block_idx]
-        for v in block.vars:
-            if v.name == name:
-                return v
-        block_idx = block.parent_idx if block_idx != 0 else -1
-    return None
-
-
-def _persistable_names(program_desc, block_idx):
-    names = set()
-    while block_idx >= 0:
-        block = program_desc.blocks[block_idx]
-        names.update(v.name for v in block.vars if v.persistable)
-        block_idx = block.parent_idx if block_idx != 0 else -1
-    return names
+        chain.append(program_desc.blocks[block_idx])
+        block_idx = chain[-1].parent_idx if block_idx != 0 else -1
+    return {v.name: v for block in reversed(chain) for v in block.vars}
 
 
 def _plan(program_desc, block_idx):
     block = program_desc.blocks[block_idx]
-    persistable = _persistable_names(program_desc, block_idx)
+    var_index = _var_index(program_desc, block_idx)
+    persistable = {n for n, v in var_index.items() if v.persistable}
     steps, n_feeds = [], 0
     for desc_index, op_desc in enumerate(block.ops):
         n_feeds += op_desc.type == "feed"
@@ -81,7 +72,10 @@ def _plan(program_desc, block_idx):
         except ProgdescError as e:
             raise type(e)(e.detail, op_type=op_desc.type, op_index=i, block_idx=block_idx,
                           callsite=op_desc.callsite) from None
-        steps.append(_Step(i, desc_index, opdef, slot_map(op_desc.inputs), slot_map(op_desc.outputs),
+        stopped = frozenset(n for s in op_desc.outputs for n in s.arguments
+                            if (v := var_index.get(n)) is not None
+                            and v.stop_gradient and not v.persistable)
+        steps.append(_Step(stopped, i, desc_index, opdef, slot_map(op_desc.inputs), slot_map(op_desc.outputs),
                            attrs, op_desc.callsite))
 
     needed, kept = set(), []
@@ -93,12 +87,12 @@ def _plan(program_desc, block_idx):
                 needed.difference_update(outs)
             needed.update(n for names in step.inputs.values() for n in names)
     kept.reverse()
-    return kept, persistable
+    return kept, var_index, persistable
 
 
 def lower_block(program_desc, block_idx=0):
     """Lower block `block_idx` of a `ProgramDesc` (with feed/fetch ops) to a `LoweredBlock`."""
-    steps, persistable = _plan(program_desc, block_idx)
+    steps, var_index, persistable = _plan(program_desc, block_idx)
     feed_names, fetch_names = {}, {}
     defined, reads, writes = set(), [], []
     uses_rng = False
@@ -115,7 +109,7 @@ def lower_block(program_desc, block_idx=0):
                     reads.append(name)
                 defined.add(name)
             else:
-                var = find_var(program_desc, block_idx, name)
+                var = var_index.get(name)
                 fed = var is not None and var.need_check_feed
                 raise (FeedError if fed else ProgramError)(
                     "is needed but not fed" if fed else
@@ -180,4 +174,4 @@ def _run_step(step, env, rng, fetches, block_idx):
     for slot_name, names in step.outputs.items():
         values = produced.get(slot_name, [])
         for name, value in zip(names, values):
-            env[name] = value
+            env[name] = jax.lax.stop_gradient(value) if name in step.stopped else value
