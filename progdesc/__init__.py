@@ -2,7 +2,10 @@
 from lowering.errors import (AttributeTypeError, BackwardError, FeedError, FetchError,
                              FormatError, ProgdescError, ProgramError, ScopeError, ShapeError,
                              UnknownOpError)
-from progdesc import ops
+from progdesc import initializer, layers, ops, optimizer, reader
+from progdesc.backward import append_backward, gradients
+from progdesc.param import ParamAttr, create_parameter
+from progdesc.prune import prune
 from progdesc.executor import Executor
 from progdesc.framework import (Block, Operator, Program, Variable, data, default_main_program,
                                 default_startup_program, program_guard)
@@ -14,4 +17,6 @@ __all__ = [
     "FormatError", "Operator", "ProgdescError", "Program", "ProgramError", "Scope", "ScopeError",
     "ShapeError", "UnknownOpError", "Variable", "data", "default_main_program",
     "default_startup_program", "global_scope", "ops", "program_guard", "scope_guard",
+    "ParamAttr", "append_backward", "create_parameter", "gradients", "initializer", "layers",
+    "optimizer", "prune", "reader",
 ]

@@ -30,9 +30,10 @@ class ClipGradByGlobalNorm:
 
     def append(self, block, params_grads):
         """Append the clipping op; returns [(param, clipped gradient)]."""
-        op = block.append_op("clip_by_global_norm", {"X": [g for _, g in params_grads]}, None,
-                             {"max_norm": self.clip_norm}, role=pb.OPTIMIZE, name="grad_clip")
-        return [(p, block.var(n)) for (p, _), n in zip(params_grads, op.output("Out"))]
+        outs = [_fresh(block, f"{g.name}.clipped") for _, g in params_grads]
+        block.append_op("clip_by_global_norm", {"X": [g for _, g in params_grads]},
+                        {"Out": outs}, {"max_norm": self.clip_norm}, role=pb.OPTIMIZE)
+        return [(p, block.var(n)) for (p, _), n in zip(params_grads, outs)]
 
 
 class Optimizer:
@@ -82,11 +83,10 @@ class Optimizer:
                                                                lr_sched.Constant))
             step = _take_step_counter(block) if needs_step else None
             start = len(block.desc.ops)
+            lr = self.lr_var = self._learning_rate(block, step)
             if self.grad_clip is not None:
                 params_grads = self.grad_clip.append(block, list(params_grads))
             settings = param_settings(main)
-            lr = self._learning_rate(block, step)
-            self.lr_var = lr
             for param, grad in params_grads:
                 attr = settings.get(param.name, ParamAttr())
                 grad = self._regularize(block, param, grad, attr)
@@ -114,7 +114,7 @@ class Optimizer:
         coeff = self._l2(attr)
         if not coeff:
             return grad
-        decay = _op(block, "scale", {"X": param}, {"scale": float(coeff)}, f"{param.name}.l2")
+        decay = _op(block, "scale", {"X": param}, {"scale": float(coeff)}, f"{param.name}.l2_decay")
         return _op(block, "sum", {"X": [grad, decay]}, {}, f"{grad.name}.regularized")
 
     def _append_update(self, block, param, grad, lr, step):
@@ -129,9 +129,18 @@ class Optimizer:
 
 
 def _op(block, op_type, inputs, attrs, name):
-    """Append one OPTIMIZE-role op with a single output; returns that Variable."""
-    op = block.append_op(op_type, inputs, None, attrs, role=pb.OPTIMIZE, name=name)
-    return block.var(op.output("Out")[0])
+    """Append one OPTIMIZE-role op with a single output named after `name`; returns it."""
+    out = _fresh(block, name)
+    block.append_op(op_type, inputs, {"Out": [out]}, attrs, role=pb.OPTIMIZE)
+    return block.var(out)
+
+
+def _fresh(block, base):
+    """`base`, or `base_1`, `base_2`, ... if that name is taken."""
+    name, k = base, 1
+    while block.find_var(name) is not None:
+        name, k = f"{base}_{k}", k + 1
+    return name
 
 
 def _take_step_counter(block):

@@ -347,7 +347,7 @@ def _(g):
                                    "normalize over the dims from this one on"),
            "epsilon": 1e-5},
     same_dtype=("X", "Scale", "Bias"))
-def layer_norm(X, Scale, Bias, *, begin_norm_axis, epsilon):
+def layer_norm(X, Scale=None, Bias=None, *, begin_norm_axis, epsilon):
     """Layer normalization over the trailing dims of X from `begin_norm_axis` on."""
     x = X.reshape(-1, math.prod(X.shape[begin_norm_axis % X.ndim:]))
     mean = jnp.mean(x, axis=1)

@@ -21,6 +21,11 @@ from lowering.registry import REQUIRED, Attr, In, Out, op
 _PARAM = [In("Param", "float"), In("Grad", "float")]
 
 
+def _f64(name, default, doc=""):
+    """A float64 attribute: hyperparameters keep the exact value the user gave."""
+    return Attr(name, "float64", default, doc=doc)
+
+
 def _scalar(x, dtype):
     """A [] or [1] input as a 0-d value of `dtype`."""
     return jnp.reshape(x, ()).astype(dtype)
@@ -42,7 +47,7 @@ def sgd(Param, Grad, LearningRate):
 
 @op("momentum", inputs=[*_PARAM, In("Velocity", "float"), In("LearningRate", "float")],
     outputs=[Out("ParamOut"), Out("VelocityOut")],
-    attrs={"mu": 0.9, "use_nesterov": False},
+    attrs={"mu": _f64("mu", 0.9), "use_nesterov": False},
     same_dtype=("Param", "Grad", "Velocity"), differentiable=False)
 def momentum(Param, Grad, Velocity, LearningRate, *, mu, use_nesterov):
     """Heavy-ball or Nesterov momentum: velocity = mu * velocity + grad (optax.sgd with momentum)."""
@@ -54,12 +59,14 @@ def momentum(Param, Grad, Velocity, LearningRate, *, mu, use_nesterov):
 _ADAM_INPUTS = [*_PARAM, In("Moment1", "float"), In("Moment2", "float"),
                 In("LearningRate", "float"), In("Step", "number")]
 _ADAM_OUTPUTS = [Out("ParamOut"), Out("Moment1Out"), Out("Moment2Out")]
-_ADAM_ATTRS = {"beta1": 0.9, "beta2": 0.999, "epsilon": 1e-8}
+_ADAM_ATTRS = {"beta1": _f64("beta1", 0.9), "beta2": _f64("beta2", 0.999),
+               "epsilon": _f64("epsilon", 1e-8)}
 
 
 def _adam(Param, Grad, Moment1, Moment2, Step, beta1, beta2, epsilon):
     """optax.scale_by_adam's direction and new moments, from the op's inputs."""
-    state = optax.ScaleByAdamState(count=jnp.reshape(Step, ()), mu=Moment1, nu=Moment2)
+    # the count in the parameter's dtype: bias corrections computed as optax does in float32
+    state = optax.ScaleByAdamState(count=_scalar(Step, Param.dtype), mu=Moment1, nu=Moment2)
     updates, state = optax.scale_by_adam(beta1, beta2, epsilon).update(Grad, state)
     return updates, state.mu.astype(Moment1.dtype), state.nu.astype(Moment2.dtype)
 
@@ -73,7 +80,7 @@ def adam(Param, Grad, Moment1, Moment2, LearningRate, Step, *, beta1, beta2, eps
 
 
 @op("adamw", inputs=_ADAM_INPUTS, outputs=_ADAM_OUTPUTS,
-    attrs={**_ADAM_ATTRS, "weight_decay": 1e-4},
+    attrs={**_ADAM_ATTRS, "weight_decay": _f64("weight_decay", 1e-4)},
     same_dtype=("Param", "Grad", "Moment1", "Moment2"), differentiable=False)
 def adamw(Param, Grad, Moment1, Moment2, LearningRate, Step, *, beta1, beta2, epsilon,
           weight_decay):
@@ -88,7 +95,8 @@ def adamw(Param, Grad, Moment1, Moment2, LearningRate, Step, *, beta1, beta2, ep
     inputs=[*_PARAM, In("MeanSquare", "float"), In("LearningRate", "float"),
             In("MeanGrad", "float", optional=True), In("Moment", "float", optional=True)],
     outputs=[Out("ParamOut"), Out("MeanSquareOut"), Out("MeanGradOut"), Out("MomentOut")],
-    attrs={"decay": 0.9, "epsilon": 1e-8, "momentum": 0.0, "centered": False},
+    attrs={"decay": _f64("decay", 0.9), "epsilon": _f64("epsilon", 1e-8),
+           "momentum": _f64("momentum", 0.0), "centered": False},
     same_dtype=("Param", "Grad", "MeanSquare", "MeanGrad", "Moment"), differentiable=False)
 def rmsprop(Param, Grad, MeanSquare, LearningRate, MeanGrad=None, Moment=None, *, decay,
             epsilon, momentum, centered):
@@ -127,7 +135,7 @@ def increment(X, *, step):
 
 
 @op("clip_by_global_norm", inputs=[In("X", "float", many=True)],
-    outputs=[Out("Out", many=True)], attrs={"max_norm": Attr("max_norm", "float", REQUIRED)},
+    outputs=[Out("Out", many=True)], attrs={"max_norm": _f64("max_norm", REQUIRED)},
     differentiable=False)
 def clip_by_global_norm(X, *, max_norm):
     """Scale every X by max_norm / (global norm of all X) when that norm exceeds max_norm."""
@@ -158,12 +166,12 @@ def _schedule(kind, *, learning_rate, decay_steps, decay_rate, staircase, alpha,
 
 @op("lr_schedule", inputs=[In("Step", "number")], outputs=[Out("Out")],
     attrs={"kind": Attr("kind", "string", REQUIRED, doc=" | ".join(_KINDS)),
-           "learning_rate": Attr("learning_rate", "float", 0.0, doc="value at count 0"),
-           "decay_steps": 1, "decay_rate": 1.0, "staircase": False,
-           "alpha": Attr("alpha", "float", 0.0, doc="cosine: final fraction of the rate"),
-           "end_value": 0.0, "power": 1.0,
+           "learning_rate": _f64("learning_rate", 0.0, "value at count 0"),
+           "decay_steps": 1, "decay_rate": _f64("decay_rate", 1.0), "staircase": False,
+           "alpha": _f64("alpha", 0.0, "cosine: final fraction of the rate"),
+           "end_value": _f64("end_value", 0.0), "power": _f64("power", 1.0),
            "boundaries": Attr("boundaries", "ints", (), doc="piecewise: ascending steps"),
-           "values": Attr("values", "floats", (), doc="piecewise: one more than boundaries"),
+           "values": Attr("values", "float64s", (), doc="piecewise: one more than boundaries"),
            "offset": Attr("offset", "int", 0, doc="evaluate at count max(Step - offset, 0)"),
            "dtype": Attr("dtype", "dtype", "float32")},
     differentiable=False)
@@ -199,8 +207,8 @@ def _(inputs, attrs):
 
 @op("linear_warmup", inputs=[In("Step", "number"), In("LearningRate", "float")],
     outputs=[Out("Out")],
-    attrs={"warmup_steps": Attr("warmup_steps", "int", REQUIRED), "start_value": 0.0,
-           "end_value": Attr("end_value", "float", REQUIRED),
+    attrs={"warmup_steps": Attr("warmup_steps", "int", REQUIRED),
+           "start_value": _f64("start_value", 0.0), "end_value": _f64("end_value", REQUIRED),
            "offset": Attr("offset", "int", 0, doc="evaluate at count max(Step - offset, 0)")},
     differentiable=False)
 def linear_warmup(Step, LearningRate, *, warmup_steps, start_value, end_value, offset):
