@@ -1,27 +1,206 @@
-"""The `progdesc` command: demo (and later show, run, export)."""
+"""The `progdesc` command: demo, show, run and export.
+
+    progdesc demo [--epochs N] [--save-dir DIR]
+    progdesc show FILE_OR_MODEL_DIR
+    progdesc run MODEL_DIR --feed NAME=PATH.npy ... [--fetch NAME ...] [--out DIR]
+    progdesc export MODEL_DIR -o FILE [--platforms cpu,cuda,tpu] [--params-as-inputs]
+
+Bad arguments and unreadable or invalid files end with exit code 2 and one
+line on stderr.
+"""
 import argparse
+import io as _io
+import os
+import re
 import sys
+
+PLATFORMS = ("cpu", "cuda", "rocm", "tpu")
+
+
+class _Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line: 'progdesc ...: error: ...'."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+
+
+class UsageError(Exception):
+    """A bad argument found after parsing (exit code 2)."""
 
 
 def _parser():
-    parser = argparse.ArgumentParser(prog="progdesc", description=(
+    parser = _Parser(prog="progdesc", description=(
         "Program descriptions compiled to XLA through JAX."))
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     demo = sub.add_parser("demo", help="train a small CNN on the bundled 8x8 digits",
                           description="Train a small CNN on scikit-learn's 8x8 digits and "
                                       "report the held-out accuracy.")
     demo.add_argument("--epochs", type=int, default=12, help="passes over the training set")
+    demo.add_argument("--save-dir", metavar="DIR",
+                      help="save the trained model there as an inference model directory")
+    show = sub.add_parser("show", help="print a program, checkpoint, model dir or artifact",
+                          description="Print a program file (binary or text), a checkpoint's "
+                                      "variables, an inference model directory, or a compiled "
+                                      "artifact's header.")
+    show.add_argument("path", metavar="FILE", help="file or inference model directory")
+    run = sub.add_parser("run", help="run an inference model on .npy inputs",
+                         description="Run an inference model directory on NumPy .npy feeds; "
+                                     "print the results or save them as .npy files.")
+    run.add_argument("model_dir", metavar="MODEL_DIR")
+    run.add_argument("--feed", action="append", default=[], metavar="NAME=PATH.npy",
+                     help="a feed and the .npy file holding its value (repeat for each feed)")
+    run.add_argument("--fetch", action="append", metavar="NAME",
+                     help="variable to fetch (repeatable; default: the model's fetch targets)")
+    run.add_argument("--out", metavar="DIR", help="write each result to DIR/NAME.npy")
+    export = sub.add_parser("export", help="compile an inference model to one StableHLO file",
+                            description="Lower an inference model directory through jax.export "
+                                        "to one file that runs with JAX alone, any batch size.")
+    export.add_argument("model_dir", metavar="MODEL_DIR")
+    export.add_argument("-o", "--output", required=True, metavar="FILE", help="artifact to write")
+    export.add_argument("--platforms", default="cpu,cuda,tpu",
+                        help=f"comma-separated, from {', '.join(PLATFORMS)} (default: %(default)s)")
+    export.add_argument("--params-as-inputs", action="store_true",
+                        help="take parameters as inputs after the feeds instead of embedding them")
+    export.add_argument("--keep-64bit", action="store_true",
+                        help="keep int64/float64 feeds and fetches 64-bit (callers need x64)")
     return parser
 
 
 def main(argv=None):
     """Entry point; returns the exit code."""
     args = _parser().parse_args(argv)
-    if args.command == "demo":
-        from progdesc import demo
-        return demo.run(args)
-    return 2
+    from lowering.errors import ProgdescError
+    try:
+        return _COMMANDS[args.command](args)
+    except (ProgdescError, UsageError, OSError) as e:
+        message = " ".join(str(e).split())
+        print(f"progdesc {args.command}: error: {message}", file=sys.stderr)
+        return 2
 
+
+def _demo(args):
+    from progdesc import demo
+    return demo.run(args)
+
+
+def _show(args):
+    from progdesc import export, io
+    path = args.path
+    if os.path.isdir(path):
+        manifest = io.read_manifest(path)
+        program = io.load_program(os.path.join(path, io.MODEL_PROGRAM))
+        print(f"inference model {path} (format {manifest['format_version']})")
+        for key in ("feed", "fetch"):
+            for name in manifest[key]:
+                var = program.global_block().find_var(name)
+                print(f"  {key:5} {name}: {var.dtype}{list(var.shape)}" if var else
+                      f"  {key:5} {name}: (not in the program)")
+        _print_values(io.read_checkpoint(os.path.join(path, io.MODEL_PARAMS)), "parameters")
+        print(program)
+        return 0
+    data = io.read_file(path)
+    if data[:8] == export.MAGIC:
+        header, payload = export.read_compiled(data, path)
+        print(f"compiled artifact {path} (format {header['format_version']}, "
+              f"{len(payload)} bytes of StableHLO, jax {header.get('jax_version')})")
+        print(f"  platforms: {', '.join(header['platforms'])}; 64-bit boundary: {header['x64']}")
+        for key, label in (("feeds", "feed"), ("params", "param"), ("fetches", "fetch")):
+            for s in header[key]:
+                print(f"  {label:5} {s['name']}: {s['dtype']}[{', '.join(map(str, s['shape']))}]")
+        return 0
+    if _looks_like_safetensors(data):
+        _print_values(io.checkpoint_from_bytes(data, path), f"checkpoint {path}:")
+        return 0
+    print(io.program_from_bytes(data, path, True if path.endswith(io.TEXT_SUFFIXES) else None))
+    return 0
+
+
+def _looks_like_safetensors(data):
+    n = int.from_bytes(data[:8], "little") if len(data) >= 8 else 0
+    return 2 <= n <= len(data) - 8 and data[8:9] == b"{"
+
+
+def _print_values(values, title):
+    total = sum(v.nbytes for v in values.values())
+    print(f"{title} {len(values)} variable(s), {total} bytes")
+    for name, value in sorted(values.items()):
+        print(f"  {name}: {value.dtype}{list(value.shape)}")
+
+
+def _load_npy(spec):
+    import numpy as np
+    name, sep, path = spec.partition("=")
+    if not sep or not name or not path:
+        raise UsageError(f"--feed takes NAME=PATH.npy, got '{spec}'")
+    try:
+        value = np.load(path, allow_pickle=False)
+    except (OSError, ValueError, EOFError) as e:
+        raise UsageError(f"cannot read feed '{name}' from '{path}': {e}") from None
+    if not isinstance(value, np.ndarray):
+        raise UsageError(f"'{path}' is not a .npy file (an .npz archive?)")
+    return name, value
+
+
+def _safe_filename(name, taken):
+    base = re.sub(r"[^A-Za-z0-9_.@-]", "_", name).lstrip(".") or "_"
+    stem, n = base, 1
+    while stem in taken:
+        stem, n = f"{base}_{n}", n + 1
+    taken.add(stem)
+    return stem + ".npy"
+
+
+def _run(args):
+    import numpy as np
+
+    import progdesc as pd
+    from progdesc import io
+    feeds = dict(_load_npy(spec) for spec in args.feed)
+    exe, scope = pd.Executor(), pd.Scope()
+    program, feed_names, fetch_targets = io.load_inference_model(args.model_dir, exe, scope)
+    unknown = sorted(set(feeds) - set(feed_names))
+    missing = [n for n in feed_names if n not in feeds]
+    if unknown or missing:
+        raise UsageError(f"the model's feeds are {feed_names}; "
+                         + (f"unknown: {unknown}" if unknown else f"missing: {missing}"))
+    fetch = args.fetch or [v.name for v in fetch_targets]
+    results = exe.run(program, feed=feeds, fetch_list=fetch, scope=scope)
+    taken = set()
+    if args.out:
+        os.makedirs(args.out, exist_ok=True)
+    for name, value in zip(fetch, results):
+        if args.out:
+            buffer = _io.BytesIO()
+            np.save(buffer, value, allow_pickle=False)
+            path = os.path.join(args.out, _safe_filename(name, taken))
+            io.atomic_write(path, buffer.getvalue())
+            print(f"{name}: {value.dtype}{list(value.shape)} -> {path}")
+        else:
+            print(f"{name}: {value.dtype}{list(value.shape)}")
+            print(np.array2string(value, threshold=200))
+    return 0
+
+
+def _export(args):
+    import progdesc as pd
+    from progdesc import export, io
+    platforms = tuple(p.strip().lower() for p in args.platforms.split(",") if p.strip())
+    bad = [p for p in platforms if p not in PLATFORMS]
+    if bad or not platforms:
+        raise UsageError(f"unknown platform(s) {bad or [args.platforms]}; "
+                         f"choose from {', '.join(PLATFORMS)}")
+    scope = pd.Scope()
+    program, feed_names, fetch_targets = io.load_inference_model(args.model_dir, None, scope)
+    header = export.export_compiled(args.output, program, feed_names, fetch_targets, scope,
+                                    platforms=platforms, embed_params=not args.params_as_inputs,
+                                    keep_64bit=args.keep_64bit)
+    shown = "; ".join(f"{s['name']}: {s['dtype']}[{', '.join(map(str, s['shape']))}]"
+                      for s in header["feeds"] + header["fetches"])
+    print(f"wrote {args.output} for {', '.join(header['platforms'])} ({shown})")
+    return 0
+
+
+_COMMANDS = {"demo": _demo, "show": _show, "run": _run, "export": _export}
 
 if __name__ == "__main__":
     sys.exit(main())

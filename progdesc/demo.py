@@ -82,9 +82,17 @@ def train(epochs=12, batch_size=64, learning_rate=3e-3, seed=0, progress=True, s
 
 
 def run(args=None):
-    """`progdesc demo`: train, report, and print the program that was trained."""
+    """`progdesc demo`: train, report, and (with `--save-dir`) save the inference model."""
     result = train(epochs=getattr(args, "epochs", 12))
     print(f"test accuracy: {result['test_accuracy']:.4f} "
           f"({len(result['losses'])} steps, {result['seconds']:.1f} s, "
           f"final loss {np.mean(result['losses'][-20:]):.4f})")
+    save_dir = getattr(args, "save_dir", None)
+    if save_dir:
+        from progdesc.io import save_inference_model
+        main = result["main"]
+        logits = next(op.input("Logits")[0] for op in main.global_block().ops
+                      if op.type == "softmax_with_cross_entropy")
+        save_inference_model(save_dir, ["image"], [logits], pd.Executor(), main, result["scope"])
+        print(f"saved the inference model (image -> logits '{logits}') to {save_dir}")
     return 0 if result["test_accuracy"] >= 0.97 else 1

@@ -304,6 +304,10 @@ class Block:
     def __str__(self):
         return block_text(self)
 
+    def _repr_html_(self):
+        from progdesc.display import block_html
+        return block_html(self)
+
 
 def type_of(err):
     """The class of an error, for re-raising it with more context."""
@@ -576,6 +580,20 @@ class Program:
     def __repr__(self):
         n = sum(len(b.desc.ops) for b in self.blocks)
         return f"<Program {len(self.blocks)} block(s), {n} op(s)>"
+
+    def _repr_html_(self):
+        from progdesc.display import program_html
+        return program_html(self)
+
+    def to_dot(self, **options):
+        """Graphviz DOT text of the program (see progdesc.display.program_dot)."""
+        from progdesc.display import program_dot
+        return program_dot(self, **options)
+
+    def render(self, path=None, format="svg", **options):
+        """Draw the program with Graphviz (see progdesc.display.render)."""
+        from progdesc.display import render
+        return render(self, path, format=format, **options)
 
 
 def validate(program):

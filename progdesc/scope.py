@@ -106,6 +106,10 @@ class Scope:
         with self._lock:
             return sorted(self._vars)
 
+    def _repr_html_(self):
+        from progdesc.display import scope_html
+        return scope_html(self)
+
     def __contains__(self, name):
         v = self.find_var(name)
         return v is not None and v.value is not None

@@ -170,8 +170,10 @@ def _forward_fn(sample, main, feed, wrt):
     attrs = {a.name: main.global_block().ops[0].attrs[a.name] for a in opdef.attrs}
     attrs = {k: (dtypes.to_numpy(v) if opdef.attr(k).type == "dtype" else v)
              for k, v in attrs.items()}
-    args = {slot: ([feed[f"in_{slot}_{i}"] for i in range(len(v))] if isinstance(v, (list, tuple))
-                   else feed[f"in_{slot}_0"]) for slot, v in sample.inputs.items()}
+    args = {s.name: [] if s.many else None for s in opdef.inputs}  # absent optional slots
+    args.update({slot: ([feed[f"in_{slot}_{i}"] for i in range(len(v))]
+                        if isinstance(v, (list, tuple)) else feed[f"in_{slot}_0"])
+                 for slot, v in sample.inputs.items()})
     if opdef.random:
         args["key"] = jax.random.fold_in(jax.random.PRNGKey(main.random_seed), 1)
 

@@ -247,13 +247,6 @@ def _stats_grad(g, x, centered, axes, count, dmean, dvar):
     return g.call("div", total, g.call("reduce_sum", ones, axis=axes, keep_dim=True))
 
 
-def _add_into(g, parts, out):
-    """Emit the sum of `parts` (at least two) into `out`."""
-    total = parts[0]
-    for i, part in enumerate(parts[1:], 2):
-        total = g.call("add", total, part, out=out if i == len(parts) else None)
-
-
 def _channel_axis(rank, data_layout):
     if data_layout not in ("NCHW", "NHWC"):
         raise ValueError(f"data_layout must be NCHW or NHWC, got {data_layout!r}")
@@ -330,7 +323,7 @@ def _(g):
             dx = _standardize_grad(g, u, xhat, inv_std, axes,
                                    out=None if extra else g.in_grad("X"))
             if extra:
-                _add_into(g, [dx, extra], g.in_grad("X"))
+                g.call("add", dx, extra, out=g.in_grad("X"))
     if g.wants("Scale"):
         g.call("reduce_sum", g.call("mul", dy, xhat), axis=axes, out=g.in_grad("Scale"))
     if g.wants("Bias"):

@@ -5,8 +5,9 @@ learning rate, and writes the new parameter and state; the optimizer binds
 each output to the same persistable variable as the matching input, so a run
 of the program updates them in place. The math is optax's: each rule
 rebuilds the optax state from its inputs and calls the transformation's
-`update`; the op's attributes carry every hyperparameter, so the program
-stays serializable. None of these ops is differentiable.
+`update`; the op's attributes carry every hyperparameter (as float64, so
+0.9 stays 0.9), so the program stays serializable. None of these ops is
+differentiable.
 
 LearningRate and Step are scalars of shape [] or [1]. Step is the count of
 updates already applied (int or float), the `count` of optax's states.

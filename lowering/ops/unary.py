@@ -17,7 +17,7 @@ _NUMBER = dict(inputs=[In("X", "number")], outputs=[Out("Out")])
 
 
 def full_like(g, like, value):
-    """Emit ops making an array of `like`'s shape and dtype filled with `value`; returns its name."""
+    """Emit ops filling an array of `like`'s shape and dtype with `value`; returns its name."""
     return g.call("scale", g.call("fill_zeros_like", like), bias=float(value))
 
 

@@ -1,0 +1,240 @@
+"""Compiled artifacts: a program (feed -> fetch) as one file of serialized StableHLO.
+
+`export_compiled` prunes the program, lowers it through `jax.export` for
+several platforms at once, with every unknown (-1) dim a symbolic dim, so one
+file serves every batch size on CPU, GPU and TPU. The file is:
+
+    8 bytes   magic b"PDEXPORT"
+    4 bytes   format version, uint32 little-endian (1)
+    4 bytes   header length N, uint32 little-endian
+    N bytes   header, UTF-8 JSON
+    rest      jax.export's Exported.serialize() bytes
+
+The header promises: "feeds", "fetches" (in call and result order) and
+"params" (only when "params_as_inputs"), each a list of {"name", "dtype",
+"shape", "program_dtype"}, where "dtype" is the dtype at the artifact
+boundary and "shape" holds ints and symbol names ("batch" for leading -1
+dims); "platforms"; "x64"; "payload_sha256" of the serialized bytes.
+
+Programs are traced with 64-bit types on, but a process calling the artifact
+usually has x64 off. Unless `keep_64bit=True`, every int64/float64 value
+crossing the boundary is 32-bit in the artifact ("x64": false) and cast
+inside, so `exported.call` works with plain JAX defaults.
+"""
+import hashlib
+import json
+import struct
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from lowering import dtypes
+from lowering.errors import FeedError, FormatError, ProgdescError, ProgramError, ScopeError
+from lowering.lower import RNG_VAR, lower_block
+from progdesc.executor import with_feed_fetch
+from progdesc.framework import Variable
+from progdesc.prune import prune
+from progdesc.scope import global_scope
+
+MAGIC = b"PDEXPORT"
+FORMAT_VERSION = 1
+_PREFIX = struct.Struct("<8sII")
+_MAX_HEADER = 16 << 20
+_NARROW = {"int64": "int32", "float64": "float32"}
+
+
+def _boundary(dtype, keep_64bit):
+    return dtype if keep_64bit else _NARROW.get(dtype, dtype)
+
+
+def _spec(name, dtype, shape, keep_64bit):
+    return {"name": name, "dtype": _boundary(dtype, keep_64bit), "shape": list(shape),
+            "program_dtype": dtype}
+
+
+def _feed_shape(var, index, batch_polymorphic, batch_size):
+    """Dims of a feed with each -1 replaced by a symbol name (or `batch_size`)."""
+    dims = []
+    for i, d in enumerate(var.desc.dims):
+        if d >= 0:
+            dims.append(int(d))
+        elif batch_polymorphic:
+            dims.append("batch" if i == 0 else f"d{index}_{i}")
+        elif i == 0 and batch_size is not None:
+            dims.append(int(batch_size))
+        else:
+            raise FeedError(f"dim {i} is unknown (-1): export with batch_polymorphic=True or "
+                            "give batch_size", var=var.name)
+    return dims
+
+
+def _symbolic(shapes):
+    """ShapeDtypeStruct-ready shapes, all symbols in one jax.export scope."""
+    scope = jax.export.SymbolicScope()
+    out = []
+    for dims in shapes:
+        if all(isinstance(d, int) for d in dims):
+            out.append(tuple(dims))
+        else:
+            spec = "(" + ", ".join(str(d) for d in dims) + ("," if len(dims) == 1 else "") + ")"
+            out.append(jax.export.symbolic_shape(spec, scope=scope))
+    return out
+
+
+def _state(program, names, scope):
+    values = {}
+    for name in names:
+        if name in scope:
+            values[name] = scope.get(name)
+        elif name == RNG_VAR:
+            values[name] = jax.random.PRNGKey(program.random_seed)
+        else:
+            raise ScopeError("has no value in the scope: run the startup program or load the "
+                             "model first", var=name)
+    return values
+
+
+def export_compiled(path, program, feed_vars, fetch_vars, scope=None, *,
+                    platforms=("cpu", "cuda", "tpu"), embed_params=True, batch_polymorphic=True,
+                    batch_size=None, keep_64bit=False):
+    """Write `program` (pruned to `feed_vars` -> `fetch_vars`, test mode) as one compiled file.
+
+    Parameters come from `scope` and are embedded as constants, or with
+    `embed_params=False` become inputs after the feeds (listed in the
+    header). Returns the header dict. See the module docstring for the file.
+    """
+    from progdesc.io import atomic_write
+    scope = scope or global_scope()
+    feed_names = [v.name if isinstance(v, Variable) else str(v) for v in feed_vars]
+    fetch_names = [v.name if isinstance(v, Variable) else str(v) for v in fetch_vars]
+    pruned = prune(program, feed_names, fetch_names)
+    block = pruned.global_block()
+    for name in feed_names:
+        if block.find_var(name) is None:
+            raise FeedError("is a feed but not a variable of the program", var=name)
+    lowered = lower_block(with_feed_fetch(pruned, tuple(feed_names), tuple(fetch_names)), 0)
+    state = _state(pruned, lowered.reads, scope)
+    param_names = [] if embed_params else [n for n in lowered.reads if n != RNG_VAR]
+    feed_vars_ = [block.var(n) for n in feed_names]
+    feeds = [_spec(v.name, v.dtype, _feed_shape(v, i, batch_polymorphic, batch_size), keep_64bit)
+             for i, v in enumerate(feed_vars_)]
+    params = [_spec(n, dtypes.name_of(state[n].dtype), state[n].shape, keep_64bit)
+              for n in param_names]
+    inputs = feeds + params
+
+    def fn(*args):
+        args = [jnp.asarray(a).astype(s["program_dtype"]) for a, s in zip(args, inputs)]
+        values = {**state, **dict(zip(param_names, args[len(feeds):]))}
+        fetched, _ = lowered.fn(tuple(args[:len(feeds)]), {}, values)
+        return tuple(f.astype(_boundary(dtypes.name_of(f.dtype), keep_64bit)) for f in fetched)
+
+    shapes = _symbolic([s["shape"] for s in inputs])
+    avals = [jax.ShapeDtypeStruct(shape, dtypes.to_numpy(s["dtype"]))
+             for shape, s in zip(shapes, inputs)]
+    try:
+        with jax.enable_x64(True):
+            exported = jax.export.export(jax.jit(fn), platforms=tuple(platforms))(*avals)
+    except ProgdescError:
+        raise
+    except Exception as e:  # noqa: BLE001  (shape polymorphism or platform lowering failures)
+        raise ProgramError(f"jax.export failed for platforms {list(platforms)}: "
+                           f"{type(e).__name__}: {e}") from e
+    payload = bytes(exported.serialize())
+    fetches = [{"name": n, "dtype": dtypes.name_of(a.dtype),
+                "shape": [d if isinstance(d, int) else str(d) for d in a.shape],
+                "program_dtype": dtypes.name_of(block.var(n).desc.dtype)}
+               for n, a in zip(fetch_names, exported.out_avals)]
+    header = {"format": "progdesc.compiled", "format_version": FORMAT_VERSION,
+              "feeds": feeds, "fetches": fetches, "params": params,
+              "params_as_inputs": not embed_params, "platforms": list(exported.platforms),
+              "x64": bool(keep_64bit), "jax_version": jax.__version__,
+              "payload_sha256": hashlib.sha256(payload).hexdigest()}
+    head = json.dumps(header).encode("utf-8")
+    atomic_write(path, _PREFIX.pack(MAGIC, FORMAT_VERSION, len(head)) + head + payload)
+    return header
+
+
+def read_compiled(data, path="<bytes>"):
+    """(header, payload bytes) of a compiled artifact; FormatError if it is not a valid one."""
+    where = f"'{path}'"
+    if len(data) < _PREFIX.size or data[:8] != MAGIC:
+        raise FormatError(f"{where} is not a progdesc compiled artifact (bad magic)")
+    _, version, n = _PREFIX.unpack_from(data)
+    if version != FORMAT_VERSION:
+        raise FormatError(f"{where} has artifact format version {version}; this progdesc "
+                          f"reads {FORMAT_VERSION}")
+    if n > _MAX_HEADER or _PREFIX.size + n > len(data):
+        raise FormatError(f"{where} is truncated (header of {n} bytes)")
+    try:
+        header = json.loads(bytes(data[_PREFIX.size:_PREFIX.size + n]).decode("utf-8"))
+        feeds, fetches, params = header["feeds"], header["fetches"], header["params"]
+        for spec in feeds + fetches + params:
+            dtypes.to_numpy(spec["dtype"]), str(spec["name"]), list(spec["shape"])
+    except (ValueError, KeyError, TypeError, ProgdescError) as e:
+        raise FormatError(f"{where} has an invalid header: {type(e).__name__}: {e}") from None
+    payload = bytes(data[_PREFIX.size + n:])
+    if hashlib.sha256(payload).hexdigest() != header.get("payload_sha256"):
+        raise FormatError(f"{where} is truncated or corrupted (payload digest mismatch)")
+    return header, payload
+
+
+class CompiledModel:
+    """A loaded artifact: call it with the feeds (positionally or by name); returns NumPy arrays.
+
+    `params` (name -> array) is required when the artifact takes its
+    parameters as inputs. Attributes: `header`, `exported`, `feed_names`,
+    `fetch_names`.
+    """
+
+    def __init__(self, header, exported, params=None):
+        self.header = header
+        self.exported = exported
+        self.feed_names = [s["name"] for s in header["feeds"]]
+        self.fetch_names = [s["name"] for s in header["fetches"]]
+        self.params = dict(params or {})
+
+    def __call__(self, *args, params=None, **named):
+        if len(args) + len(named) != len(self.feed_names) or set(named) - set(self.feed_names):
+            raise FeedError(f"expected the feeds {self.feed_names}, positionally or by name")
+        values = dict(zip(self.feed_names, args), **named)
+        params = {**self.params, **(params or {})}
+        specs = self.header["feeds"] + self.header["params"]
+        missing = [s["name"] for s in specs if s["name"] not in values and s["name"] not in params]
+        if missing:
+            raise FeedError("has no value (pass params={...} for parameter inputs)",
+                            var=missing[0])
+        arrays = [_convert(s, values[s["name"]] if s["name"] in values else params[s["name"]])
+                  for s in specs]
+        try:
+            out = self.exported.call(*arrays)
+        except (ValueError, TypeError) as e:
+            raise FeedError(f"the artifact rejected the inputs: {e}") from None
+        return [np.asarray(o) for o in out]
+
+
+def _convert(spec, value):
+    want = dtypes.to_numpy(spec["dtype"])
+    arr = np.asarray(value)
+    if arr.dtype != want:
+        if dtypes.kind_of(want) == "int" and arr.dtype.kind not in "iub":
+            raise FeedError(f"got dtype {arr.dtype}, the artifact takes {spec['dtype']}",
+                            var=spec["name"])
+        arr = arr.astype(want)
+    shape = spec["shape"]
+    if len(arr.shape) != len(shape) or any(isinstance(d, int) and d != n
+                                           for d, n in zip(shape, arr.shape)):
+        raise FeedError(f"got shape {list(arr.shape)}, the artifact takes {shape}",
+                        var=spec["name"])
+    return arr
+
+
+def load_compiled(path, params=None):
+    """Load an artifact written by `export_compiled`; returns a callable `CompiledModel`."""
+    from progdesc.io import read_file
+    header, payload = read_compiled(read_file(path, "compiled artifact"), path)
+    try:
+        exported = jax.export.deserialize(bytearray(payload))
+    except Exception as e:  # noqa: BLE001  (flatbuffer/MLIR parse errors)
+        raise FormatError(f"'{path}' holds no valid serialized module: {e}") from None
+    return CompiledModel(header, exported, params)

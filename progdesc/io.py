@@ -1,0 +1,357 @@
+"""Saving and loading programs, checkpoints and inference models.
+
+Nothing here uses pickle: files may come from strangers.
+
+- **Programs** are binary protobuf (``.pb``) or protobuf text (``.pbtxt``).
+  Loading checks the format version and validates every op against the
+  registry (`Program.from_bytes` / `from_text`).
+- **Checkpoints** are one safetensors file holding every persistable of a
+  program (parameters, optimizer state, step counters, the RNG state). We
+  chose safetensors over ``np.savez``: its header is plain JSON parsed by a
+  small audited parser with offsets checked against the file size, it has no
+  object or pickle path at all (``np.load`` only refuses pickle when asked
+  to), it stores bfloat16 natively, and other tools (PyTorch, Hugging Face)
+  read the files. The file's ``__metadata__`` names the format and version.
+  Variable names are only keys inside that one file, so no name can make a
+  save write anywhere else.
+- **Inference models** are a directory: ``model.pb`` (the pruned, test-mode
+  program), ``params.safetensors`` (its persistables) and ``model.json``
+  (format version, feed and fetch names, SHA-256 of the other two files).
+
+Every write is atomic: the bytes go to a temporary file beside the target,
+are flushed and fsynced, renamed over the target with `os.replace`, and the
+directory is fsynced. An exception or a crash part-way through leaves the
+previous file as it was. Loading validates everything (names, shapes against
+the program's VarDescs with -1 matching any size, dtypes) before it writes a
+single value to the Scope.
+"""
+import contextlib
+import hashlib
+import json
+import os
+import secrets
+
+import jax
+import numpy as np
+
+from lowering import dtypes
+from lowering import progdesc_pb2 as pb
+from lowering.errors import FeedError, FormatError, ProgdescError, ScopeError
+from lowering.lower import RNG_VAR
+from progdesc.framework import Program, Variable, default_main_program, dims_compatible
+from progdesc.prune import prune
+from progdesc.scope import global_scope
+
+CHECKPOINT_FORMAT = "progdesc.checkpoint"
+CHECKPOINT_VERSION = 1
+MODEL_FORMAT = "progdesc.inference_model"
+MODEL_VERSION = 1
+MODEL_PROGRAM, MODEL_PARAMS, MODEL_MANIFEST = "model.pb", "params.safetensors", "model.json"
+TEXT_SUFFIXES = (".pbtxt", ".prototxt", ".txt")
+
+_ST_DTYPES = {"BOOL": "bool", "U8": "uint8", "I8": "int8", "I16": "int16", "I32": "int32",
+              "I64": "int64", "U32": "uint32", "F16": "float16", "BF16": "bfloat16",
+              "F32": "float32", "F64": "float64"}
+_PERSISTED_KINDS = (pb.DENSE_TENSOR, pb.RNG_STATE)
+
+
+# --- files ---
+
+def _write_all(f, data):
+    """Write `data` to the open file `f` in pieces (a seam for crash tests)."""
+    view = memoryview(data)
+    for start in range(0, len(view), 1 << 20):
+        f.write(view[start:start + (1 << 20)])
+
+
+def _fsync_dir(directory):
+    with contextlib.suppress(OSError):
+        fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def atomic_write(path, data):
+    """Replace the file `path` by `data` (bytes or str) atomically; see the module docstring."""
+    path = os.fspath(path)
+    if isinstance(data, str):
+        data = data.encode("utf-8")
+    directory = os.path.dirname(os.path.abspath(path))
+    tmp = os.path.join(directory, f".{os.path.basename(path)}.{secrets.token_hex(6)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            _write_all(f, data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    _fsync_dir(directory)
+
+
+def read_file(path, what="file"):
+    """The bytes of `path`; FormatError naming the path if it cannot be read."""
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as e:
+        raise FormatError(f"cannot read {what} '{os.fspath(path)}': {e.strerror or e}") from None
+
+
+def _with_path(err, path):
+    """`err` again, of the same type and fields, with `path` in its message."""
+    return type(err)(f"{err.detail} (in '{os.fspath(path)}')", op_type=err.op_type,
+                     op_index=err.op_index, block_idx=err.block_idx, var=err.var,
+                     callsite=err.callsite)
+
+
+# --- programs ---
+
+def save_program(program, path, text=None):
+    """Save `program` to `path` atomically: protobuf text if `text`, else binary.
+
+    `text=None` picks text for a .pbtxt, .prototxt or .txt suffix.
+    """
+    text = os.fspath(path).endswith(TEXT_SUFFIXES) if text is None else text
+    atomic_write(path, program.to_text() if text else program.to_bytes())
+
+
+def program_from_bytes(data, path="<bytes>", text=None):
+    """Parse a program from file contents: text or binary (`text=None` tries binary, then text)."""
+    try:
+        if text:
+            try:
+                return Program.from_text(data.decode("utf-8"))
+            except UnicodeDecodeError:
+                raise FormatError("text program is not valid UTF-8") from None
+        try:
+            return Program.from_bytes(data)
+        except FormatError as binary_error:
+            if text is not None:
+                raise
+            try:
+                source = data.decode("utf-8")
+            except UnicodeDecodeError:
+                raise binary_error from None
+            try:
+                return Program.from_text(source)
+            except FormatError:
+                raise FormatError("neither a binary nor a text ProgramDesc "
+                                  f"({binary_error.detail})") from None
+    except ProgdescError as e:
+        raise _with_path(e, path) from None
+
+
+def load_program(path, text=None):
+    """Load and validate a program file (binary or text, chosen by suffix or by trying both)."""
+    if text is None and os.fspath(path).endswith(TEXT_SUFFIXES):
+        text = True
+    return program_from_bytes(read_file(path, "program"), path, text)
+
+
+# --- checkpoints ---
+
+def persistable_vars(program):
+    """{name: Variable} of every persistable tensor of `program` (global block first)."""
+    found = {}
+    for block in program.blocks:
+        for var in block.vars.values():
+            if var.persistable and var.desc.kind in _PERSISTED_KINDS:
+                found.setdefault(var.name, var)
+    return found
+
+
+def checkpoint_bytes(program, scope=None):
+    """The safetensors bytes of every persistable of `program`, read from `scope`."""
+    from safetensors.numpy import save as st_save
+    scope = scope or global_scope()
+    tensors = {}
+    for name, var in persistable_vars(program).items():
+        if name in scope:
+            value = np.asarray(scope.get(name))
+        elif name == RNG_VAR:          # what the Executor would start from
+            value = np.asarray(jax.random.PRNGKey(program.random_seed))
+        else:
+            raise ScopeError("has no value in the scope: run the startup program first "
+                             "(or load a checkpoint)", var=name)
+        tensors[name] = np.ascontiguousarray(value)
+    meta = {"format": CHECKPOINT_FORMAT, "format_version": str(CHECKPOINT_VERSION)}
+    return st_save(tensors, metadata=meta)
+
+
+def save_checkpoint(path, program=None, scope=None):
+    """Atomically write every persistable of `program` (default main) held by `scope` to `path`."""
+    atomic_write(path, checkpoint_bytes(program or default_main_program(), scope))
+
+
+def checkpoint_from_bytes(data, path="<bytes>"):
+    """{name: numpy array} of safetensors checkpoint bytes; FormatError for anything else."""
+    import safetensors
+    where = f"'{os.fspath(path)}'"
+    try:
+        entries = safetensors.deserialize(bytes(data))
+    except Exception as e:  # noqa: BLE001  (the parser's own error type)
+        raise FormatError(f"{where} is not a checkpoint (safetensors): {e}") from None
+    n = int.from_bytes(data[:8], "little")
+    meta = json.loads(bytes(data[8:8 + n])).get("__metadata__") or {}
+    if meta.get("format") != CHECKPOINT_FORMAT:
+        raise FormatError(f"{where} is a safetensors file but not a progdesc checkpoint")
+    if meta.get("format_version") != str(CHECKPOINT_VERSION):
+        raise FormatError(f"{where} has checkpoint format version {meta.get('format_version')!r}; "
+                          f"this progdesc reads {CHECKPOINT_VERSION}")
+    values = {}
+    for name, entry in entries:
+        dtype = _ST_DTYPES.get(entry["dtype"])
+        if dtype is None:
+            raise FormatError(f"{where} stores unsupported dtype {entry['dtype']}", var=name)
+        values[name] = np.frombuffer(entry["data"], dtypes.to_numpy(dtype)).reshape(
+            entry["shape"]).copy()
+    return values
+
+
+def read_checkpoint(path):
+    """{name: numpy array} of a checkpoint file (validated as a file, not against a program)."""
+    return checkpoint_from_bytes(read_file(path, "checkpoint"), path)
+
+
+def check_values(program, values, allow_missing=False, where="checkpoint"):
+    """Raise FormatError unless `values` fit every persistable of `program` (names, dims, dtype)."""
+    for name, var in persistable_vars(program).items():
+        if name not in values:
+            if allow_missing or name == RNG_VAR:
+                continue
+            raise FormatError(f"the {where} has no value for this persistable variable "
+                              f"(expected {dtypes.name_of(var.desc.dtype)}{list(var.shape)})",
+                              var=name)
+        value = values[name]
+        want_dtype, want_dims = dtypes.to_numpy(var.desc.dtype), tuple(var.desc.dims)
+        if value.dtype != want_dtype or not dims_compatible(want_dims, value.shape):
+            found = f"{dtypes.name_of(value.dtype)}{list(value.shape)}"
+            raise FormatError(f"the {where} holds {found}, the program expects "
+                              f"{dtypes.name_of(want_dtype)}{list(want_dims)} "
+                              "(-1: any size)", var=name)
+
+
+def set_values(program, values, scope=None):
+    """Store the values of `program`'s persistables into `scope` at once (after `check_values`)."""
+    scope = scope or global_scope()
+    names = [n for n in persistable_vars(program) if n in values]
+    with jax.enable_x64(True):        # int64/float64 state stays 64-bit, as the program says
+        arrays = {n: jax.device_put(values[n]) for n in names}
+    scope._write(arrays)
+    return names
+
+
+def load_checkpoint(path, program=None, scope=None, allow_missing=False):
+    """Load `path` into `scope` for `program`: all checked first; returns the names loaded.
+
+    Variables in the file that the program does not declare are ignored. A
+    missing value, or one whose shape or dtype disagrees with the program,
+    raises FormatError naming the variable, expected vs found, and leaves the
+    Scope unchanged. A missing RNG state is allowed (the Executor seeds it).
+    """
+    program = program or default_main_program()
+    values = read_checkpoint(path)
+    try:
+        check_values(program, values, allow_missing)
+    except FormatError as e:
+        raise _with_path(e, path) from None
+    return set_values(program, values, scope)
+
+
+# --- inference models ---
+
+def _names(targets):
+    return [t.name if isinstance(t, Variable) else str(t) for t in targets]
+
+
+def save_inference_model(dirname, feed_vars, fetch_vars, executor=None, program=None,
+                         scope=None):
+    """Prune `program` to `feed_vars` -> `fetch_vars` in test mode; save it and its parameters.
+
+    Writes `model.pb`, `params.safetensors` and, last, `model.json` into
+    `dirname` (created if needed), each atomically. Returns the pruned program.
+    `executor` is accepted for API compatibility; values come from `scope`.
+    """
+    program = program or default_main_program()
+    feed_names, fetch_names = _names(feed_vars), _names(fetch_vars)
+    if not fetch_names:
+        raise FormatError("save_inference_model needs at least one fetch variable")
+    for name in feed_names:
+        if program.global_block().find_var(name) is None:
+            raise FeedError("is a feed but not a variable of the program", var=name)
+    pruned = prune(program, feed_names, fetch_names)
+    program_data = pruned.to_bytes()
+    params_data = checkpoint_bytes(pruned, scope)
+    os.makedirs(dirname, exist_ok=True)
+    manifest = {"format": MODEL_FORMAT, "format_version": MODEL_VERSION,
+                "feed": feed_names, "fetch": fetch_names,
+                "sha256": {MODEL_PROGRAM: hashlib.sha256(program_data).hexdigest(),
+                           MODEL_PARAMS: hashlib.sha256(params_data).hexdigest()}}
+    atomic_write(os.path.join(dirname, MODEL_PROGRAM), program_data)
+    atomic_write(os.path.join(dirname, MODEL_PARAMS), params_data)
+    atomic_write(os.path.join(dirname, MODEL_MANIFEST), json.dumps(manifest, indent=1) + "\n")
+    return pruned
+
+
+def read_manifest(dirname):
+    """The validated `model.json` of an inference model directory."""
+    path = os.path.join(dirname, MODEL_MANIFEST)
+    if not os.path.isfile(path):
+        raise FormatError(f"'{os.fspath(dirname)}' is not an inference model directory "
+                          f"(no {MODEL_MANIFEST})")
+    data = read_file(path, "model manifest")
+    try:
+        manifest = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as e:
+        raise FormatError(f"'{path}' is not valid JSON: {e}") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != MODEL_FORMAT:
+        raise FormatError(f"'{path}' is not a progdesc inference model manifest")
+    if manifest.get("format_version") != MODEL_VERSION:
+        raise FormatError(f"'{path}' has format version {manifest.get('format_version')!r}; "
+                          f"this progdesc reads {MODEL_VERSION}")
+    for key in ("feed", "fetch"):
+        names = manifest.get(key)
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            raise FormatError(f"'{path}': '{key}' must be a list of variable names")
+    if not isinstance(manifest.get("sha256"), dict):
+        raise FormatError(f"'{path}': 'sha256' must map file names to digests")
+    return manifest
+
+
+def _model_file(dirname, manifest, name):
+    path = os.path.join(dirname, name)
+    data = read_file(path)
+    if hashlib.sha256(data).hexdigest() != manifest["sha256"].get(name):
+        raise FormatError(f"'{path}' does not match the digest in {MODEL_MANIFEST} "
+                          "(modified, truncated, or from another save)")
+    return data, path
+
+
+def load_inference_model(dirname, executor=None, scope=None):
+    """Load a directory saved by `save_inference_model` into `scope` (default: the global one).
+
+    Returns `(program, feed_names, fetch_targets)`; run it with
+    ``executor.run(program, feed={...}, fetch_list=fetch_targets, scope=scope)``.
+    Everything is validated before anything is written to the Scope.
+    """
+    manifest = read_manifest(dirname)
+    program = program_from_bytes(*_model_file(dirname, manifest, MODEL_PROGRAM), text=False)
+    params_data, params_path = _model_file(dirname, manifest, MODEL_PARAMS)
+    values = checkpoint_from_bytes(params_data, params_path)
+    block = program.global_block()
+    for name in manifest["feed"] + manifest["fetch"]:
+        if block.find_var(name) is None:
+            raise FormatError(f"the manifest of '{os.fspath(dirname)}' names a variable the "
+                              "program does not declare", var=name)
+    try:
+        check_values(program, values, where="parameter file")
+    except FormatError as e:
+        raise _with_path(e, params_path) from None
+    set_values(program, values, scope)
+    return program, list(manifest["feed"]), [block.var(n) for n in manifest["fetch"]]
