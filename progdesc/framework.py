@@ -251,7 +251,7 @@ class Block:
             _check_dtypes(opdef, in_map, in_shapes)
             inferred = infer.infer(opdef, in_shapes, full_attrs)
             if outputs is None:
-                base = self.program._names(name or type)
+                base = self.program._names(name) if name else self.program._op_names(type)
                 outputs = {}
                 for slot in opdef.outputs:
                     produced = inferred.get(slot.name, [])
@@ -441,7 +441,8 @@ class Program:
         self.blocks = [Block(self, b) for b in self.desc.blocks]
         self._current = 0
         self._version = 0
-        self._names = NameGenerator()
+        self._names = NameGenerator()       # layers, parameters, user-given names
+        self._op_names = NameGenerator()    # default names of op outputs
 
     def _touch(self):
         self._version += 1
@@ -507,6 +508,7 @@ class Program:
         """A deep copy; `for_test` drops backward/optimizer ops and sets `is_test` attrs."""
         p = Program.from_desc(self.desc)
         p._names._counts = dict(self._names._counts)
+        p._op_names._counts = dict(self._op_names._counts)
         if for_test:
             for block in p.blocks:
                 keep = [d for d in block.desc.ops

@@ -1,0 +1,260 @@
+"""The three training workloads, each written twice: with progdesc and with Flax + optax.
+
+Both versions of a workload have the same shapes, ops and dtypes (float32, Adam with
+learning rate 1e-3, mean softmax cross entropy over integer labels). Differences that
+remain on purpose, as each user would write it:
+
+- CNN: progdesc is NCHW (its only layout), Flax is NHWC (its only layout for nn.Conv);
+  the convolutions are 5x5 with 'SAME' padding (progdesc: explicit padding 2) in both.
+- Labels: progdesc int64 [N, 1] (its hard-label convention), Flax int32 [N].
+- Initial weights differ (same initializer families); they do not change the timings.
+
+`Workload.progdesc()` and `Workload.flax()` each return a `Trainer`: `define()` builds
+the model and its first state (timed as part of the first step), `prepare(batch)` turns a
+NumPy batch into that implementation's input (outside the timings), and `step(prepared)`
+runs one training step and returns the loss, already blocked on.
+"""
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+ADAM_LR = 1e-3
+
+
+@dataclass
+class Spec:
+    name: str
+    batch: int
+    x_shape: tuple          # per-example input shape, progdesc layout
+    classes: int = 10
+    extra: dict = field(default_factory=dict)
+
+
+SPECS = {
+    "mlp": Spec("mlp", 128, (784,)),
+    "cnn": Spec("cnn", 64, (1, 28, 28)),
+    "transformer": Spec("transformer", 16, (128, 256),
+                        extra=dict(layers=2, heads=4, ffn=1024)),
+}
+
+
+def make_batches(spec, n=4, seed=0, batch=None):
+    """`n` (x, label) NumPy batches in progdesc's layout: x float32, label int64 [N, 1]."""
+    rng = np.random.default_rng(seed)
+    b = batch or spec.batch
+    out = []
+    for _ in range(n):
+        x = rng.standard_normal((b,) + spec.x_shape).astype(np.float32)
+        y = rng.integers(0, spec.classes, size=(b, 1)).astype(np.int64)
+        out.append((x, y))
+    return out
+
+
+def flax_batch(spec, batch):
+    """A progdesc-layout batch converted to what the Flax model takes (NHWC, int32 [N])."""
+    x, y = batch
+    if spec.name == "cnn":
+        x = np.ascontiguousarray(x.transpose(0, 2, 3, 1))
+    return x, y[:, 0].astype(np.int32)
+
+
+# --- progdesc ---
+
+def build_progdesc(spec, seed=0):
+    """(main, startup, x var, label var, loss var) for a workload."""
+    import progdesc as pd
+    from progdesc import layers, ops
+    from progdesc.optimizer import Adam
+
+    main, startup = pd.Program(random_seed=seed), pd.Program(random_seed=seed)
+    with pd.program_guard(main, startup):
+        x = pd.data("x", [None, *spec.x_shape])
+        label = pd.data("label", [None, 1], "int64")
+        if spec.name == "mlp":
+            h = layers.fc(x, 512, act="relu")
+            h = layers.fc(h, 512, act="relu")
+            logits = layers.fc(h, spec.classes)
+        elif spec.name == "cnn":
+            h = layers.conv2d(x, 32, 5, padding=2, act="relu")
+            h = layers.pool2d(h, 2)
+            h = layers.conv2d(h, 64, 5, padding=2, act="relu")
+            h = layers.pool2d(h, 2)
+            h = layers.fc(h, 1024, act="relu")
+            logits = layers.fc(h, spec.classes)
+        elif spec.name == "transformer":
+            h = x
+            for _ in range(spec.extra["layers"]):
+                h = layers.transformer_encoder_layer(
+                    h, spec.extra["heads"], spec.extra["ffn"], dropout_rate=0.0,
+                    activation="gelu", is_test=True)
+            pooled = ops.reduce_mean(h, axis=[1])
+            logits = layers.fc(pooled, spec.classes)
+        else:
+            raise ValueError(spec.name)
+        loss = ops.mean(layers.softmax_with_cross_entropy(logits, label))
+        Adam(ADAM_LR).minimize(loss)
+    return main, startup, x, label, loss
+
+
+class ProgdescTrainer:
+    impl = "progdesc"
+
+    def __init__(self, spec):
+        self.spec = spec
+
+    def define(self, first_batch):
+        import progdesc as pd
+        self.main, self.startup, self.x, self.label, self.loss = build_progdesc(self.spec)
+        self.exe, self.scope = pd.Executor(), pd.Scope()
+        self.exe.run(self.startup, scope=self.scope)
+
+    def feed(self, batch):
+        return {"x": batch[0], "label": batch[1]}
+
+    def prepare(self, batch):
+        return self.feed(batch)
+
+    def step(self, feed):
+        (value,) = self.exe.run(self.main, feed=feed, fetch_list=[self.loss], scope=self.scope)
+        return value
+
+    def compiled_step(self, batch):
+        """The jax `Compiled` of the training step (for cost and memory analysis), or None."""
+        import jax
+        from progdesc.executor import convert_feed, with_feed_fetch
+        from lowering.lower import lower_block
+        block = self.main.global_block()
+        feed = self.feed(batch)
+        names = tuple(feed)
+        feeds = tuple(convert_feed(block.var(n), v) for n, v in feed.items())
+        entry = None
+        for e in getattr(self.exe, "_cache", {}).values():
+            if getattr(e, "feed_names", None) is not None and self.loss.name in getattr(
+                    e, "fetch_names", ()):
+                entry = e
+        with jax.enable_x64(True):
+            if entry is not None and hasattr(entry, "jitted"):
+                state, _ = self.scope._read(entry.mutable + entry.readonly)
+                mut = {n: state[n] for n in entry.mutable}
+                ro = {n: state[n] for n in entry.readonly}
+                return entry.jitted.lower(feeds, mut, ro).compile()
+            lowered = lower_block(with_feed_fetch(self.main, names, (self.loss.name,)), 0)
+            state, _ = self.scope._read(lowered.reads)
+            mut = {n: state[n] for n in lowered.reads if n in lowered.writes}
+            ro = {n: state[n] for n in lowered.reads if n not in lowered.writes}
+            return jax.jit(lowered.fn, donate_argnums=(1,)).lower(feeds, mut, ro).compile()
+
+
+# --- Flax ---
+
+def _flax_module(spec):
+    import flax.linen as nn
+    import jax.numpy as jnp
+
+    if spec.name == "mlp":
+        class MLP(nn.Module):
+            @nn.compact
+            def __call__(self, x):
+                x = nn.relu(nn.Dense(512)(x))
+                x = nn.relu(nn.Dense(512)(x))
+                return nn.Dense(spec.classes)(x)
+        return MLP()
+
+    if spec.name == "cnn":
+        class CNN(nn.Module):
+            @nn.compact
+            def __call__(self, x):          # NHWC
+                x = nn.relu(nn.Conv(32, (5, 5), padding="SAME")(x))
+                x = nn.max_pool(x, (2, 2), strides=(2, 2))
+                x = nn.relu(nn.Conv(64, (5, 5), padding="SAME")(x))
+                x = nn.max_pool(x, (2, 2), strides=(2, 2))
+                x = x.reshape((x.shape[0], -1))
+                x = nn.relu(nn.Dense(1024)(x))
+                return nn.Dense(spec.classes)(x)
+        return CNN()
+
+    if spec.name == "transformer":
+        heads, ffn = spec.extra["heads"], spec.extra["ffn"]
+
+        class Attention(nn.Module):
+            # mirrors progdesc.layers.multi_head_attention: separate q/k/v/out Dense layers
+            @nn.compact
+            def __call__(self, x):
+                b, t, d = x.shape
+                hd = d // heads
+
+                def split(h):
+                    return h.reshape(b, t, heads, hd).transpose(0, 2, 1, 3)
+
+                q, k, v = (split(nn.Dense(d)(x)) for _ in range(3))
+                scores = jnp.matmul(q, k.transpose(0, 1, 3, 2)) * (1.0 / math.sqrt(hd))
+                w = nn.softmax(scores, axis=-1)
+                ctx = jnp.matmul(w, v).transpose(0, 2, 1, 3).reshape(b, t, d)
+                return nn.Dense(d)(ctx)
+
+        class EncoderLayer(nn.Module):
+            # post-norm, dropout 0: x = LN(x + attn(x)); x = LN(x + ffn(x))
+            @nn.compact
+            def __call__(self, x):
+                d = x.shape[-1]
+                x = nn.LayerNorm(epsilon=1e-5)(x + Attention()(x))
+                h = nn.Dense(d)(nn.gelu(nn.Dense(ffn)(x), approximate=False))
+                return nn.LayerNorm(epsilon=1e-5)(x + h)
+
+        class Transformer(nn.Module):
+            @nn.compact
+            def __call__(self, x):
+                for _ in range(spec.extra["layers"]):
+                    x = EncoderLayer()(x)
+                return nn.Dense(spec.classes)(x.mean(axis=1))
+        return Transformer()
+    raise ValueError(spec.name)
+
+
+class FlaxTrainer:
+    impl = "flax"
+
+    def __init__(self, spec):
+        self.spec = spec
+
+    def define(self, first_batch):
+        import jax
+        import optax
+        model = _flax_module(self.spec)
+        x, _ = flax_batch(self.spec, first_batch)
+        params = model.init(jax.random.PRNGKey(0), x)       # eager, as users write it
+        tx = optax.adam(ADAM_LR)
+        opt_state = tx.init(params)
+
+        def loss_fn(p, x, y):
+            logits = model.apply(p, x)
+            return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
+
+        def train_step(p, s, x, y):
+            loss, grads = jax.value_and_grad(loss_fn)(p, x, y)
+            updates, s = tx.update(grads, s, p)
+            return optax.apply_updates(p, updates), s, loss
+
+        self._raw_step = train_step
+        self._step = jax.jit(train_step, donate_argnums=(0, 1))
+        self.params, self.opt_state = params, opt_state
+
+    def prepare(self, batch):
+        return flax_batch(self.spec, batch)
+
+    def step(self, prepared):
+        x, y = prepared
+        self.params, self.opt_state, loss = self._step(self.params, self.opt_state, x, y)
+        return loss.block_until_ready()
+
+    def compiled_step(self, batch):
+        x, y = flax_batch(self.spec, batch)
+        return self._step.lower(self.params, self.opt_state, x, y).compile()
+
+
+TRAINERS = {"progdesc": ProgdescTrainer, "flax": FlaxTrainer}
+
+
+def trainer(impl, name):
+    return TRAINERS[impl](SPECS[name])
