@@ -120,29 +120,30 @@ class ProgdescTrainer:
         return value
 
     def compiled_step(self, batch):
-        """The jax `Compiled` of the training step (for cost and memory analysis), or None."""
+        """The jax `Compiled` of the training step, for XLA cost and memory analysis.
+
+        Rebuilt the way the Executor builds it (with_feed_fetch + lower_block + jax.jit
+        with the mutable state donated) rather than read from the Executor's private
+        cache, so that it keeps working while the Executor changes; XLA options an
+        Executor might set are not applied here.
+        """
         import jax
+        from lowering.lower import RNG_VAR, lower_block
         from progdesc.executor import convert_feed, with_feed_fetch
-        from lowering.lower import lower_block
         block = self.main.global_block()
-        feed = self.feed(batch)
-        names = tuple(feed)
+        feed = self.prepare(batch)
         feeds = tuple(convert_feed(block.var(n), v) for n, v in feed.items())
-        entry = None
-        for e in getattr(self.exe, "_cache", {}).values():
-            if getattr(e, "feed_names", None) is not None and self.loss.name in getattr(
-                    e, "fetch_names", ()):
-                entry = e
+        lowered = lower_block(with_feed_fetch(self.main, tuple(feed), (self.loss.name,)), 0)
+
+        def value(n):
+            v = self.scope.find_var(n)
+            if (v is None or v.value is None) and n == RNG_VAR:
+                return jax.random.PRNGKey(0)
+            return v.value
+
+        mut = {n: value(n) for n in lowered.reads if n in lowered.writes}
+        ro = {n: value(n) for n in lowered.reads if n not in lowered.writes}
         with jax.enable_x64(True):
-            if entry is not None and hasattr(entry, "jitted"):
-                state, _ = self.scope._read(entry.mutable + entry.readonly)
-                mut = {n: state[n] for n in entry.mutable}
-                ro = {n: state[n] for n in entry.readonly}
-                return entry.jitted.lower(feeds, mut, ro).compile()
-            lowered = lower_block(with_feed_fetch(self.main, names, (self.loss.name,)), 0)
-            state, _ = self.scope._read(lowered.reads)
-            mut = {n: state[n] for n in lowered.reads if n in lowered.writes}
-            ro = {n: state[n] for n in lowered.reads if n not in lowered.writes}
             return jax.jit(lowered.fn, donate_argnums=(1,)).lower(feeds, mut, ro).compile()
 
 

@@ -10,7 +10,8 @@ Nothing is written to the Scope unless the whole run succeeds.
 import contextlib
 import itertools
 from collections import OrderedDict
-from dataclasses import dataclass
+import weakref
+from dataclasses import dataclass, field
 
 import jax
 import numpy as np
@@ -20,19 +21,55 @@ from lowering import progdesc_pb2 as pb
 from lowering.errors import FeedError, FetchError, ScopeError
 from lowering.lower import FEED_VAR, FETCH_VAR, RNG_VAR, lower_block
 from progdesc.framework import Program, Variable, default_main_program, dims_compatible
-from progdesc.scope import global_scope
+from progdesc.scope import Scope, global_scope
 
 _CACHE_SIZE = 64
 
 
 @dataclass
 class _Compiled:
-    jitted: object
-    feed_names: tuple
+    """One compiled (program version, feed signature, fetch list, steps)."""
+    call: object
+    feed_casts: tuple      # per feed: dtype to convert to or None; None when every feed fits
     fetch_names: tuple
-    mutable: tuple
-    readonly: tuple
-    checked_state: bool = False
+    reads: tuple           # persistables passed in: mutable (donated) ones first
+    n_mutable: int
+    writes: tuple          # persistables coming back
+    ready: bool = False        # persistables found and checked in the last resolved scope
+    _scope_ref: object = None
+    _generation: int = -1
+    _holders: tuple = ((), ())
+    compiled: object = None    # the AOT executable, made on the first call
+    needs_x64: bool = True     # whether calls need 64-bit types enabled (a 64-bit argument)
+
+    def __call__(self, feeds, mutable, readonly, device):
+        """Run the executable (compiling it on the first call)."""
+        if self.compiled is None:
+            with jax.enable_x64(True), _default_device(device):
+                self.compiled = self.call.lower(feeds, mutable, readonly).compile()
+            self.needs_x64 = any(np.dtype(x.dtype).itemsize == 8
+                                 for x in jax.tree_util.tree_leaves((feeds, mutable, readonly)))
+        if self.needs_x64:
+            with jax.enable_x64(True):
+                return self.compiled(feeds, mutable, readonly)
+        return self.compiled(feeds, mutable, readonly)
+
+    def resolve(self, scope):
+        """(read holders, write holders) in `scope`, cached until any scope gains a variable."""
+        if self._generation != Scope.generation or self._scope_ref is None \
+                or self._scope_ref() is not scope:
+            read, write = scope._holders(self.reads, self.writes)
+            self._holders = ([h or _ABSENT for h in read], write)
+            self._scope_ref, self._generation = weakref.ref(scope), Scope.generation
+            self.ready = False
+        return self._holders
+
+
+class _Absent:
+    value = None
+
+
+_ABSENT = _Absent()
 
 
 def _device(device):
@@ -87,76 +124,131 @@ class Executor:
         self.trace_count = 0
         """How many times a program was traced (each trace is a compilation)."""
 
-    def run(self, program=None, feed=None, fetch_list=None, scope=None, return_numpy=True):
-        """Run `program` once; returns the fetched values, in `fetch_list` order.
+    def run(self, program=None, feed=None, fetch_list=None, scope=None, return_numpy=True,
+            steps=None):
+        """Run `program`; returns the fetched values, in `fetch_list` order.
 
         `feed` maps data variables (or their names) to arrays; `fetch_list`
         holds Variables or names. With `return_numpy` the results are NumPy
         arrays, else jax arrays left on the device.
+
+        With `steps=K`, every fed array has a leading axis of K mini-batches
+        and the program runs K times inside one compiled call (a `lax.scan`
+        carrying the persistable state); each fetched value comes back
+        stacked, with that leading axis of K.
         """
-        program = program or default_main_program()
-        if not isinstance(program, Program):
+        if program is None:
+            program = default_main_program()
+        elif not isinstance(program, Program):
             raise TypeError(f"Executor.run expects a Program, got {type(program).__name__}")
         scope = scope or global_scope()
-        block = program.global_block()
-        fetch_names = tuple(_name_of(f) for f in (fetch_list or ()))
-        feed_names, feed_values = [], []
-        for target, value in (feed or {}).items():
-            name = _name_of(target)
-            var = block.find_var(name)
-            if var is None:
-                raise FeedError("is fed but is not a variable of the program", var=name)
-            feed_names.append(name)
-            feed_values.append(convert_feed(var, value))
-        key = (_serial(program), program.version, tuple(feed_names),
-               tuple((v.shape, v.dtype) for v in feed_values), fetch_names)
-        entry = self._cache.get(key)
+        feed = feed or {}
+        fetch_names = tuple([f if f.__class__ is str else _name_of(f) for f in fetch_list or ()])
+        try:
+            signature = tuple([(k if k.__class__ is str else k.name, v.shape, v.dtype)
+                               for k, v in feed.items()])
+        except AttributeError:   # lists or scalars: convert first
+            signature = None
+        key = (_serial(program), program._version, signature, fetch_names, steps)
+        entry = self._cache.get(key) if signature is not None else None
         if entry is None:
-            entry = self._compile(program, tuple(feed_names), fetch_names)
-            self._cache[key] = entry
-            if len(self._cache) > _CACHE_SIZE:
-                self._cache.popitem(last=False)
-        state = self._read_state(program, scope, entry)
-        with jax.enable_x64(True), _default_device(self.device):
-            fetched, written = entry.jitted(
-                tuple(feed_values), {n: state[n] for n in entry.mutable},
-                {n: state[n] for n in entry.readonly})
-        scope._write(written)
+            entry, values = self._prepare(program, feed, fetch_names, steps)
+        elif entry.feed_casts is None:
+            values = tuple(feed.values())
+        else:
+            values = tuple([v if cast is None else np.asarray(v).astype(cast)
+                            for v, cast in zip(feed.values(), entry.feed_casts)])
+        read, write = entry.resolve(scope)
+        state = [h.value for h in read]
+        if not entry.ready:
+            state = self._check_state(program, entry, state)
+        n = entry.n_mutable
+        fetched, written = entry(values, tuple(state[:n]), tuple(state[n:]), self.device)
+        scope._store(write, written)
+        entry.ready = True
         if return_numpy:
             return [np.asarray(v) for v in fetched]
         return list(fetched)
 
-    def _read_state(self, program, scope, entry):
-        state, missing = scope._read(entry.mutable + entry.readonly)
-        for name in missing:
-            if name != RNG_VAR:
-                raise ScopeError("has no value in the scope: run the startup program first "
-                                 "(or load a checkpoint)", var=name)
-            state[name] = jax.random.PRNGKey(program.random_seed)
-        if not entry.checked_state:
-            for name, value in state.items():
-                var = program.global_block().find_var(name)
-                if var is not None and (
-                        not dims_compatible(tuple(var.desc.dims), value.shape)
-                        or np.dtype(value.dtype) != dtypes.to_numpy(var.desc.dtype)):
-                    raise ScopeError(
-                        f"scope holds {value.dtype}{list(value.shape)}, the program declares "
-                        f"{dtypes.name_of(var.desc.dtype)}{list(var.desc.dims)}", var=name)
-            entry.checked_state = True
+    def _prepare(self, program, feed, fetch_names, steps):
+        """Validate and convert the feeds, and compile (or find) the entry for them."""
+        if steps is not None and (not isinstance(steps, int) or steps < 1):
+            raise ValueError(f"steps must be a positive int, got {steps!r}")
+        block = program.global_block()
+        names, values, casts = [], [], []
+        for target, value in feed.items():
+            name = _name_of(target)
+            var = block.find_var(name)
+            if var is None:
+                raise FeedError("is fed but is not a variable of the program", var=name)
+            raw_dtype = getattr(value, "dtype", None)
+            if steps is not None:
+                if np.ndim(value) == 0 or np.shape(value)[0] != steps:
+                    raise FeedError(f"with steps={steps} every feed needs a leading axis of "
+                                    f"{steps}, got shape {list(np.shape(value))}", var=name)
+                arr = np.stack([convert_feed(var, v) for v in value]) if not isinstance(
+                    value, jax.Array) else value
+                convert_feed(var, arr[0])
+            else:
+                arr = convert_feed(var, value)
+            names.append(name)
+            values.append(arr)
+            casts.append(None if raw_dtype == arr.dtype else arr.dtype)
+        signature = tuple((n, np.shape(v), v.dtype) for n, v in zip(names, feed.values())) \
+            if all(hasattr(v, "dtype") for v in feed.values()) else None
+        key = (_serial(program), program.version, signature, fetch_names, steps)
+        entry = self._cache.get(key)
+        if entry is None:
+            entry = self._compile(program, tuple(names), fetch_names, steps, tuple(casts))
+            if signature is not None:
+                self._cache[key] = entry
+                if len(self._cache) > _CACHE_SIZE:
+                    self._cache.popitem(last=False)
+        return entry, tuple(values)
+
+    def _check_state(self, program, entry, state):
+        """Fill the RNG state if absent, refuse missing or ill-fitting persistables."""
+        for i, name in enumerate(entry.reads):
+            if state[i] is None:
+                if name != RNG_VAR:
+                    raise ScopeError("has no value in the scope: run the startup program first "
+                                     "(or load a checkpoint)", var=name)
+                state[i] = jax.random.PRNGKey(program.random_seed)
+        for name, value in zip(entry.reads, state):
+            var = program.global_block().find_var(name)
+            if var is not None and (
+                    not dims_compatible(tuple(var.desc.dims), value.shape)
+                    or np.dtype(value.dtype) != dtypes.to_numpy(var.desc.dtype)):
+                raise ScopeError(
+                    f"scope holds {value.dtype}{list(value.shape)}, the program declares "
+                    f"{dtypes.name_of(var.desc.dtype)}{list(var.desc.dims)}", var=name)
         return state
 
-    def _compile(self, program, feed_names, fetch_names):
+    def _compile(self, program, feed_names, fetch_names, steps, casts):
         desc = with_feed_fetch(program, feed_names, fetch_names)
         lowered = lower_block(desc, 0)
         mutable = tuple(n for n in lowered.reads if n in lowered.writes)
         readonly = tuple(n for n in lowered.reads if n not in lowered.writes)
+        only_written = tuple(n for n in lowered.writes if n not in mutable)
 
         def step(feeds, mutable_state, readonly_state):
             self.trace_count += 1
-            return lowered.fn(feeds, mutable_state, readonly_state)
+            fetched, written = lowered.fn(feeds, dict(zip(mutable, mutable_state)),
+                                          dict(zip(readonly, readonly_state)))
+            return fetched, tuple(written[n] for n in mutable + only_written)
 
-        return _Compiled(jax.jit(step, donate_argnums=(1,)), lowered.feed_names,
-                         lowered.fetch_names, mutable, readonly)
+        def many_steps(feeds, mutable_state, readonly_state):
+            def body(carry, step_feeds):
+                fetched, written = step(step_feeds, carry, readonly_state)
+                return written[:len(mutable)], (fetched, written[len(mutable):])
+            carry, (fetched, last) = jax.lax.scan(body, mutable_state, feeds)
+            return fetched, carry + tuple(v[-1] for v in last)
+
+        call = jax.jit(step if steps is None else many_steps, donate_argnums=(1,))
+        if not any(c is not None for c in casts):
+            casts = None
+        return _Compiled(call, casts, lowered.fetch_names, mutable + readonly, len(mutable),
+                         mutable + only_written)
 
 
 def with_feed_fetch(program, feed_names, fetch_names):

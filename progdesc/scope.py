@@ -46,6 +46,9 @@ class ScopeVariable:
 class Scope:
     """A name -> value map with a parent; see the module docstring."""
 
+    generation = 0
+    """Counts variable creations in every scope: name lookups cached before stay valid until it moves."""
+
     def __init__(self, parent=None):
         self.parent = parent
         self._vars = {}
@@ -76,6 +79,7 @@ class Scope:
             v = self._vars.get(name)
             if v is None:
                 v = self._vars[name] = ScopeVariable(self, name)
+                Scope.generation += 1
             return v
 
     def find_var(self, name):
@@ -114,20 +118,24 @@ class Scope:
         v = self.find_var(name)
         return v is not None and v.value is not None
 
-    def _read(self, names):
-        """{name: value} for names present, and the list of missing names (one lock)."""
-        found, missing = {}, []
+    def _holders(self, read_names, write_names):
+        """ScopeVariables for names read (found through parents, or None) and written.
+
+        A written name that exists nowhere is created in this scope.
+        """
         with self._lock:
-            for n in names:
-                v = self.find_var(n)
-                if v is None or v.value is None:
-                    missing.append(n)
-                else:
-                    found[n] = v.value
-        return found, missing
+            write = [self.find_var(n) or self.var(n) for n in write_names]
+            read = [self.find_var(n) for n in read_names]
+        return read, write
+
+    def _store(self, holders, values):
+        """Store values into resolved holders at once, under one lock."""
+        with self._lock:
+            for holder, value in zip(holders, values):
+                holder.value = value
 
     def _write(self, values):
-        """Store several values at once, under one lock."""
+        """Store {name: value} at once, under one lock (where each name is found, else here)."""
         with self._lock:
             for n, value in values.items():
                 (self.find_var(n) or self.var(n)).value = value

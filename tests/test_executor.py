@@ -148,3 +148,39 @@ def test_scope_value_that_does_not_fit_the_program_is_refused():
     scope.set("b", np.ones(3, np.float32))
     with pytest.raises(pd.ScopeError, match="variable 'w'"):
         pd.Executor().run(main, feed={"x": np.ones((1, 3))}, fetch_list=[y], scope=scope)
+
+
+def test_many_steps_in_one_call_match_separate_calls():
+    def build():
+        main, startup = pd.Program(random_seed=1), pd.Program(random_seed=1)
+        with pd.program_guard(main, startup):
+            x = pd.data("x", [None, 4])
+            label = pd.data("label", [None, 1], "int64")
+            h = pd.layers.dropout(pd.layers.fc(x, 8, act="relu"), 0.2)
+            loss = ops.mean(pd.layers.softmax_with_cross_entropy(pd.layers.fc(h, 3), label))
+            pd.optimizer.Adam(0.01).minimize(loss)
+        return main, startup, loss
+
+    rng = np.random.default_rng(0)
+    xs = rng.normal(size=(5, 6, 4)).astype(np.float32)
+    ys = rng.integers(0, 3, size=(5, 6, 1))
+    results = []
+    for stacked in (False, True):
+        main, startup, loss = build()
+        scope, exe = pd.Scope(), pd.Executor()
+        exe.run(startup, scope=scope)
+        if stacked:
+            losses, = exe.run(main, feed={"x": xs, "label": ys}, fetch_list=[loss],
+                              scope=scope, steps=5)
+        else:
+            losses = np.stack([exe.run(main, feed={"x": xs[i], "label": ys[i]},
+                                       fetch_list=[loss], scope=scope)[0] for i in range(5)])
+        results.append((losses, np.asarray(scope.get("fc_0.w_0"))))
+    np.testing.assert_allclose(results[1][0], results[0][0], rtol=1e-5)
+    np.testing.assert_allclose(results[1][1], results[0][1], rtol=1e-5, atol=1e-6)
+    with pytest.raises(pd.FeedError, match="leading axis of 5"):
+        main, startup, loss = build()
+        scope, exe = pd.Scope(), pd.Executor()
+        exe.run(startup, scope=scope)
+        exe.run(main, feed={"x": xs[:3], "label": ys[:3]}, fetch_list=[loss], scope=scope,
+                steps=5)

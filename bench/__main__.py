@@ -1,0 +1,302 @@
+"""`python -m bench` (`make bench`): progdesc against hand-written Flax + optax (issue 6).
+
+Sections (all by default; pick with --only):
+  steps      per workload, median step time of progdesc's Executor.run vs a jitted Flax
+             step with donated state, interleaved A/B in this process; plus XLA's cost and
+             memory analysis of both compiled steps;
+  first      per workload and implementation, in a fresh subprocess: model definition to
+             first finished step (compile included), and peak RSS;
+  overhead   Executor.run on a one-op program vs a raw jitted call;
+  build      build + append_backward + lowering of 1k..10k-op programs, growth exponent;
+  multistep  Executor.run(..., steps=K) vs K calls (skipped without a `steps` argument).
+
+Prints a table with every ratio next to its target (PASS/FAIL) and writes JSON to
+bench/results.json (--json to change). --quick is a smoke run (a minute or two).
+"""
+import argparse
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+
+from bench import build_scaling, multistep, overhead
+from bench import workloads as W
+from bench.common import fmt_s, hlo_summary, interleaved
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+SECTIONS = ("steps", "first", "overhead", "build", "multistep")
+TARGETS = {
+    "step": ("<=", 1.05), "first": ("<=", 1.0), "memory": ("<=", 1.2),
+    "overhead": ("<=", 1.5), "exponent": ("<=", 1.1), "build10k": ("<", 2.0),
+    "multistep": (">=", 1.5),
+}
+
+
+def log(msg=""):
+    print(msg, flush=True)
+
+
+def verdict(kind, value):
+    op, target = TARGETS[kind]
+    if value is None or value != value:
+        return "n/a"
+    ok = value <= target if op == "<=" else value < target if op == "<" else value >= target
+    return "PASS" if ok else "FAIL"
+
+
+def machine():
+    import jax
+    import flax
+    import optax
+    dev = jax.devices()[0]
+    return {"date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+            "host": platform.node(), "cpu_cores": os.cpu_count(),
+            "cpu": _cpu_model(), "python": platform.python_version(),
+            "backend": jax.default_backend(), "device": str(dev.device_kind),
+            "jax": jax.__version__, "jaxlib": getattr(jax.lib, "__version__", None) or
+            __import__("jaxlib").__version__, "flax": flax.__version__,
+            "optax": optax.__version__, "command": " ".join(["python -m bench"] + sys.argv[1:])}
+
+
+def _cpu_model():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+# --- sections ---
+
+def run_steps(names, steps, warmup, block, analyze):
+    results = {}
+    for name in names:
+        spec = W.SPECS[name]
+        batches = W.make_batches(spec, 4)
+        trainers = {impl: W.trainer(impl, name) for impl in ("progdesc", "flax")}
+        fns, losses = {}, {}
+        for impl, tr in trainers.items():
+            tr.define(batches[0])
+            prepared = [tr.prepare(b) for b in batches]
+            counter = iter(range(10**9))
+
+            def fn(tr=tr, prepared=prepared, counter=counter, impl=impl):
+                losses[impl] = tr.step(prepared[next(counter) % len(prepared)])
+            fns[impl] = fn
+        t0 = time.perf_counter()
+        res = interleaved(fns, steps=steps, warmup=warmup, block=block)
+        row = {impl: {"median_s": r["median_s"], "min_s": r["min_s"], "n": r["n"]}
+               for impl, r in res.items()}
+        row["ratio"] = res["progdesc"]["median_s"] / res["flax"]["median_s"]
+        row["final_loss"] = {k: float(v) for k, v in losses.items()}
+        log(f"  {name}: progdesc {fmt_s(res['progdesc']['median_s'])}, flax "
+            f"{fmt_s(res['flax']['median_s'])} per step (x{row['ratio']:.3f}, "
+            f"{res['flax']['n']} steps each, {time.perf_counter() - t0:.0f} s)")
+        if analyze:
+            for impl, tr in trainers.items():
+                try:
+                    row[impl]["hlo"] = hlo_summary(tr.compiled_step(batches[0]))
+                except Exception as e:  # noqa: BLE001
+                    row[impl]["hlo"] = {"error": repr(e)}
+            hp, hf = row["progdesc"]["hlo"], row["flax"]["hlo"]
+            if "peak_mb" in hp and "peak_mb" in hf:
+                row["xla_memory_ratio"] = hp["peak_mb"] / hf["peak_mb"]
+                log(f"    XLA memory (args + outputs - aliased + temp): progdesc "
+                    f"{hp['peak_mb']:.1f} MB, flax {hf['peak_mb']:.1f} MB "
+                    f"(temp {hp['temp_mb']:.1f} vs {hf['temp_mb']:.1f} MB)")
+            if "flops" in hp and "flops" in hf:
+                log(f"    XLA cost: flops {hp['flops'] / 1e9:.2f} vs {hf['flops'] / 1e9:.2f} G, "
+                    f"bytes accessed {hp['bytes_accessed'] / 2**20:.0f} vs "
+                    f"{hf['bytes_accessed'] / 2**20:.0f} MB, top-level HLO ops "
+                    f"{hp.get('n_entry_ops')} vs {hf.get('n_entry_ops')}")
+        results[name] = row
+        del trainers, fns
+    return results
+
+
+def run_first(names, repeats, timeout=300):
+    results = {}
+    env = dict(os.environ)
+    env["PYTHONPATH"] = ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    for name in names:
+        runs = {"progdesc": [], "flax": []}
+        for r in range(repeats):
+            for impl in (("progdesc", "flax") if r % 2 == 0 else ("flax", "progdesc")):
+                proc = subprocess.run(
+                    [sys.executable, "-m", "bench.firststep", name, impl], cwd=ROOT, env=env,
+                    capture_output=True, text=True, timeout=timeout)
+                lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+                if proc.returncode or not lines:
+                    log(f"  {name}/{impl}: first-step subprocess failed:\n"
+                        f"{proc.stderr[-2000:]}")
+                    continue
+                runs[impl].append(json.loads(lines[-1]))
+        if not runs["progdesc"] or not runs["flax"]:
+            results[name] = {"error": "subprocess failed", "runs": runs}
+            continue
+        best = {impl: min(rs, key=lambda d: d["first_step_s"]) for impl, rs in runs.items()}
+        row = {"runs": runs}
+        for impl in ("progdesc", "flax"):
+            row[impl] = {
+                "first_step_s": best[impl]["first_step_s"],
+                "define_s": best[impl]["define_s"], "first_run_s": best[impl]["first_run_s"],
+                "peak_rss_mb": max(d["peak_rss_mb"] for d in runs[impl]),
+                "peak_rss_delta_mb": max(d["peak_rss_delta_mb"] for d in runs[impl])}
+        row["ratio"] = row["progdesc"]["first_step_s"] / row["flax"]["first_step_s"]
+        row["rss_delta_ratio"] = (row["progdesc"]["peak_rss_delta_mb"]
+                                  / row["flax"]["peak_rss_delta_mb"])
+        p, f = row["progdesc"], row["flax"]
+        log(f"  {name}: first step progdesc {p['first_step_s']:.2f} s (define "
+            f"{p['define_s']:.2f} + run {p['first_run_s']:.2f}), flax {f['first_step_s']:.2f} s "
+            f"(define {f['define_s']:.2f} + run {f['first_run_s']:.2f}) x{row['ratio']:.2f}; "
+            f"peak RSS +{p['peak_rss_delta_mb']:.0f} vs +{f['peak_rss_delta_mb']:.0f} MB")
+        results[name] = row
+    return results
+
+
+# --- the table ---
+
+def table(res):
+    rows = []
+
+    def add(what, measured, kind, value, fmt="x{:.3f}"):
+        op, target = TARGETS[kind]
+        shown = "n/a" if value is None or value != value else fmt.format(value)
+        rows.append((what, measured, shown, f"{op} {target:g}", verdict(kind, value)))
+
+    for name, r in res.get("steps", {}).items():
+        add(f"{name}: step time progdesc/flax",
+            f"{fmt_s(r['progdesc']['median_s'])} / {fmt_s(r['flax']['median_s'])}",
+            "step", r["ratio"])
+    for name, r in res.get("first", {}).items():
+        if "ratio" in r:
+            add(f"{name}: first step progdesc/flax",
+                f"{r['progdesc']['first_step_s']:.2f} s / {r['flax']['first_step_s']:.2f} s",
+                "first", r["ratio"])
+    for name in W.SPECS:
+        s = res.get("steps", {}).get(name, {})
+        if "xla_memory_ratio" in s:
+            add(f"{name}: peak memory (XLA buffers)",
+                f"{s['progdesc']['hlo']['peak_mb']:.1f} / {s['flax']['hlo']['peak_mb']:.1f} MB",
+                "memory", s["xla_memory_ratio"])
+        f = res.get("first", {}).get(name, {})
+        if "rss_delta_ratio" in f:
+            add(f"{name}: peak RSS growth (subprocess)",
+                f"{f['progdesc']['peak_rss_delta_mb']:.0f} / "
+                f"{f['flax']['peak_rss_delta_mb']:.0f} MB", "memory", f["rss_delta_ratio"])
+    o = res.get("overhead")
+    if o:
+        add("Executor.run overhead, trivial program",
+            f"{o['progdesc_host']['median_s'] * 1e6:.0f} us / "
+            f"{o['raw_host']['median_s'] * 1e6:.0f} us", "overhead", o["ratio"], "x{:.2f}")
+        add("  (device results, no NumPy copy)",
+            f"{o['progdesc_device']['median_s'] * 1e6:.0f} us / "
+            f"{o['raw_device']['median_s'] * 1e6:.0f} us", "overhead", o["ratio_device"],
+            "x{:.2f}")
+    b = res.get("build")
+    if b:
+        pe = b["phase_exponents"]
+        add("build+backward+lower growth exponent",
+            " ".join(f"{p} {v:.2f}" for p, v in pe.items()), "exponent", b["exponent"],
+            "{:.2f}")
+        add(f"build+backward+lower at {b['largest_n']} ops",
+            " + ".join(f"{b['rows'][-1][p + '_s']:.2f}" for p in ("build", "backward", "lower"))
+            + " s", "build10k", b["largest_total_s"], "{:.2f} s")
+    m = res.get("multistep")
+    if m:
+        if "ratio" in m:
+            add(f"steps={m['k']} throughput vs {m['k']} calls (MLP b{m['batch']})",
+                f"{m['separate_s'] * 1e3:.1f} / {m['steps_s'] * 1e3:.1f} ms", "multistep",
+                m["ratio"], "x{:.2f}")
+        else:
+            rows.append(("steps=K throughput (MLP b32)", "skipped", "n/a", ">= 1.5", "SKIP"))
+    head = ("measure", "progdesc / reference", "value", "target", "")
+    widths = [max(len(str(r[i])) for r in rows + [head]) for i in range(5)]
+    lines = [" | ".join(str(c).ljust(w) for c, w in zip(head, widths)),
+             "-+-".join("-" * w for w in widths)]
+    lines += [" | ".join(str(c).ljust(w) for c, w in zip(r, widths)) for r in rows]
+    return "\n".join(lines), rows
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--only", default=",".join(SECTIONS),
+                    help=f"comma-separated sections ({', '.join(SECTIONS)})")
+    ap.add_argument("--workloads", default=",".join(W.SPECS),
+                    help="comma-separated workloads (mlp, cnn, transformer)")
+    ap.add_argument("--steps", type=int, default=30, help="timed steps per implementation")
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--block", type=int, default=5, help="steps per A/B block")
+    ap.add_argument("--first-repeats", type=int, default=2,
+                    help="fresh subprocesses per implementation for the first step")
+    ap.add_argument("--sizes", default="1000,2000,5000,10000", help="op counts for 'build'")
+    ap.add_argument("--trace", action="store_true",
+                    help="also time tracing of the lowered function in 'build' (not in total)")
+    ap.add_argument("--k", type=int, default=16, help="steps per call for 'multistep'")
+    ap.add_argument("--no-analysis", action="store_true",
+                    help="skip XLA cost/memory analysis of the compiled steps")
+    ap.add_argument("--quick", action="store_true", help="smoke run: few steps, small sizes")
+    ap.add_argument("--json", default=os.path.join(HERE, "results.json"))
+    args = ap.parse_args(argv)
+    only = [s for s in args.only.split(",") if s]
+    names = [n for n in args.workloads.split(",") if n]
+    for n in names:
+        if n not in W.SPECS:
+            ap.error(f"unknown workload {n!r}")
+    sizes = [int(s) for s in args.sizes.split(",")]
+    overhead_calls, ms_rounds = 2000, 12
+    if args.quick:
+        args.steps, args.warmup, args.block = min(args.steps, 6), 2, 3
+        args.first_repeats = 1
+        sizes = [s for s in sizes if s <= 1000] or [500]
+        sizes = sorted({250, 500, *sizes})
+        overhead_calls, ms_rounds = 300, 4
+
+    import jax
+    info = machine()
+    log(f"progdesc benchmark: {info['date']}, {info['cpu_cores']} cores ({info['cpu']}), "
+        f"backend {info['backend']} ({info['device']}), jax {info['jax']}, flax {info['flax']}")
+    results = {"machine": info, "args": vars(args)}
+    t_start = time.perf_counter()
+    jax.numpy.zeros(1).block_until_ready()
+    if "build" in only:
+        log("build + append_backward + lower (synthetic fc/tanh chains):")
+        results["build"] = build_scaling.run(sizes, trace=args.trace, log=log)
+    if "overhead" in only:
+        log("Executor.run overhead:")
+        results["overhead"] = overhead.run(steps=overhead_calls, log=log)
+    if "steps" in only:
+        log(f"step time (median of {args.steps} after {args.warmup} warm-up, blocks of "
+            f"{args.block}, interleaved):")
+        results["steps"] = run_steps(names, args.steps, args.warmup, args.block,
+                                     not args.no_analysis)
+    if "multistep" in only:
+        log("many steps per call:")
+        results["multistep"] = multistep.run(k=args.k, rounds=ms_rounds, log=log)
+    if "first" in only:
+        log("first step and peak RSS (fresh subprocess each):")
+        results["first"] = run_first(names, args.first_repeats)
+    results["seconds"] = time.perf_counter() - t_start
+    text, rows = table(results)
+    results["table"] = [dict(zip(("measure", "measured", "value", "target", "verdict"), r))
+                        for r in rows]
+    log()
+    log(text)
+    fails = [r[0] for r in rows if r[4] == "FAIL"]
+    log(f"\n{len(fails)} target(s) failing; {results['seconds']:.0f} s in all. "
+        f"JSON: {os.path.relpath(args.json)}")
+    with open(args.json, "w") as f:
+        json.dump(results, f, indent=1, default=str)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,83 @@
+"""The notebooks in notebooks/: committed without outputs, and each runs top to bottom.
+
+Each notebook runs in a fresh IPython kernel started with this interpreter (a
+kernel spec written to a temporary JUPYTER_PATH), with the repository on
+PYTHONPATH and matplotlib's non-interactive Agg backend, so no display and no
+installed kernel are needed. A cell error fails the test and names the cell.
+"""
+import json
+import os
+import pathlib
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+KERNEL = "progdesc-test"
+TIMEOUT_PER_CELL = 300
+
+
+def test_notebooks_exist():
+    assert [p.name for p in NOTEBOOKS] == ["01_quickstart.ipynb", "02_gradients.ipynb",
+                                           "03_export.ipynb"]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_committed_without_outputs(path):
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    assert nb["cells"], path
+    for i, cell in enumerate(nb["cells"]):
+        if cell["cell_type"] == "code":
+            assert cell.get("outputs") == [], f"{path.name} cell {i} has outputs (strip them)"
+            assert cell.get("execution_count") is None, \
+                f"{path.name} cell {i} has an execution count (strip outputs)"
+    assert "widgets" not in nb.get("metadata", {}), f"{path.name} stores widget state"
+
+
+@pytest.fixture(scope="module")
+def kernel_env(tmp_path_factory, monkeypatch_module):
+    pytest.importorskip("nbclient")
+    pytest.importorskip("ipykernel")
+    jupyter = tmp_path_factory.mktemp("jupyter")
+    spec = jupyter / "kernels" / KERNEL
+    spec.mkdir(parents=True)
+    (spec / "kernel.json").write_text(json.dumps({
+        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": "progdesc tests", "language": "python"}))
+    monkeypatch_module.setenv("JUPYTER_PATH", str(jupyter))
+    monkeypatch_module.setenv("PYTHONPATH", os.pathsep.join(
+        [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
+    monkeypatch_module.setenv("MPLBACKEND", "Agg")
+    monkeypatch_module.setenv("JAX_PLATFORMS", os.environ.get("JAX_PLATFORMS", "cpu"))
+    monkeypatch_module.setenv("PYDEVD_DISABLE_FILE_VALIDATION", "1")
+    return KERNEL
+
+
+@pytest.fixture(scope="module")
+def monkeypatch_module():
+    with pytest.MonkeyPatch.context() as mp:
+        yield mp
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_runs(path, kernel_env, tmp_path):
+    import nbclient
+    import nbformat
+    nb = nbformat.read(path, as_version=4)
+    client = nbclient.NotebookClient(nb, kernel_name=kernel_env, timeout=TIMEOUT_PER_CELL,
+                                     resources={"metadata": {"path": str(tmp_path)}})
+    try:
+        client.execute()
+    except nbclient.exceptions.CellExecutionError as e:
+        pytest.fail(f"{path.name}: a cell failed:\n{e}", pytrace=False)
+    errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs
+              if o.output_type == "error"]
+    assert not errors
+    if path.stem == "01_quickstart":
+        shown = [o for c in nb.cells for o in c.get("outputs", [])
+                 if "text/html" in o.get("data", {})]
+        assert any('class="pd-program"' in o["data"]["text/html"] for o in shown)
+        assert any('class="pd-scope"' in o["data"]["text/html"] for o in shown)
+        assert any("image/png" in o.get("data", {}) for c in nb.cells
+                   for o in c.get("outputs", []))
