@@ -218,12 +218,18 @@ class OpDef:
 _REGISTRY: dict = {}
 
 
+GENERATION = [0]
+"""Bumped whenever a definition is registered: compiled programs made before may be stale."""
+
+
 def register(opdef, replace=False):
     """Add an `OpDef` to the registry; registering a type twice needs `replace=True`."""
+    _ensure_loaded()   # built-ins first, so a user's definition cannot block one of them
     if opdef.type in _REGISTRY and not replace:
         raise ProgramError(f"op type '{opdef.type}' is already registered "
                            "(pass replace=True to replace it)")
     _REGISTRY[opdef.type] = opdef
+    GENERATION[0] += 1
     return opdef
 
 

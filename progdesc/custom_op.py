@@ -55,8 +55,7 @@ Registering and replacing
     Registering a type that already exists (built-in or custom) raises
     `progdesc.ProgramError`, unless `replace=True` is passed: then the new
     definition replaces the old one for every program built or lowered
-    afterwards. An Executor caches compiled programs; use a fresh Executor
-    (or modify the program) after replacing an op that a cached program uses.
+    afterwards (an Executor recompiles programs it had compiled before).
     `unregister` removes a custom type again (restoring the built-in one it
     replaced, if any).
 

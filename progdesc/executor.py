@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import jax
 import numpy as np
 
-from lowering import dtypes
+from lowering import dtypes, registry
 from lowering import progdesc_pb2 as pb
 from lowering.errors import FeedError, FetchError, ScopeError
 from lowering.lower import FEED_VAR, FETCH_VAR, RNG_VAR, lower_block
@@ -149,7 +149,8 @@ class Executor:
                                for k, v in feed.items()])
         except AttributeError:   # lists or scalars: convert first
             signature = None
-        key = (_serial(program), program._version, signature, fetch_names, steps)
+        key = (_serial(program), program._version, registry.GENERATION[0], signature, fetch_names,
+               steps)
         entry = self._cache.get(key) if signature is not None else None
         if entry is None:
             entry, values = self._prepare(program, feed, fetch_names, steps)
@@ -196,7 +197,8 @@ class Executor:
             casts.append(None if raw_dtype == arr.dtype else arr.dtype)
         signature = tuple((n, np.shape(v), v.dtype) for n, v in zip(names, feed.values())) \
             if all(hasattr(v, "dtype") for v in feed.values()) else None
-        key = (_serial(program), program.version, signature, fetch_names, steps)
+        key = (_serial(program), program.version, registry.GENERATION[0], signature, fetch_names,
+               steps)
         entry = self._cache.get(key)
         if entry is None:
             entry = self._compile(program, tuple(names), fetch_names, steps, tuple(casts))
