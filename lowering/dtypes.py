@@ -46,11 +46,16 @@ def to_numpy(dtype):
     return _BY_NAME[name_of(dtype)][1]
 
 
-def kind_of(dtype):
-    """'float', 'int' or 'bool': the family a dtype belongs to."""
-    dt = to_numpy(dtype)
+def _kind(dt):
     if dt == np.bool_:
         return "bool"
-    if np.issubdtype(dt, np.integer):
-        return "int"
-    return "float"
+    return "int" if np.issubdtype(dt, np.integer) else "float"
+
+
+_KIND_BY_NAME = {name: _kind(dt) for name, (_, dt) in _BY_NAME.items()}
+
+
+def kind_of(dtype):
+    """'float', 'int' or 'bool': the family a dtype belongs to."""
+    kind = _KIND_BY_NAME.get(dtype) if isinstance(dtype, str) else None
+    return kind or _KIND_BY_NAME[name_of(dtype)]

@@ -94,7 +94,7 @@ def lower_block(program_desc, block_idx=0):
     """Lower block `block_idx` of a `ProgramDesc` (with feed/fetch ops) to a `LoweredBlock`."""
     steps, var_index, persistable = _plan(program_desc, block_idx)
     feed_names, fetch_names = {}, {}
-    defined, reads, writes = set(), [], []
+    defined, reads, writes = set(), {}, {}   # dicts: ordered sets
     uses_rng = False
     for step in steps:
         if step.opdef.type == "feed":
@@ -105,8 +105,7 @@ def lower_block(program_desc, block_idx=0):
             if name in defined or name in (FEED_VAR,):
                 continue
             if name in persistable:
-                if name not in reads:
-                    reads.append(name)
+                reads[name] = None
                 defined.add(name)
             else:
                 var = var_index.get(name)
@@ -118,14 +117,11 @@ def lower_block(program_desc, block_idx=0):
                     var=name, callsite=step.callsite)
         for name in (n for names in step.outputs.values() for n in names):
             defined.add(name)
-            if name in persistable and name not in writes:
-                writes.append(name)
+            if name in persistable:
+                writes[name] = None
         uses_rng |= step.opdef.random
     if uses_rng:
-        if RNG_VAR not in reads:
-            reads.append(RNG_VAR)
-        if RNG_VAR not in writes:
-            writes.append(RNG_VAR)
+        reads[RNG_VAR] = writes[RNG_VAR] = None
     if sorted(fetch_names) != list(range(len(fetch_names))):
         raise FetchError(f"fetch columns {sorted(fetch_names)} are not 0..{len(fetch_names) - 1}")
 

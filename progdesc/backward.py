@@ -50,8 +50,7 @@ def _outputs(op_desc):
 
 def _diff_inputs(op_desc):
     """(slot, position, name) of inputs bound to slots that may receive gradients."""
-    opdef = registry.get(op_desc.type)
-    diff = set(opdef.differentiable_inputs)
+    diff = set(registry.get(op_desc.type).differentiable_inputs)
     return [(s.parameter, i, n) for s in op_desc.inputs if s.parameter in diff
             for i, n in enumerate(s.arguments)]
 
@@ -84,9 +83,10 @@ def _grad_ops(block, targets, target_grads, inputs, no_grad_set):
         v = block.find_var(name)
         return v is not None and not v.stop_gradient and _is_float(block, name)
 
+    diff_inputs = [_diff_inputs(op_desc) for op_desc in ops]
     depends = {n for n in requested if n not in blocked}
-    for op_desc in ops:
-        if any(n in depends and flows_into(n) for _, _, n in _diff_inputs(op_desc)):
+    for op_desc, diff in zip(ops, diff_inputs):
+        if any(n in depends and flows_into(n) for _, _, n in diff):
             depends.update(n for n in _outputs(op_desc) if flows_into(n))
     needed = {t for t in targets if t in depends}
     relevant = []
@@ -94,14 +94,14 @@ def _grad_ops(block, targets, target_grads, inputs, no_grad_set):
         op_desc = ops[idx]
         if any(n in needed for n in _outputs(op_desc)):
             relevant.append(idx)
-            needed.update(n for _, _, n in _diff_inputs(op_desc) if n in depends)
+            needed.update(n for _, _, n in diff_inputs[idx] if n in depends)
 
     # how many gradient contributions each variable receives
     consumers = {}
     for t in targets:
         consumers[t] = consumers.get(t, 0) + 1
     for idx in relevant:
-        for _, _, n in _diff_inputs(ops[idx]):
+        for _, _, n in diff_inputs[idx]:
             if n in needed and flows_into(n):
                 consumers[n] = consumers.get(n, 0) + 1
 
@@ -143,7 +143,7 @@ def _grad_ops(block, targets, target_grads, inputs, no_grad_set):
         if not out_grads:
             continue
         in_targets, new = {}, []
-        for slot, i, n in _diff_inputs(op_desc):
+        for slot, i, n in diff_inputs[idx]:
             if n in needed and flows_into(n):
                 name = contribution_name(n)
                 in_targets[(slot, i)] = name

@@ -229,9 +229,10 @@ class Executor:
     def _compile(self, program, feed_names, fetch_names, steps, casts):
         desc = with_feed_fetch(program, feed_names, fetch_names)
         lowered = lower_block(desc, 0)
-        mutable = tuple(n for n in lowered.reads if n in lowered.writes)
-        readonly = tuple(n for n in lowered.reads if n not in lowered.writes)
-        only_written = tuple(n for n in lowered.writes if n not in mutable)
+        written, read = set(lowered.writes), set(lowered.reads)
+        mutable = tuple(n for n in lowered.reads if n in written)
+        readonly = tuple(n for n in lowered.reads if n not in written)
+        only_written = tuple(n for n in lowered.writes if n not in read)
 
         def step(feeds, mutable_state, readonly_state):
             self.trace_count += 1

@@ -55,9 +55,16 @@ def _(g):
             shape = [0] * len(od) + [1]
         dout = g.call("reshape", dout, shape=shape)
     names = {"X": x, "Y": y, "dout": dout}
+    flat_dy = (g.wants("Y") and len(yd) == 2 and len(xd) >= 3 and not tx
+               and xd[-1] >= 0 and od[-1] >= 0)
+    if flat_dy:  # one 2-D product over all leading dims: XLA runs a batched product + sum slower
+        xf = g.call("reshape", x, shape=[-1, xd[-1]])
+        df = g.call("reshape", dout, shape=[-1, od[-1]])
+        g.call("matmul", *((df, xf) if ty else (xf, df)), transpose_x=True, alpha=alpha,
+               out=g.in_grad("Y"))
     for slot, dims, other, (a, b, ta, tb) in zip(
             ("X", "Y"), (xd, yd), (yd, xd), _GRAD_PRODUCTS[(tx, ty)]):
-        if not g.wants(slot):
+        if not g.wants(slot) or (slot == "Y" and flat_dy):
             continue
         reduce = len(dims) == 1 or (len(other) > 1 and tuple(dims[:-2]) != tuple(od[:-2]))
         grad = g.call("matmul", names[a], names[b], transpose_x=ta, transpose_y=tb,

@@ -71,8 +71,7 @@ def conv2d(Input, Filter, *, strides, paddings, dilations, groups, padding_algor
     pads, dilation = _conv_geometry(Input.shape[2:], Filter.shape[2:], strides, paddings,
                                     dilations, padding_algorithm)
     return lax.conv_general_dilated(Input, Filter, tuple(strides), pads, rhs_dilation=dilation,
-                                    dimension_numbers=_CONV_DIMS, feature_group_count=groups,
-                                    precision=lax.Precision.HIGHEST)
+                                    dimension_numbers=_CONV_DIMS, feature_group_count=groups)
 
 
 @conv2d.gradient
