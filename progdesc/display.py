@@ -26,15 +26,14 @@ import html
 import shutil
 import subprocess
 
-from lowering import dtypes, registry
+from lowering import dtypes
 from lowering import progdesc_pb2 as pb
-from lowering.desc import read_attrs, slot_map
+from lowering.desc import slot_map
 from lowering.errors import ProgdescError
+from progdesc.framework import ROLE_NAMES, format_value, non_default_attrs
 
 __all__ = ["RenderError", "block_html", "program_dot", "program_html", "render", "scope_html"]
 
-_ROLE_NAMES = {pb.FORWARD: "forward", pb.BACKWARD: "backward", pb.OPTIMIZE: "optimize",
-               pb.LR_SCHED: "lr_sched", pb.LOSS: "loss"}
 # role -> (row background, DOT fill colour)
 _ROLE_COLORS = {"forward": ("#ffffff", "#e7f0fd"), "loss": ("#fff8e6", "#fde9b8"),
                 "backward": ("#fdf0e9", "#f9d3bf"), "optimize": ("#eaf7ec", "#c6ebcd"),
@@ -66,7 +65,7 @@ def _e(value):
 
 
 def _role(op_desc):
-    return _ROLE_NAMES.get(op_desc.role, "forward")
+    return ROLE_NAMES.get(op_desc.role, "forward")
 
 
 def _type_str(var_desc):
@@ -83,42 +82,12 @@ def _var_kind(var_desc):
     return "temporary"
 
 
-def _fmt(value):
-    if isinstance(value, float):
-        return f"{value:g}"
-    if isinstance(value, tuple):
-        return "[" + ", ".join(_fmt(v) for v in value) + "]"
-    return repr(value) if isinstance(value, str) else str(value)
-
-
-def _op_attrs(op_desc):
-    """[(name, value, attribute type)] of the attributes that differ from their defaults."""
-    if not registry.is_registered(op_desc.type):
-        return [(k, "?", "") for k in sorted(op_desc.attrs)]
-    opdef = registry.get(op_desc.type)
-    try:
-        values = read_attrs(opdef, op_desc)
-    except ProgdescError:
-        return [(k, "?", "") for k in sorted(op_desc.attrs)]
-    shown = []
-    for a in opdef.attrs:
-        v = values[a.name]
-        if a.type in ("block", "blocks"):
-            shown.append((a.name, v, a.type))
-            continue
-        try:
-            default = None if a.default is registry.REQUIRED else a.check(a.default)
-        except ProgdescError:
-            default = None
-        if a.default is registry.REQUIRED or v != default:
-            shown.append((a.name, v, a.type))
-    return shown
 
 
 def _sub_blocks(op_desc):
     """Indices of the blocks an op refers to through 'block'/'blocks' attributes."""
     out = []
-    for _, v, kind in _op_attrs(op_desc):
+    for _, v, kind in non_default_attrs(op_desc):
         if kind == "block":
             out.append(int(v))
         elif kind == "blocks":
@@ -143,13 +112,13 @@ def _vars_cell(block, mapping):
 
 def _attrs_cell(op_desc):
     parts = []
-    for name, value, kind in _op_attrs(op_desc):
+    for name, value, kind in non_default_attrs(op_desc):
         if kind == "block":
             text = f"block {value}"
         elif kind == "blocks":
             text = "blocks " + ", ".join(str(b) for b in value)
         else:
-            text = _fmt(value)
+            text = format_value(value)
         if len(text) > _MAX_ATTR_CHARS:
             text = text[:_MAX_ATTR_CHARS - 1] + "\u2026"
         parts.append(f"{_e(name)}={_e(text)}")

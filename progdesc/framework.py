@@ -391,23 +391,43 @@ def op_line(block, op_desc):
         return ", ".join(parts)
 
     line = f"{names(op_desc.outputs, True)} = {op_desc.type}({names(op_desc.inputs, False)})"
-    if registry.is_registered(op_desc.type):
-        opdef = registry.get(op_desc.type)
-        attrs = read_attrs(opdef, op_desc)
-        shown = {k: v for k, v in attrs.items()
-                 if opdef.attr(k).default is registry.REQUIRED or v != opdef.attr(k).check(
-                     opdef.attr(k).default)}
-        if shown:
-            line += " {" + ", ".join(f"{k}={_fmt(v)}" for k, v in shown.items()) + "}"
+    shown = non_default_attrs(op_desc)
+    if shown:
+        line += " {" + ", ".join(f"{k}={format_value(v)}" for k, v, _ in shown) + "}"
     return line
 
 
-def _fmt(v):
-    if isinstance(v, float):
-        return f"{v:g}"
-    if isinstance(v, tuple):
-        return "[" + ", ".join(_fmt(x) for x in v) + "]"
-    return repr(v) if isinstance(v, str) else str(v)
+def format_value(value):
+    """An attribute value as text: floats short, lists bracketed, strings quoted."""
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, tuple):
+        return "[" + ", ".join(format_value(v) for v in value) + "]"
+    return repr(value) if isinstance(value, str) else str(value)
+
+
+def non_default_attrs(op_desc):
+    """[(name, value, attribute type)] of the attributes that differ from their defaults."""
+    if not registry.is_registered(op_desc.type):
+        return [(k, "?", "") for k in sorted(op_desc.attrs)]
+    opdef = registry.get(op_desc.type)
+    try:
+        values = read_attrs(opdef, op_desc)
+    except ProgdescError:
+        return [(k, "?", "") for k in sorted(op_desc.attrs)]
+    shown = []
+    for a in opdef.attrs:
+        v = values[a.name]
+        if a.type in ("block", "blocks"):
+            shown.append((a.name, v, a.type))
+            continue
+        try:
+            default = None if a.default is registry.REQUIRED else a.check(a.default)
+        except ProgdescError:
+            default = None
+        if a.default is registry.REQUIRED or v != default:
+            shown.append((a.name, v, a.type))
+    return shown
 
 
 def block_text(block):
