@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 demo: $(STAMP)
-	$(PY) -m progdesc demo
+	$(PY) -m progdesc demo --save-dir build/digits_model
 
 test: $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS) -m "not slow"
