@@ -78,16 +78,8 @@ class Variable:
 
     def _binary(self, op_type, other, reverse=False):
         from progdesc import ops
-        if not isinstance(other, Variable):
-            if op_type in ("add", "sub") and not reverse:
-                return ops.scale(self, scale=1.0, bias=float(other) * (1 if op_type == "add" else -1))
-            if op_type == "mul":
-                return ops.scale(self, scale=float(other))
-            if op_type == "sub" and reverse:
-                return ops.scale(self, scale=-1.0, bias=float(other))
-            if op_type == "add" and reverse:
-                return ops.scale(self, scale=1.0, bias=float(other))
-            other = ops.fill_constant(shape=[1], dtype=self.dtype, value=float(other))
+        if not isinstance(other, Variable):   # a Python scalar: a constant of shape [] broadcasts
+            other = ops.fill_constant(shape=[], dtype=self.dtype, value=float(other))
         a, b = (other, self) if reverse else (self, other)
         return getattr(ops, op_type)(a, b)
 
@@ -234,12 +226,12 @@ class Block:
         return self._insert_op(len(self.desc.ops), type, inputs, outputs, attrs, role=role,
                                name=name, callsite=callsite)
 
-    def _insert_op(self, index, type, inputs=None, outputs=None, attrs=None, *,
+    def _insert_op(self, index, op_type, inputs=None, outputs=None, attrs=None, *,
                    role=pb.FORWARD, name=None, callsite=None):
         callsite = _user_callsite() if callsite is None else callsite
-        where = dict(op_type=type, op_index=index, block_idx=self.idx, callsite=callsite)
+        where = dict(op_type=op_type, op_index=index, block_idx=self.idx, callsite=callsite)
         try:
-            opdef = registry.get(type)
+            opdef = registry.get(op_type)
             in_map = _check_slots(opdef.inputs, _names_of(inputs or {}), "input")
             for names in in_map.values():
                 for n in names:
@@ -251,7 +243,7 @@ class Block:
             _check_dtypes(opdef, in_map, in_shapes)
             inferred = infer.infer(opdef, in_shapes, full_attrs)
             if outputs is None:
-                base = self.program._names(name) if name else self.program._op_names(type)
+                base = self.program._names(name) if name else self.program._op_names(op_type)
                 outputs = {}
                 for slot in opdef.outputs:
                     produced = inferred.get(slot.name, [])
@@ -269,8 +261,8 @@ class Block:
         except ProgdescError as e:
             if e.op_type is not None and e.op_index is not None:
                 raise
-            raise type_of(e)(e.detail, var=e.var, **where) from None
-        desc = new_op_desc(type, in_map, out_map, role=role, callsite=callsite)
+            raise type(e)(e.detail, var=e.var, **where) from None
+        desc = new_op_desc(op_type, in_map, out_map, role=role, callsite=callsite)
         write_attrs(opdef, desc, full_attrs)
         if index == len(self.desc.ops):
             self.desc.ops.append(desc)
@@ -307,11 +299,6 @@ class Block:
     def _repr_html_(self):
         from progdesc.display import block_html
         return block_html(self)
-
-
-def type_of(err):
-    """The class of an error, for re-raising it with more context."""
-    return type(err)
 
 
 def _names_of(mapping):
