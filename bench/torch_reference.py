@@ -19,11 +19,17 @@ import math
 import os
 import platform
 import statistics
+import sys
 import time
 
-import torch
-import torch.nn as nn
-import torch.nn.functional as F
+# bench/profile.py would shadow the standard library's `profile` (torch imports cProfile)
+# when this file is run as a script: drop the script's own folder from the path.
+sys.path[:] = [p for p in sys.path
+               if os.path.abspath(p or ".") != os.path.dirname(os.path.abspath(__file__))]
+
+import torch  # noqa: E402
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
 
 SHAPES = {  # batch, per-example input shape (as in bench/workloads.py SPECS)
     "mlp": (128, (784,)),
