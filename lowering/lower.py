@@ -90,6 +90,11 @@ def _plan(program_desc, block_idx):
     return kept, var_index, persistable
 
 
+def draws_random(opdef, attrs):
+    """Whether an op draws random numbers: random ops draw nothing in test mode (`is_test`)."""
+    return opdef.random and not attrs.get("is_test", False)
+
+
 def lower_block(program_desc, block_idx=0):
     """Lower block `block_idx` of a `ProgramDesc` (with feed/fetch ops) to a `LoweredBlock`."""
     steps, var_index, persistable = _plan(program_desc, block_idx)
@@ -119,7 +124,7 @@ def lower_block(program_desc, block_idx=0):
             defined.add(name)
             if name in persistable:
                 writes[name] = None
-        uses_rng |= step.opdef.random
+        uses_rng |= draws_random(step.opdef, step.attrs)
     if uses_rng:
         reads[RNG_VAR] = writes[RNG_VAR] = None
     if sorted(fetch_names) != list(range(len(fetch_names))):
@@ -156,7 +161,7 @@ def _run_step(step, env, rng, fetches, block_idx):
         else:
             args[slot.name] = env[names[0]] if names else None
     if opdef.random:
-        args["key"] = jax.random.fold_in(rng, step.index + 1)
+        args["key"] = jax.random.fold_in(rng, step.index + 1) if rng is not None else None
     try:
         result = opdef.lower(**args, **step.attrs)
         produced = split_outputs(opdef, result)

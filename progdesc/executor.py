@@ -30,7 +30,6 @@ _CACHE_SIZE = 64
 class _Compiled:
     """One compiled (program version, feed signature, fetch list, steps)."""
     call: object
-    feed_casts: tuple      # per feed: dtype to convert to or None; None when every feed fits
     fetch_names: tuple
     reads: tuple           # persistables passed in: mutable (donated) ones first
     n_mutable: int
@@ -120,7 +119,8 @@ class Executor:
 
     def __init__(self, device=None):
         self.device = _device(device)
-        self._cache = OrderedDict()
+        self._cache = OrderedDict()     # raw feed signature -> (entry, feed casts)
+        self._entries = OrderedDict()   # converted feed signature -> entry
         self.trace_count = 0
         """How many times a program was traced (each trace is a compilation)."""
 
@@ -151,14 +151,18 @@ class Executor:
             signature = None
         key = (_serial(program), program._version, registry.GENERATION[0], signature, fetch_names,
                steps)
-        entry = self._cache.get(key) if signature is not None else None
-        if entry is None:
-            entry, values = self._prepare(program, feed, fetch_names, steps)
-        elif entry.feed_casts is None:
-            values = tuple(feed.values())
+        cached = self._cache.get(key) if signature is not None else None
+        if cached is None:
+            entry, values, casts = self._prepare(program, feed, fetch_names, steps)
+            if signature is not None:
+                _remember(self._cache, key, (entry, casts))
         else:
-            values = tuple([v if cast is None else np.asarray(v).astype(cast)
-                            for v, cast in zip(feed.values(), entry.feed_casts)])
+            entry, casts = cached
+            if casts is None:
+                values = tuple(feed.values())
+            else:
+                values = tuple([v if cast is None else v.astype(cast)
+                                for v, cast in zip(feed.values(), casts)])
         read, write = entry.resolve(scope)
         state = [h.value for h in read]
         if not entry.ready:
@@ -172,7 +176,11 @@ class Executor:
         return list(fetched)
 
     def _prepare(self, program, feed, fetch_names, steps):
-        """Validate and convert the feeds, and compile (or find) the entry for them."""
+        """Validate and convert the feeds; find or compile their entry.
+
+        Returns (entry, converted feeds, per-feed casts or None when every
+        feed already has its variable's dtype).
+        """
         if steps is not None and (not isinstance(steps, int) or steps < 1):
             raise ValueError(f"steps must be a positive int, got {steps!r}")
         block = program.global_block()
@@ -187,26 +195,23 @@ class Executor:
                 if np.ndim(value) == 0 or np.shape(value)[0] != steps:
                     raise FeedError(f"with steps={steps} every feed needs a leading axis of "
                                     f"{steps}, got shape {list(np.shape(value))}", var=name)
-                arr = np.stack([convert_feed(var, v) for v in value]) if not isinstance(
-                    value, jax.Array) else value
-                convert_feed(var, arr[0])
+                arr = value if isinstance(value, jax.Array) else np.stack(
+                    [convert_feed(var, v) for v in value])
+                first = convert_feed(var, arr[0])      # one step's shape and dtype
+                arr = arr if arr.dtype == first.dtype else arr.astype(first.dtype)
             else:
                 arr = convert_feed(var, value)
             names.append(name)
             values.append(arr)
             casts.append(None if raw_dtype == arr.dtype else arr.dtype)
-        signature = tuple((n, np.shape(v), v.dtype) for n, v in zip(names, feed.values())) \
-            if all(hasattr(v, "dtype") for v in feed.values()) else None
-        key = (_serial(program), program.version, registry.GENERATION[0], signature, fetch_names,
-               steps)
-        entry = self._cache.get(key)
+        key = (_serial(program), program.version, registry.GENERATION[0],
+               tuple((n, v.shape, v.dtype) for n, v in zip(names, values)), fetch_names, steps)
+        entry = self._entries.get(key)
         if entry is None:
-            entry = self._compile(program, tuple(names), fetch_names, steps, tuple(casts))
-            if signature is not None:
-                self._cache[key] = entry
-                if len(self._cache) > _CACHE_SIZE:
-                    self._cache.popitem(last=False)
-        return entry, tuple(values)
+            entry = _remember(self._entries, key,
+                              self._compile(program, tuple(names), fetch_names, steps))
+        casts = None if all(c is None for c in casts) else tuple(casts)
+        return entry, tuple(values), casts
 
     def _check_state(self, program, entry, state):
         """Fill the RNG state if absent, refuse missing or ill-fitting persistables."""
@@ -216,6 +221,11 @@ class Executor:
                     raise ScopeError("has no value in the scope: run the startup program first "
                                      "(or load a checkpoint)", var=name)
                 state[i] = jax.random.PRNGKey(program.random_seed)
+        seen = set()
+        for i, value in enumerate(state):   # one buffer in two donated places: donate a copy
+            if id(value) in seen:
+                state[i] = jax.numpy.array(value, copy=True)
+            seen.add(id(state[i]))
         for name, value in zip(entry.reads, state):
             var = program.global_block().find_var(name)
             if var is not None and (
@@ -226,7 +236,7 @@ class Executor:
                     f"{dtypes.name_of(var.desc.dtype)}{list(var.desc.dims)}", var=name)
         return state
 
-    def _compile(self, program, feed_names, fetch_names, steps, casts):
+    def _compile(self, program, feed_names, fetch_names, steps):
         desc = with_feed_fetch(program, feed_names, fetch_names)
         lowered = lower_block(desc, 0)
         written, read = set(lowered.writes), set(lowered.reads)
@@ -248,10 +258,16 @@ class Executor:
             return fetched, carry + tuple(v[-1] for v in last)
 
         call = jax.jit(step if steps is None else many_steps, donate_argnums=(1,))
-        if not any(c is not None for c in casts):
-            casts = None
-        return _Compiled(call, casts, lowered.fetch_names, mutable + readonly, len(mutable),
+        return _Compiled(call, lowered.fetch_names, mutable + readonly, len(mutable),
                          mutable + only_written)
+
+
+def _remember(cache, key, value):
+    """Store `value` in a bounded LRU dict; returns it."""
+    cache[key] = value
+    if len(cache) > _CACHE_SIZE:
+        cache.popitem(last=False)
+    return value
 
 
 def with_feed_fetch(program, feed_names, fetch_names):

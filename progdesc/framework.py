@@ -35,14 +35,21 @@ def _user_callsite():
 
 
 class NameGenerator:
-    """Unique, readable names ('fc_0', 'fc_1', ...) counted per program."""
+    """Unique, readable names ('fc_0', 'fc_1', ...) counted per program.
 
-    def __init__(self):
+    `taken` holds names (and name prefixes before the first '.') already in
+    use, e.g. by a loaded program; generated names skip them.
+    """
+
+    def __init__(self, taken=()):
         self._counts = {}
+        self._taken = set(taken)
 
     def __call__(self, prefix):
         """The next unused name starting with `prefix`."""
         n = self._counts.get(prefix, 0)
+        while f"{prefix}_{n}" in self._taken:
+            n += 1
         self._counts[prefix] = n + 1
         return f"{prefix}_{n}"
 
@@ -280,7 +287,7 @@ class Block:
         if var is None:
             self.create_var(name, dims, dtype)
             return
-        if var.persistable and var.desc.dims:
+        if var.persistable:
             if var.dtype != dtype or not dims_compatible(var.shape, dims):
                 raise ProgramError(f"op writes {dtype}{list(dims)} into a persistable variable "
                                    f"declared {type_str(var.desc)}", var=name)
@@ -448,8 +455,10 @@ class Program:
         self.blocks = [Block(self, b) for b in self.desc.blocks]
         self._current = 0
         self._version = 0
-        self._names = NameGenerator()       # layers, parameters, user-given names
-        self._op_names = NameGenerator()    # default names of op outputs
+        taken = {part for b in self.desc.blocks for v in b.vars
+                 for part in (v.name, v.name.split(".", 1)[0])}
+        self._names = NameGenerator(taken)       # layers, parameters, user-given names
+        self._op_names = NameGenerator(taken)    # default names of op outputs
 
     def _touch(self):
         self._version += 1
@@ -461,7 +470,12 @@ class Program:
 
     @property
     def random_seed(self):
-        """Seed of the program's RNG state (reproducible runs)."""
+        """Seed of the RNG state, used by the first program run in a Scope.
+
+        Programs sharing a Scope share one RNG state variable: the startup
+        program (normally run first) seeds it, and the main program's random
+        ops (dropout) continue from there, reproducibly.
+        """
         return self.desc.random_seed
 
     @random_seed.setter
@@ -516,6 +530,8 @@ class Program:
         p = Program.from_desc(self.desc)
         p._names._counts = dict(self._names._counts)
         p._op_names._counts = dict(self._op_names._counts)
+        if hasattr(self, "_param_settings"):   # ParamAttr settings the optimizer reads
+            p._param_settings = dict(self._param_settings)
         if for_test:
             for block in p.blocks:
                 keep = [d for d in block.desc.ops
@@ -580,6 +596,11 @@ class Program:
         if desc.format_version > FORMAT_VERSION or desc.format_version < 1:
             raise FormatError(f"format version {desc.format_version} is not supported "
                               f"(this progdesc reads 1..{FORMAT_VERSION})")
+        for i, block in enumerate(desc.blocks):
+            parent_ok = block.parent_idx == -1 if i == 0 else 0 <= block.parent_idx < i
+            if block.idx != i or not parent_ok:
+                raise FormatError(f"block {i} has idx {block.idx} and parent {block.parent_idx}: "
+                                  "blocks must be numbered in order, each after its parent")
         return cls.from_desc(desc)
 
     def __str__(self):

@@ -82,6 +82,8 @@ def atomic_write(path, data):
     tmp = os.path.join(directory, f".{os.path.basename(path)}.{secrets.token_hex(6)}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
+        with contextlib.suppress(FileNotFoundError):   # a replaced file keeps its permissions
+            os.fchmod(fd, os.stat(path).st_mode & 0o7777)
         with os.fdopen(fd, "wb") as f:
             _write_all(f, data)
             f.flush()

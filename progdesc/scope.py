@@ -27,6 +27,7 @@ class ScopeVariable:
         """Store `value` (anything array-like) as a jax array."""
         with self._scope._lock:
             self.value = value if isinstance(value, jax.Array) else jax.numpy.asarray(value)
+            Scope.generation += 1   # compiled programs re-check what they read
 
     def get(self):
         """The stored jax array; raises ScopeError if nothing is stored yet."""
@@ -47,7 +48,8 @@ class Scope:
     """A name -> value map with a parent; see the module docstring."""
 
     generation = 0
-    """Counts variable creations in every scope: name lookups cached before stay valid until it moves."""
+    """Counts variable creations and value replacements from outside a run, in every scope:
+    what an Executor resolved and checked stays valid until it moves."""
 
     def __init__(self, parent=None):
         self.parent = parent
@@ -139,6 +141,7 @@ class Scope:
         with self._lock:
             for n, value in values.items():
                 (self.find_var(n) or self.var(n)).value = value
+            Scope.generation += 1
 
 
 _global_scope = Scope()
