@@ -6,6 +6,7 @@ the main and startup programs with their initializer ops in the startup one.
 `param_attr` / `bias_attr` take a ParamAttr, a name, an Initializer, or
 False for no bias.
 """
+import dataclasses
 import math
 
 from lowering.errors import ProgramError
@@ -187,9 +188,14 @@ def multi_head_attention(queries, keys=None, values=None, num_heads=1, d_model=N
                            var=queries.name)
     head_dim = d_model // num_heads
 
+    def tagged(attr, tag):   # one named ParamAttr serves four projections: suffix the name
+        if attr is False or not (attr := ParamAttr.of(attr)).name:
+            return attr
+        return dataclasses.replace(attr, name=f"{attr.name}.{tag}")
+
     def proj(x, tag):
-        return fc(x, d_model, num_flatten_dims=2, param_attr=param_attr, bias_attr=bias_attr,
-                  name=f"{prefix}.{tag}")
+        return fc(x, d_model, num_flatten_dims=2, param_attr=tagged(param_attr, tag),
+                  bias_attr=tagged(bias_attr, tag), name=f"{prefix}.{tag}")
 
     q = _split_heads(proj(queries, "query"), num_heads, head_dim)
     k = _split_heads(proj(keys, "key"), num_heads, head_dim)

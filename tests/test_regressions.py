@@ -133,3 +133,12 @@ def test_saving_over_a_file_keeps_its_permissions(tmp_path):
         ops.tanh(pd.data("x", [1]))
     io.save_program(main, str(path))
     assert (os.stat(path).st_mode & 0o777) == 0o600
+
+
+def test_attention_with_a_named_param_attr_names_each_projection():
+    main, startup = pd.Program(), pd.Program()
+    with pd.program_guard(main, startup):
+        x = pd.data("x", [None, 3, 4])
+        layers.multi_head_attention(x, num_heads=2, param_attr=pd.ParamAttr(name="attn"))
+    names = {p.name for p in main.all_parameters()}
+    assert {"attn.query", "attn.key", "attn.value", "attn.output"} <= names
