@@ -1,17 +1,17 @@
 """The Executor: feed values in, run a compiled program, fetch results out (seed 004).
 
 `run` inserts feed and fetch ops into a cached clone of the program, lowers
-that clone to one function and compiles it with `jax.jit`, once per
-(program, program version, feed shapes and dtypes, fetch list). Persistable
+that clone to one function and compiles it ahead of time with `jax.jit`,
+once per (program, program version, feed shapes and dtypes, fetch list). Persistable
 values come from the Scope and go back to it; the ones the program
 overwrites are donated, so on an accelerator the update is in place.
 Nothing is written to the Scope unless the whole run succeeds.
 """
 import contextlib
 import itertools
-from collections import OrderedDict
 import weakref
-from dataclasses import dataclass, field
+from collections import OrderedDict
+from dataclasses import dataclass
 
 import jax
 import numpy as np
@@ -54,7 +54,7 @@ class _Compiled:
         return self.compiled(feeds, mutable, readonly)
 
     def resolve(self, scope):
-        """(read holders, write holders) in `scope`, cached until any scope gains a variable."""
+        """(read holders, write holders) in `scope`, cached until Scope.generation moves."""
         if self._generation != Scope.generation or self._scope_ref is None \
                 or self._scope_ref() is not scope:
             read, write = scope._holders(self.reads, self.writes)
