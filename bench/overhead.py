@@ -13,8 +13,8 @@ import numpy as np
 from bench.common import interleaved
 
 
-def run(steps=2000, block=100, log=print):
-    import jax
+def trivial_program():
+    """(main, executor, scope, y): y = 2 * x for a [1, 4] x, startup already run."""
     import progdesc as pd
     from progdesc import ops
 
@@ -24,6 +24,13 @@ def run(steps=2000, block=100, log=print):
         y = ops.scale(x, scale=2.0)
     exe, scope = pd.Executor(), pd.Scope()
     exe.run(startup, scope=scope)
+    return main, exe, scope, y
+
+
+def run(steps=2000, block=100, log=print):
+    import jax
+
+    main, exe, scope, y = trivial_program()
     xs = np.arange(4, dtype=np.float32).reshape(1, 4)
     feed = {"x": xs}
     fetch = [y]

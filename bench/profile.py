@@ -180,14 +180,8 @@ def _profile(fn, top=25, sort="cumulative"):
 
 def section_executor(log=print, calls=3000):
     import jax
-    import progdesc as pd
-    from progdesc import ops
-    main, startup = pd.Program(), pd.Program()
-    with pd.program_guard(main, startup):
-        x = pd.data("x", [1, 4])
-        y = ops.scale(x, scale=2.0)
-    exe, scope = pd.Executor(), pd.Scope()
-    exe.run(startup, scope=scope)
+    from bench.overhead import trivial_program
+    main, exe, scope, y = trivial_program()
     xs = np.ones((1, 4), np.float32)
     for _ in range(50):
         exe.run(main, feed={"x": xs}, fetch_list=[y], scope=scope)

@@ -42,7 +42,6 @@ class _Step:
 class LoweredBlock:
     """A block as a function, with the names it reads and writes."""
     fn: object
-    feed_names: tuple      # variables fed (and used), by column
     fetch_names: tuple     # variable fetched by each fetch column
     reads: tuple           # persistables the block needs from the scope
     writes: tuple          # persistables the block produces
@@ -98,16 +97,14 @@ def draws_random(opdef, attrs):
 def lower_block(program_desc, block_idx=0):
     """Lower block `block_idx` of a `ProgramDesc` (with feed/fetch ops) to a `LoweredBlock`."""
     steps, var_index, persistable = _plan(program_desc, block_idx)
-    feed_names, fetch_names = {}, {}
+    fetch_names = {}
     defined, reads, writes = set(), {}, {}   # dicts: ordered sets
     uses_rng = False
     for step in steps:
-        if step.opdef.type == "feed":
-            feed_names[step.attrs["col"]] = step.outputs["Out"][0]
-        elif step.opdef.type == "fetch":
+        if step.opdef.type == "fetch":
             fetch_names[step.attrs["col"]] = step.inputs["X"][0]
         for name in (n for names in step.inputs.values() for n in names):
-            if name in defined or name in (FEED_VAR,):
+            if name in defined or name == FEED_VAR:
                 continue
             if name in persistable:
                 reads[name] = None
@@ -143,8 +140,7 @@ def lower_block(program_desc, block_idx=0):
             env[RNG_VAR] = jax.random.fold_in(rng, 0)
         return tuple(fetches), {name: env[name] for name in write_names}
 
-    return LoweredBlock(fn, tuple(feed_names[i] for i in sorted(feed_names)),
-                        tuple(fetch_names[i] for i in range(n_fetch)), tuple(reads),
+    return LoweredBlock(fn, tuple(fetch_names[i] for i in range(n_fetch)), tuple(reads),
                         write_names, tuple(s.desc_index for s in steps))
 
 

@@ -495,11 +495,6 @@ class Program:
         """Block `idx`."""
         return self.blocks[idx]
 
-    @property
-    def num_blocks(self):
-        """How many blocks the program has."""
-        return len(self.blocks)
-
     def create_block(self, parent_idx=None):
         """Append a sub-block (child of the current block) and make it current."""
         parent = self._current if parent_idx is None else parent_idx

@@ -107,6 +107,18 @@ def _model(name):
     return main, startup, x, y, pred, loss
 
 
+def _train(main, startup, loss):
+    """30 steps on a fixed regression batch; asserts the loss halves. Returns (exe, scope, data)."""
+    data = np.random.default_rng(0).normal(size=(64, 4)).astype(np.float32)
+    target = np.sin(data.sum(1, keepdims=True))
+    exe, scope = pd.Executor(), pd.Scope()
+    exe.run(startup, scope=scope)
+    losses = [float(exe.run(main, feed={"x": data, "y": target}, fetch_list=[loss],
+                            scope=scope)[0]) for _ in range(30)]
+    assert losses[-1] < 0.5 * losses[0]
+    return exe, scope, data
+
+
 def test_trains_with_append_backward_and_sgd(softsign):
     main, startup, x, y, pred, loss = _model(softsign)
     with pd.program_guard(main, startup):
@@ -118,13 +130,7 @@ def test_trains_with_append_backward_and_sgd(softsign):
             main.global_block().append_op("sgd", inputs={"Param": p, "Grad": g,
                                                          "LearningRate": lr},
                                           outputs={"ParamOut": p}, role=pb.OPTIMIZE)
-    data = np.random.default_rng(0).normal(size=(64, 4)).astype(np.float32)
-    target = np.sin(data.sum(1, keepdims=True))
-    exe, scope = pd.Executor(), pd.Scope()
-    exe.run(startup, scope=scope)
-    losses = [float(exe.run(main, feed={"x": data, "y": target}, fetch_list=[loss],
-                            scope=scope)[0]) for _ in range(30)]
-    assert losses[-1] < 0.5 * losses[0]
+    exe, scope, data = _train(main, startup, loss)
 
 
 def test_trains_with_optimizer_and_round_trips_bytes(softsign, tmp_path):
@@ -132,13 +138,7 @@ def test_trains_with_optimizer_and_round_trips_bytes(softsign, tmp_path):
     test_program = main.clone(for_test=True)
     with pd.program_guard(main, startup):
         pd.optimizer.SGD(0.1).minimize(loss)
-    data = np.random.default_rng(0).normal(size=(64, 4)).astype(np.float32)
-    target = np.sin(data.sum(1, keepdims=True))
-    exe, scope = pd.Executor(), pd.Scope()
-    exe.run(startup, scope=scope)
-    losses = [float(exe.run(main, feed={"x": data, "y": target}, fetch_list=[loss],
-                            scope=scope)[0]) for _ in range(30)]
-    assert losses[-1] < 0.5 * losses[0]
+    exe, scope, data = _train(main, startup, loss)
     (expected,) = exe.run(test_program, feed={"x": data}, fetch_list=[pred], scope=scope)
 
     # the program's bytes name the custom op; loading them needs it registered
