@@ -8,8 +8,7 @@ overwrites are donated, so on an accelerator the update is in place.
 Nothing is written to the Scope unless the whole run succeeds.
 """
 import contextlib
-import itertools
-import weakref
+import operator
 from collections import OrderedDict
 from dataclasses import dataclass
 
@@ -28,44 +27,57 @@ _CACHE_SIZE = 64
 
 @dataclass
 class _Compiled:
-    """One compiled (program version, feed signature, fetch list, steps)."""
-    call: object
+    """One compiled (program version, feed signature, fetch list, steps).
+
+    The step takes `*feeds, *mutable, *readonly` (the mutable ones donated) and
+    returns `(*fetched, *written)`: flat, so each call flattens no pytree.
+    """
+    jitted: object
     fetch_names: tuple
     reads: tuple           # persistables passed in: mutable (donated) ones first
     n_mutable: int
     writes: tuple          # persistables coming back
-    ready: bool = False        # persistables found and checked in the last resolved scope
-    _scope_ref: object = None
-    _generation: int = -1
-    _holders: tuple = ((), ())
-    compiled: object = None    # the AOT executable, made on the first call
+    n_fetched: int
+    call: object = None        # the executable's call, made on the first run
     needs_x64: bool = True     # whether calls need 64-bit types enabled (a 64-bit argument)
+    scope: object = None       # the scope the holders were found in (they reference it anyway)
+    generation: int = -1       # Scope.generation when they were found
+    read_holders: tuple = ()
+    write_holders: tuple = ()
+    checked: bool = False      # whether a run checked what the holders hold
+    hot_scope: object = None   # `scope`, once checked, when calls need no 64-bit context
 
-    def __call__(self, feeds, mutable, readonly, device):
-        """Run the executable (compiling it on the first call)."""
-        if self.compiled is None:
+    def __call__(self, args, device):
+        """Run the executable on flat `args`, compiling it on the first call."""
+        if self.call is None:
             with jax.enable_x64(True), _default_device(device):
-                self.compiled = self.call.lower(feeds, mutable, readonly).compile()
-            self.needs_x64 = any(np.dtype(x.dtype).itemsize == 8
-                                 for x in jax.tree_util.tree_leaves((feeds, mutable, readonly)))
+                compiled = self.jitted.lower(*args).compile()
+                outs = compiled(*args)
+            self.needs_x64 = any(np.dtype(x.dtype).itemsize == 8 for x in args)
+            # After its first call a Compiled holds the C++ call its __call__ forwards to;
+            # calling that directly saves a Python frame per run.
+            self.call = getattr(compiled, "_call", None) or compiled
+            return outs
         if self.needs_x64:
             with jax.enable_x64(True):
-                return self.compiled(feeds, mutable, readonly)
-        return self.compiled(feeds, mutable, readonly)
+                return self.call(*args)
+        return self.call(*args)
 
     def resolve(self, scope):
-        """(read holders, write holders) in `scope`, cached until Scope.generation moves."""
-        if self._generation != Scope.generation or self._scope_ref is None \
-                or self._scope_ref() is not scope:
-            read, write = scope._holders(self.reads, self.writes)
-            self._holders = ([h or _ABSENT for h in read], write)
-            self._scope_ref, self._generation = weakref.ref(scope), Scope.generation
-            self.ready = False
-        return self._holders
+        """Find the read and write holders in `scope`; they stay until Scope.generation moves."""
+        read, write = scope._holders(self.reads, self.writes)
+        self.read_holders, self.write_holders = tuple(h or _ABSENT for h in read), tuple(write)
+        self.scope, self.generation = scope, Scope.generation
+        self.checked, self.hot_scope = False, None
 
 
 class _Absent:
-    value = None
+    value = None   # stands for a persistable the scope does not hold
+
+
+_VALUE = operator.attrgetter("value")
+_SHAPE_DTYPE = operator.attrgetter("shape", "dtype")
+_REGISTRY_GENERATION = registry.GENERATION
 
 
 _ABSENT = _Absent()
@@ -83,6 +95,15 @@ def _device(device):
 
 def _name_of(target):
     return target.name if isinstance(target, Variable) else target
+
+
+def _fetch_names(fetch_list):
+    """The names of the fetched Variables or names; TypeError for anything else."""
+    names = tuple(_name_of(f) for f in fetch_list)
+    for name, target in zip(names, fetch_list):
+        if not isinstance(name, str):
+            raise TypeError(f"fetch_list holds Variables or variable names, got {target!r}")
+    return names
 
 
 def convert_feed(var, value):
@@ -139,41 +160,56 @@ class Executor:
         """
         if program is None:
             program = default_main_program()
-        elif not isinstance(program, Program):
-            raise TypeError(f"Executor.run expects a Program, got {type(program).__name__}")
         scope = scope or global_scope()
         feed = feed or {}
-        fetch_names = tuple([f if f.__class__ is str else _name_of(f) for f in fetch_list or ()])
-        try:
-            signature = tuple([(k if k.__class__ is str else k.name, v.shape, v.dtype)
-                               for k, v in feed.items()])
-        except AttributeError:   # lists or scalars: convert first
-            signature = None
-        key = (_serial(program), program._version, registry.GENERATION[0], signature, fetch_names,
-               steps)
-        cached = self._cache.get(key) if signature is not None else None
+        fetch_list = fetch_list or ()
+        try:   # feed and fetch Variables stand for themselves in the key: no name lookups
+            key = (program._serial, program._version, _REGISTRY_GENERATION[0], steps,
+                   *fetch_list, None, *feed, *map(_SHAPE_DTYPE, feed.values()))
+            cached = self._cache.get(key)
+        except (AttributeError, TypeError):   # lists or scalars fed: converted every run
+            key = cached = None
         if cached is None:
-            entry, values, casts = self._prepare(program, feed, fetch_names, steps)
-            if signature is not None:
+            if not isinstance(program, Program):
+                raise TypeError(f"Executor.run expects a Program, got {type(program).__name__}")
+            entry, values, casts = self._prepare(program, feed, _fetch_names(fetch_list), steps)
+            if key is not None:
                 _remember(self._cache, key, (entry, casts))
         else:
             entry, casts = cached
             if casts is None:
-                values = tuple(feed.values())
+                values = feed.values()
             else:
-                values = tuple([v if cast is None else v.astype(cast)
-                                for v, cast in zip(feed.values(), casts)])
-        read, write = entry.resolve(scope)
-        state = [h.value for h in read]
-        if not entry.ready:
-            state = self._check_state(program, entry, state)
-        n = entry.n_mutable
-        fetched, written = entry(values, tuple(state[:n]), tuple(state[n:]), self.device)
-        scope._store(write, written)
-        entry.ready = True
+                values = [v if cast is None else v.astype(cast)
+                          for v, cast in zip(feed.values(), casts)]
+        if entry.hot_scope is scope and entry.generation == Scope.generation:
+            if entry.read_holders:
+                outs = entry.call(*values, *map(_VALUE, entry.read_holders))
+            else:
+                outs = entry.call(*values)
+        else:
+            outs = self._run_cold(program, entry, tuple(values), scope)
+        if entry.write_holders:
+            scope._store(entry.write_holders, outs[entry.n_fetched:])
+            outs = outs[:entry.n_fetched]
         if return_numpy:
-            return [np.asarray(v) for v in fetched]
-        return list(fetched)
+            if len(outs) == 1:   # the common case, without a comprehension's frame
+                return [np.asarray(outs[0])]
+            return [np.asarray(v) for v in outs]
+        return list(outs)
+
+    def _run_cold(self, program, entry, values, scope):
+        """Call `entry`, first finding and checking the persistables it reads when needed."""
+        if entry.scope is not scope or entry.generation != Scope.generation:
+            entry.resolve(scope)
+        if entry.checked:
+            state = tuple(map(_VALUE, entry.read_holders))
+        else:
+            state = self._check_state(program, entry)
+        outs = entry(values + state, self.device)
+        entry.checked = True
+        entry.hot_scope = None if entry.needs_x64 else scope
+        return outs
 
     def _prepare(self, program, feed, fetch_names, steps):
         """Validate and convert the feeds; find or compile their entry.
@@ -204,7 +240,7 @@ class Executor:
             names.append(name)
             values.append(arr)
             casts.append(None if raw_dtype == arr.dtype else arr.dtype)
-        key = (_serial(program), program.version, registry.GENERATION[0],
+        key = (program._serial, program.version, registry.GENERATION[0],
                tuple((n, v.shape, v.dtype) for n, v in zip(names, values)), fetch_names, steps)
         entry = self._entries.get(key)
         if entry is None:
@@ -213,8 +249,10 @@ class Executor:
         casts = None if all(c is None for c in casts) else tuple(casts)
         return entry, tuple(values), casts
 
-    def _check_state(self, program, entry, state):
-        """Fill the RNG state if absent, refuse missing or ill-fitting persistables."""
+    def _check_state(self, program, entry):
+        """The persistables' values, the RNG state filled in if absent; refuses missing or
+        ill-fitting ones."""
+        state = [h.value for h in entry.read_holders]
         for i, name in enumerate(entry.reads):
             if state[i] is None:
                 if name != RNG_VAR:
@@ -234,7 +272,7 @@ class Executor:
                 raise ScopeError(
                     f"scope holds {value.dtype}{list(value.shape)}, the program declares "
                     f"{dtypes.name_of(var.desc.dtype)}{list(var.desc.dims)}", var=name)
-        return state
+        return tuple(state)
 
     def _compile(self, program, feed_names, fetch_names, steps):
         desc = with_feed_fetch(program, feed_names, fetch_names)
@@ -257,9 +295,19 @@ class Executor:
             carry, (fetched, last) = jax.lax.scan(body, mutable_state, feeds)
             return fetched, carry + tuple(v[-1] for v in last)
 
-        call = jax.jit(step if steps is None else many_steps, donate_argnums=(1,))
-        return _Compiled(call, lowered.fetch_names, mutable + readonly, len(mutable),
-                         mutable + only_written)
+        n_feeds, n_mutable = len(feed_names), len(mutable)
+
+        def flat(fn):
+            def call(*args):
+                fetched, written = fn(args[:n_feeds], args[n_feeds:n_feeds + n_mutable],
+                                      args[n_feeds + n_mutable:])
+                return (*fetched, *written)
+            return call
+
+        jitted = jax.jit(flat(step if steps is None else many_steps),
+                         donate_argnums=tuple(range(n_feeds, n_feeds + n_mutable)))
+        return _Compiled(jitted, lowered.fetch_names, mutable + readonly, n_mutable,
+                         mutable + only_written, len(lowered.fetch_names))
 
 
 def _remember(cache, key, value):
@@ -295,16 +343,6 @@ def with_feed_fetch(program, feed_names, fetch_names):
         op.outputs.add(parameter="Out", arguments=[FETCH_VAR])
         op.attrs["col"].i = col
     return desc
-
-
-_program_serials = itertools.count()
-
-
-def _serial(program):
-    serial = getattr(program, "_executor_serial", None)
-    if serial is None:
-        serial = program._executor_serial = next(_program_serials)
-    return serial
 
 
 def _default_device(device):

@@ -4,6 +4,7 @@ Appending an op validates it against its registered definition and writes
 the inferred shapes and dtypes into its output variables.
 """
 import contextlib
+import itertools
 import os
 import sys
 
@@ -55,13 +56,13 @@ class NameGenerator:
 
 
 class Variable:
-    """A view of one `VarDesc` in a block."""
+    """A view of one `VarDesc` in a block; `name` is the variable's name (never changes)."""
 
     def __init__(self, block, desc):
         self.block = block
         self.desc = desc
+        self.name = desc.name
 
-    name = property(lambda self: self.desc.name, doc="The variable's name.")
     shape = property(lambda self: tuple(self.desc.dims), doc="Dims, -1 where unknown.")
     dtype = property(lambda self: dtypes.name_of(self.desc.dtype), doc="Element type name.")
     persistable = property(lambda self: self.desc.persistable,
@@ -443,6 +444,9 @@ def block_text(block):
     return "\n".join(lines)
 
 
+_program_serials = itertools.count()
+
+
 class Program:
     """A program description: blocks of variables and ops (block 0 is the root)."""
 
@@ -455,6 +459,7 @@ class Program:
         self.blocks = [Block(self, b) for b in self.desc.blocks]
         self._current = 0
         self._version = 0
+        self._serial = next(_program_serials)    # with _version, identifies what executors compiled
         taken = {part for b in self.desc.blocks for v in b.vars
                  for part in (v.name, v.name.split(".", 1)[0])}
         self._names = NameGenerator(taken)       # layers, parameters, user-given names

@@ -60,6 +60,44 @@ def test_same_feed_signature_does_not_retrace():
     assert exe.trace_count == traces + 3
 
 
+def test_fetch_by_name_and_by_variable_share_one_compilation():
+    main, startup, x, y = affine_program()
+    scope, exe = pd.Scope(), pd.Executor()
+    exe.run(startup, scope=scope)
+    traces = exe.trace_count
+    feed = np.ones((2, 3), np.float32)
+    exe.run(main, feed={x: feed}, fetch_list=[y], scope=scope)
+    exe.run(main, feed={"x": feed}, fetch_list=[y.name], scope=scope)
+    assert exe.trace_count == traces + 1
+
+
+def test_fetch_list_of_other_things_is_a_type_error():
+    main, startup, x, y = affine_program()
+    scope, exe = pd.Scope(), pd.Executor()
+    exe.run(startup, scope=scope)
+    with pytest.raises(TypeError, match="fetch_list holds Variables or variable names, got 3"):
+        exe.run(main, feed={"x": np.ones((1, 3))}, fetch_list=[3], scope=scope)
+    with pytest.raises(TypeError, match="expects a Program, got str"):
+        exe.run("main", feed={"x": np.ones((1, 3))}, fetch_list=[y], scope=scope)
+
+
+def test_switching_scopes_and_replacing_values_between_runs_reads_the_new_values():
+    main, startup, x, y = affine_program()
+    exe, first, second = pd.Executor(), pd.Scope(), pd.Scope()
+    exe.run(startup, scope=first)
+    exe.run(startup, scope=second)
+    second.set("w", np.full(3, 3.0, np.float32))
+    feed = {"x": np.ones((1, 3), np.float32)}
+    for _ in range(2):      # the second round takes the cached path
+        assert exe.run(main, feed=feed, fetch_list=[y], scope=first)[0].tolist() == [[2.5] * 3]
+        assert exe.run(main, feed=feed, fetch_list=[y], scope=second)[0].tolist() == [[3.5] * 3]
+    first.set("b", np.zeros(3, np.float32))
+    assert exe.run(main, feed=feed, fetch_list=[y], scope=first)[0].tolist() == [[2.0] * 3]
+    first.set("b", np.zeros(4, np.float32))
+    with pytest.raises(pd.ScopeError, match="variable 'b'"):
+        exe.run(main, feed=feed, fetch_list=[y], scope=first)
+
+
 def test_return_numpy_false_gives_device_arrays():
     main, startup, x, y = affine_program()
     scope, exe = pd.Scope(), pd.Executor()
