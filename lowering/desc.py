@@ -8,13 +8,6 @@ def slot_map(slots):
     return {s.parameter: list(s.arguments) for s in slots}
 
 
-def set_slots(field, mapping):
-    """Replace a repeated `OpDesc.Slot` field with `mapping` ({slot: [names]})."""
-    del field[:]
-    for name, args in mapping.items():
-        field.add(parameter=name, arguments=list(args))
-
-
 def read_attrs(opdef, op_desc):
     """Decoded attributes of `op_desc`, defaults filled in for absent ones."""
     out = {}
@@ -33,9 +26,12 @@ def write_attrs(opdef, op_desc, attrs):
         encode_attr(a, attrs[a.name], op_desc.attrs[a.name])
 
 
-def new_op_desc(op_type, inputs, outputs, role=pb.FORWARD, callsite=""):
-    """An `OpDesc` with its slots set (attributes are written separately)."""
-    desc = pb.OpDesc(type=op_type, role=role, callsite=callsite)
-    set_slots(desc.inputs, inputs)
-    set_slots(desc.outputs, outputs)
+def fill_op_desc(desc, opdef, inputs, outputs, attrs, role=pb.FORWARD, callsite=""):
+    """Write a checked op into the empty `OpDesc` message `desc`; returns `desc`."""
+    desc.type, desc.role, desc.callsite = opdef.type, role, callsite
+    for name, args in inputs.items():
+        desc.inputs.add(parameter=name, arguments=args)
+    for name, args in outputs.items():
+        desc.outputs.add(parameter=name, arguments=args)
+    write_attrs(opdef, desc, attrs)
     return desc

@@ -45,17 +45,21 @@ def infer(opdef, inputs, attrs):
     Returns {output slot: [(dims, dtype name), ...]}.
     """
     try:
-        key = (opdef.type, id(opdef),
-               tuple(sorted((k, _frozen(v)) for k, v in attrs.items())),
-               tuple(sorted((k, tuple((tuple(d), t) for d, t in v)) for k, v in inputs.items())))
-        hash(key)
-    except TypeError:  # an unhashable attribute value: infer without the cache
-        return _infer(opdef, inputs, attrs)
-    if key not in _CACHE:
+        key = (opdef.type, id(opdef), tuple(attrs.items()),
+               tuple([(k, tuple(v)) for k, v in inputs.items()]))
+        result = _CACHE.get(key)
+    except TypeError:   # list-valued attributes or dims: compare them as tuples
+        key = (opdef.type, id(opdef), _frozen(tuple(attrs.items())),
+               _frozen(tuple(inputs.items())))
+        try:
+            result = _CACHE.get(key)
+        except TypeError:   # an unhashable attribute value: infer without the cache
+            return _infer(opdef, inputs, attrs)
+    if result is None:
         if len(_CACHE) > 65536:
             _CACHE.clear()
-        _CACHE[key] = _infer(opdef, inputs, attrs)
-    return _CACHE[key]
+        result = _CACHE[key] = _infer(opdef, inputs, attrs)
+    return result
 
 
 def _infer(opdef, inputs, attrs):

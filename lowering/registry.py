@@ -38,6 +38,8 @@ ATTR_TYPES = {
     "block": ("block_idx", False), "blocks": ("blocks_idx", True),
     "dtype": ("s", False),
 }
+_LIST_ELEMENT = {"ints": "int", "floats": "float", "strings": "string", "bools": "bool",
+                 "int64s": "int64", "float64s": "float64", "blocks": "block"}
 _INT32_RANGE = (-2**31, 2**31 - 1)
 
 
@@ -88,42 +90,43 @@ class Attr:
 
     def check(self, value):
         """Return `value` normalized to this attribute's type, or raise AttributeTypeError."""
-        kind, is_list = self.type, ATTR_TYPES[self.type][1]
-        if is_list:
-            if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
-                raise self._wrong(value)
-            scalar = {"ints": "int", "floats": "float", "strings": "string", "bools": "bool",
-                      "int64s": "int64", "float64s": "float64", "blocks": "block"}[kind]
-            return tuple(Attr(self.name, scalar).check(v) for v in value)
+        scalar = _LIST_ELEMENT.get(self.type)
+        if scalar is None:
+            return self._check_scalar(self.type, value)
+        if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
+            raise self._wrong(value)
+        return tuple([self._check_scalar(scalar, v) for v in value])
+
+    def _check_scalar(self, kind, value):
         if kind == "dtype":
             try:
                 return dtypes.name_of(value)
             except ProgramError:
-                raise self._wrong(value) from None
+                raise self._wrong(value, kind=kind) from None
         if isinstance(value, np.generic):
             value = value.item()
         if kind in ("int", "int64", "block"):
             if isinstance(value, bool) or not isinstance(value, int):
-                raise self._wrong(value)
+                raise self._wrong(value, kind=kind)
             if kind in ("int", "block") and not _INT32_RANGE[0] <= value <= _INT32_RANGE[1]:
-                raise self._wrong(value, "out of int32 range; declare the attribute int64")
+                raise self._wrong(value, "out of int32 range; declare the attribute int64", kind)
             return value
         if kind in ("float", "float64"):
             if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise self._wrong(value)
+                raise self._wrong(value, kind=kind)
             return float(value)
         if kind == "bool":
             if not isinstance(value, bool):
-                raise self._wrong(value)
+                raise self._wrong(value, kind=kind)
             return value
         if not isinstance(value, str):
-            raise self._wrong(value)
+            raise self._wrong(value, kind=kind)
         return value
 
-    def _wrong(self, value, why=None):
+    def _wrong(self, value, why=None, kind=None):
         got = f"{type(value).__name__} {value!r}"
-        return AttributeTypeError(
-            f"attribute '{self.name}' expects {self.type}, got {got}" + (f" ({why})" if why else ""))
+        return AttributeTypeError(f"attribute '{self.name}' expects {kind or self.type}, got {got}"
+                                  + (f" ({why})" if why else ""))
 
 
 def encode_attr(attr_def, value, attribute):
@@ -163,9 +166,16 @@ class OpDef:
     differentiable: bool = True
     same_dtype: tuple = ()
     _attr_index: dict = field(default_factory=dict, repr=False)
+    _defaults: dict = field(default_factory=dict, repr=False)
+    input_index: dict = field(init=False, repr=False, compare=False)    # {slot name: Slot}
+    output_index: dict = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
         self._attr_index = {a.name: a for a in self.attrs}
+        self._defaults = {a.name: a.check(a.default) for a in self.attrs
+                          if a.default is not REQUIRED}
+        self.input_index = {s.name: s for s in self.inputs}
+        self.output_index = {s.name: s for s in self.outputs}
 
     def attr(self, name):
         """The `Attr` declared under `name`, or None."""
@@ -173,11 +183,11 @@ class OpDef:
 
     def input(self, name):
         """The input `Slot` declared under `name`, or None."""
-        return next((s for s in self.inputs if s.name == name), None)
+        return self.input_index.get(name)
 
     def output(self, name):
         """The output `Slot` declared under `name`, or None."""
-        return next((s for s in self.outputs if s.name == name), None)
+        return self.output_index.get(name)
 
     def gradient(self, maker):
         """Decorator: register `maker(g)` as this op's gradient maker."""
@@ -191,8 +201,8 @@ class OpDef:
 
     def complete_attrs(self, given):
         """Checked attributes with defaults filled in; raises on unknown, missing or mistyped ones."""
-        unknown = sorted(set(given) - set(self._attr_index))
-        if unknown:
+        if not given.keys() <= self._attr_index.keys():
+            unknown = sorted(set(given) - set(self._attr_index))
             raise AttributeTypeError(
                 f"attribute '{unknown[0]}' is not declared by '{self.type}' "
                 f"(declared: {', '.join(self._attr_index) or 'none'})")
@@ -200,10 +210,10 @@ class OpDef:
         for a in self.attrs:
             if a.name in given:
                 out[a.name] = a.check(given[a.name])
-            elif a.default is REQUIRED:
-                raise AttributeTypeError(f"required attribute '{a.name}' ({a.type}) is missing")
+            elif a.name in self._defaults:
+                out[a.name] = self._defaults[a.name]
             else:
-                out[a.name] = a.check(a.default)
+                raise AttributeTypeError(f"required attribute '{a.name}' ({a.type}) is missing")
         return out
 
     @property

@@ -93,6 +93,20 @@ def _check_name(op_type):
                            "choose another name")
 
 
+def _check_parameter_names(opdef):
+    params = [s.name.lower() for s in opdef.inputs] + [a.name for a in opdef.attrs]
+    for name in params:
+        if not name.isidentifier() or keyword.iskeyword(name) or name == "name":
+            raise ProgramError(f"slot and attribute names become parameters of "
+                               f"progdesc.ops.{opdef.type}: {name!r} must be a Python identifier "
+                               "other than 'name'", op_type=opdef.type)
+    repeated = sorted({n for n in params if params.count(n) > 1})
+    if repeated:
+        raise ProgramError(f"slot and attribute names become parameters of "
+                           f"progdesc.ops.{opdef.type}: {repeated[0]!r} is used twice "
+                           "(slot names count lower-cased)", op_type=opdef.type)
+
+
 def register(opdef, replace=False):
     """Register a ready-made `OpDef`; returns it.
 
@@ -102,6 +116,7 @@ def register(opdef, replace=False):
     if not isinstance(opdef, OpDef):
         raise TypeError(f"register expects an OpDef, got {type(opdef).__name__}")
     _check_name(opdef.type)
+    _check_parameter_names(opdef)
     existing = registry._REGISTRY.get(opdef.type) if registry.is_registered(opdef.type) else None
     registry.register(opdef, replace=replace)   # raises ProgramError on a duplicate
     if opdef.type not in _custom:

@@ -13,7 +13,7 @@ from google.protobuf import text_format
 
 from lowering import dtypes, infer, registry
 from lowering import progdesc_pb2 as pb
-from lowering.desc import new_op_desc, read_attrs, slot_map, write_attrs
+from lowering.desc import fill_op_desc, read_attrs, slot_map
 from lowering.errors import FormatError, ProgdescError, ProgramError
 from lowering.lower import RNG_VAR
 
@@ -24,12 +24,18 @@ ROLE_NAMES = {pb.FORWARD: "forward", pb.BACKWARD: "backward", pb.OPTIMIZE: "opti
               pb.LR_SCHED: "lr_sched", pb.LOSS: "loss"}
 
 
+_INTERNAL_FILES = {}   # code file name -> whether it belongs to progdesc or lowering
+
+
 def _user_callsite():
     """'file:line' of the innermost frame outside progdesc and lowering."""
     frame = sys._getframe(1)
     while frame is not None:
         path = frame.f_code.co_filename
-        if not os.path.abspath(path).startswith(_PACKAGE_DIRS):
+        internal = _INTERNAL_FILES.get(path)
+        if internal is None:
+            internal = _INTERNAL_FILES[path] = os.path.abspath(path).startswith(_PACKAGE_DIRS)
+        if not internal:
             return f"{os.path.basename(path)}:{frame.f_lineno}"
         frame = frame.f_back
     return ""
@@ -237,30 +243,19 @@ class Block:
     def _insert_op(self, index, op_type, inputs=None, outputs=None, attrs=None, *,
                    role=pb.FORWARD, name=None, callsite=None):
         callsite = _user_callsite() if callsite is None else callsite
-        where = dict(op_type=op_type, op_index=index, block_idx=self.idx, callsite=callsite)
         try:
             opdef = registry.get(op_type)
-            in_map = _check_slots(opdef.inputs, _names_of(inputs or {}), "input")
-            for names in in_map.values():
-                for n in names:
-                    if self.find_var(n) is None:
-                        raise ProgramError("is used before it is defined in this block", var=n)
-            full_attrs = opdef.complete_attrs(attrs or {})
-            in_shapes = {slot: [_shape_dtype(self.var(n)) for n in names]
+            in_map = _bind_slots(opdef.input_index, inputs, "input")
+            in_shapes = {slot: [self._shape_dtype(n) for n in names]
                          for slot, names in in_map.items()}
+            full_attrs = opdef.complete_attrs(attrs or {})
             _check_dtypes(opdef, in_map, in_shapes)
             inferred = infer.infer(opdef, in_shapes, full_attrs)
             if outputs is None:
-                base = self.program._names(name) if name else self.program._op_names(op_type)
-                outputs = {}
-                for slot in opdef.outputs:
-                    produced = inferred.get(slot.name, [])
-                    suffix = slot.name.lower()
-                    outputs[slot.name] = ([f"{base}.{suffix}_{i}" for i in range(len(produced))]
-                                          if slot.many else [f"{base}.{suffix}"][:len(produced)])
-            out_map = _check_slots(opdef.outputs, _names_of(outputs), "output")
+                outputs = self._fresh_outputs(opdef, inferred, name)
+            out_map = _bind_slots(opdef.output_index, outputs, "output")
             for slot, names in out_map.items():
-                produced = inferred.get(slot, [])
+                produced = inferred.get(slot, ())
                 if len(names) > len(produced):
                     raise ProgramError(f"output slot '{slot}' binds {len(names)} variables but "
                                        f"the op produces {len(produced)}")
@@ -269,19 +264,37 @@ class Block:
         except ProgdescError as e:
             if e.op_type is not None and e.op_index is not None:
                 raise
-            raise type(e)(e.detail, var=e.var, **where) from None
-        desc = new_op_desc(op_type, in_map, out_map, role=role, callsite=callsite)
-        write_attrs(opdef, desc, full_attrs)
+            raise type(e)(e.detail, var=e.var, op_type=op_type, op_index=index,
+                          block_idx=self.idx, callsite=callsite) from None
         if index == len(self.desc.ops):
-            self.desc.ops.append(desc)
-            desc = self.desc.ops[-1]
+            desc = self.desc.ops.add()
+            fill_op_desc(desc, opdef, in_map, out_map, full_attrs, role, callsite)
         else:
-            self.desc.ops.insert(index, desc)
+            self.desc.ops.insert(index, fill_op_desc(pb.OpDesc(), opdef, in_map, out_map,
+                                                     full_attrs, role, callsite))
             desc = self.desc.ops[index]
         if opdef.random:
             self.program._ensure_rng_var()
         self.program._touch()
         return Operator(self, desc)
+
+    def _shape_dtype(self, name):
+        """(dims, dtype name) of a variable an op reads; ProgramError if it is not declared."""
+        var = self.find_var(name)
+        if var is None:
+            raise ProgramError("is used before it is defined in this block", var=name)
+        return tuple(var.desc.dims), dtypes.name_of(var.desc.dtype)
+
+    def _fresh_outputs(self, opdef, inferred, name):
+        """{slot: [names]} for every output the op produces, named after `name` or the op."""
+        base = self.program._names(name) if name else self.program._op_names(opdef.type)
+        outputs = {}
+        for slot in opdef.outputs:
+            produced = inferred.get(slot.name, ())
+            suffix = slot.name.lower()
+            outputs[slot.name] = ([f"{base}.{suffix}_{i}" for i in range(len(produced))]
+                                  if slot.many else [f"{base}.{suffix}"][:len(produced)])
+        return outputs
 
     def _set_output_var(self, name, dims, dtype):
         var = self.find_var(name)
@@ -309,50 +322,50 @@ class Block:
         return block_html(self)
 
 
-def _names_of(mapping):
+def _bind_slots(declared, given, what):
+    """{slot: [names]} of `given` ({slot: Variable, name or a list of them}), checked against
+    the `declared` {slot name: Slot}: unknown, unbound required and overfull slots raise."""
     out = {}
-    for slot, value in mapping.items():
+    for slot_name, value in (given or {}).items():
         if value is None:
             continue
-        values = value if isinstance(value, (list, tuple)) else [value]
-        names = []
-        for v in values:
-            if isinstance(v, Variable):
-                names.append(v.name)
-            elif isinstance(v, str):
-                names.append(v)
-            else:
-                raise ProgramError(f"slot '{slot}' expects Variables or names, "
-                                   f"got {type(v).__name__}")
-        out[slot] = names
+        slot = declared.get(slot_name)
+        if slot is None:
+            raise ProgramError(f"'{slot_name}' is not an {what} slot (declared: "
+                               f"{', '.join(declared) or 'none'})")
+        values = value if isinstance(value, (list, tuple)) else (value,)
+        names = [v if v.__class__ is str else _slot_arg_name(slot_name, v) for v in values]
+        if len(names) > 1 and not slot.many:
+            raise ProgramError(f"{what} slot '{slot_name}' takes one variable, got {len(names)}")
+        if names or slot.many:
+            out[slot_name] = names
+    if what == "input":
+        for slot in declared.values():
+            if not slot.optional and not out.get(slot.name):
+                raise ProgramError(f"required {what} slot '{slot.name}' is not bound")
     return out
 
 
-def _check_slots(slots, given, what):
-    declared = {s.name: s for s in slots}
-    for name in given:
-        if name not in declared:
-            raise ProgramError(f"'{name}' is not an {what} slot (declared: "
-                               f"{', '.join(declared) or 'none'})")
-    for s in slots:
-        names = given.get(s.name, [])
-        if not names and not s.optional and what == "input":
-            raise ProgramError(f"required {what} slot '{s.name}' is not bound")
-        if len(names) > 1 and not s.many:
-            raise ProgramError(f"{what} slot '{s.name}' takes one variable, got {len(names)}")
-    return {k: v for k, v in given.items() if v or declared[k].many}
-
-
-def _shape_dtype(var):
-    return (tuple(var.desc.dims), dtypes.name_of(var.desc.dtype))
+def _slot_arg_name(slot_name, value):
+    if isinstance(value, Variable):
+        return value.name
+    if isinstance(value, str):
+        return value
+    raise ProgramError(f"slot '{slot_name}' expects Variables or names, "
+                       f"got {type(value).__name__}")
 
 
 def _check_dtypes(opdef, in_map, in_shapes):
-    for slot in opdef.inputs:
-        for name, (_, dtype) in zip(in_map.get(slot.name, []), in_shapes.get(slot.name, [])):
+    for slot_name, names in in_map.items():
+        slot = opdef.input_index[slot_name]
+        if slot.dtypes == "any":
+            continue
+        for name, (_, dtype) in zip(names, in_shapes[slot_name]):
             if not slot.accepts(dtype):
                 raise ProgramError(f"input slot '{slot.name}' expects a {slot.dtypes} dtype, "
                                    f"got {dtype}", var=name)
+    if not opdef.same_dtype:
+        return
     group = [(s, n, d) for s in opdef.same_dtype
              for n, (_, d) in zip(in_map.get(s, []), in_shapes.get(s, []))]
     if group and len({d for _, _, d in group}) > 1:
@@ -634,8 +647,8 @@ def validate(program):
                          callsite=op_desc.callsite)
             try:
                 opdef = registry.get(op_desc.type)
-                _check_slots(opdef.inputs, slot_map(op_desc.inputs), "input")
-                _check_slots(opdef.outputs, slot_map(op_desc.outputs), "output")
+                _bind_slots(opdef.input_index, slot_map(op_desc.inputs), "input")
+                _bind_slots(opdef.output_index, slot_map(op_desc.outputs), "output")
                 opdef.complete_attrs(read_attrs(opdef, op_desc))
                 unknown = set(op_desc.attrs) - {a.name for a in opdef.attrs}
                 if unknown:

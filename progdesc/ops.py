@@ -8,7 +8,6 @@ are found through the module's `__getattr__`.
 import inspect
 
 from lowering import registry
-from lowering.errors import ProgramError
 from progdesc.framework import default_main_program
 
 _INTERNAL = {"feed", "fetch"}
@@ -43,36 +42,57 @@ def _docstring(opdef):
 
 
 def make_op_function(opdef):
-    """The Python function that appends one `opdef` op to the current block."""
+    """The Python function that appends one `opdef` op to the current block.
+
+    Its parameters are real ones (the source is generated, as namedtuple does), so a
+    call binds its arguments at the speed of any Python call.
+    """
     signature = _signature(opdef)
-    slot_of = {s.name.lower(): s.name for s in opdef.inputs}
+    slots = tuple(s.name for s in opdef.inputs)
+    attrs = tuple(a.name for a in opdef.attrs)
+    source = (f"def {opdef.type}({_parameter_list(signature)}):\n"
+              f"    return _append(({''.join(s.lower() + ', ' for s in slots)}), "
+              f"({''.join(a + ', ' for a in attrs)}), name)\n")
 
-    def append(*args, **kwargs):
-        try:
-            bound = signature.bind(*args, **kwargs)
-        except TypeError as e:
-            raise ProgramError(str(e), op_type=opdef.type) from None
-        bound.apply_defaults()
-        values = dict(bound.arguments)
-        name = values.pop("name")
-        inputs = {slot_of[k]: values.pop(k) for k in list(values) if k in slot_of}
+    def _append(input_values, attr_values, name):
         block = default_main_program().current_block()
-        op = block.append_op(opdef.type, inputs=inputs, attrs=values, name=name)
-        outs = []
-        for slot in opdef.outputs:
-            names = op.output(slot.name)
-            vars_ = [block.var(n) for n in names]
-            if slot.many:
-                outs.append(vars_)
-            elif vars_:
-                outs.append(vars_[0])
-        return outs[0] if len(outs) == 1 else tuple(outs)
+        op = block.append_op(opdef.type, inputs=dict(zip(slots, input_values)),
+                             attrs=dict(zip(attrs, attr_values)), name=name)
+        return _outputs_of(opdef, block, op)
 
-    append.__name__ = append.__qualname__ = opdef.type
-    append.__signature__ = signature
+    namespace = {"_append": _append}
+    exec(compile(source, f"<progdesc.ops.{opdef.type}>", "exec"), namespace)  # noqa: S102
+    append = namespace[opdef.type]
+    append.__defaults__ = tuple(p.default for p in signature.parameters.values()
+                                if p.kind is p.POSITIONAL_OR_KEYWORD
+                                and p.default is not p.empty) or None
+    append.__kwdefaults__ = {p.name: p.default for p in signature.parameters.values()
+                             if p.kind is p.KEYWORD_ONLY and p.default is not p.empty}
     append.__doc__ = _docstring(opdef)
     append.__module__ = __name__
     return append
+
+
+def _parameter_list(signature):
+    """`signature`'s parameters as source, defaults left as None (they are set afterwards)."""
+    parts = []
+    for p in signature.parameters.values():
+        if p.kind is p.KEYWORD_ONLY and "*" not in parts:
+            parts.append("*")
+        parts.append(p.name if p.default is p.empty else f"{p.name}=None")
+    return ", ".join(parts)
+
+
+def _outputs_of(opdef, block, op):
+    """The op's output Variable, or a tuple of them (a list for a many slot)."""
+    outs = []
+    for slot in opdef.outputs:
+        vars_ = [block.var(n) for n in op.output(slot.name)]
+        if slot.many:
+            outs.append(vars_)
+        elif vars_:
+            outs.append(vars_[0])
+    return outs[0] if len(outs) == 1 else tuple(outs)
 
 
 _made = {}

@@ -3,6 +3,7 @@
 Each test registers its op under a fresh name and unregisters it afterwards,
 so the registry-wide table tests never see it.
 """
+import inspect
 import itertools
 
 import jax.numpy as jnp
@@ -185,7 +186,7 @@ def test_double_registration_is_an_error_unless_replace(softsign):
         return X ** power
 
     fn = getattr(ops, softsign)
-    assert "power" in str(fn.__signature__) and "alpha" not in str(fn.__signature__)
+    assert "power" in str(inspect.signature(fn)) and "alpha" not in str(inspect.signature(fn))
     main = pd.Program()
     with pd.program_guard(main, pd.Program()):
         out = fn(pd.data("x", [3]), power=3)
@@ -215,6 +216,13 @@ def test_bad_names_and_unregister_errors():
     for bad in ("not an identifier", "1abc", "class", "_private", "registry", "inspect"):
         with pytest.raises(pd.ProgramError):
             custom_op.op(bad, inputs=["X"], outputs=["Out"])(lambda X: X)
+    bad_parameters = [dict(inputs=["X"], attrs={"lambda": 1.0}),
+                      dict(inputs=["X"], attrs={"name": "a"}),
+                      dict(inputs=["X", "x"]),
+                      dict(inputs=["X"], attrs={"x": 1})]
+    for spec in bad_parameters:
+        with pytest.raises(pd.ProgramError, match="become parameters of progdesc.ops"):
+            custom_op.op(f"test_params_{next(_names)}", outputs=["Out"], **spec)(lambda **kw: 0)
     with pytest.raises(pd.ProgramError, match="not registered through"):
         custom_op.unregister("relu")
     with pytest.raises(TypeError):
