@@ -11,19 +11,13 @@ def slot_map(slots):
 def read_attrs(opdef, op_desc):
     """Decoded attributes of `op_desc`, defaults filled in for absent ones."""
     out = {}
+    written = op_desc.attrs
     for a in opdef.attrs:
-        if a.name in op_desc.attrs:
-            out[a.name] = decode_attr(a, op_desc.attrs[a.name])
+        if a.name in written:
+            out[a.name] = decode_attr(a, written[a.name])
         else:
             out[a.name] = a.check(a.default)
     return out
-
-
-def write_attrs(opdef, op_desc, attrs):
-    """Encode checked attribute values into `op_desc.attrs`."""
-    op_desc.attrs.clear()
-    for a in opdef.attrs:
-        encode_attr(a, attrs[a.name], op_desc.attrs[a.name])
 
 
 def fill_op_desc(desc, opdef, inputs, outputs, attrs, role=pb.FORWARD, callsite=""):
@@ -33,5 +27,7 @@ def fill_op_desc(desc, opdef, inputs, outputs, attrs, role=pb.FORWARD, callsite=
         desc.inputs.add(parameter=name, arguments=args)
     for name, args in outputs.items():
         desc.outputs.add(parameter=name, arguments=args)
-    write_attrs(opdef, desc, attrs)
+    written = desc.attrs
+    for a in opdef.attrs:
+        encode_attr(a, attrs[a.name], written[a.name])
     return desc

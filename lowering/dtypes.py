@@ -26,6 +26,8 @@ DTYPE_NAMES = tuple(_BY_NAME)
 
 def name_of(dtype):
     """Readable name ('float32') of a dtype given as name, NumPy/JAX dtype or proto enum."""
+    if dtype.__class__ is int and dtype in _NAME_BY_ENUM:   # the proto enum, most often
+        return _NAME_BY_ENUM[dtype]
     if isinstance(dtype, str) and dtype in _BY_NAME:
         return dtype
     if isinstance(dtype, int) and not isinstance(dtype, bool) and dtype in _NAME_BY_ENUM:

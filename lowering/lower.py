@@ -19,6 +19,7 @@ import jax
 from lowering import registry
 from lowering.desc import read_attrs, slot_map
 from lowering.errors import FeedError, FetchError, ProgdescError, ProgramError
+from lowering.gc_pause import gc_paused
 from lowering.infer import split_outputs
 
 RNG_VAR = "@RNG_STATE@"
@@ -28,7 +29,7 @@ FETCH_VAR = "fetch"
 
 @dataclass
 class _Step:
-    stopped: frozenset  # outputs marked stop_gradient: lax.stop_gradient keeps JAX autodiff honest
+    stopped: set       # outputs marked stop_gradient: lax.stop_gradient keeps JAX autodiff honest
     index: int         # position among the user's ops (feed ops inserted by the Executor skipped)
     desc_index: int    # position in the lowered desc
     opdef: object
@@ -60,21 +61,26 @@ def _var_index(program_desc, block_idx):
 def _plan(program_desc, block_idx):
     block = program_desc.blocks[block_idx]
     var_index = _var_index(program_desc, block_idx)
-    persistable = {n for n, v in var_index.items() if v.persistable}
+    persistable, stop = set(), set()
+    for n, v in var_index.items():
+        if v.persistable:
+            persistable.add(n)
+        elif v.stop_gradient:
+            stop.add(n)
     steps, n_feeds = [], 0
     for desc_index, op_desc in enumerate(block.ops):
-        n_feeds += op_desc.type == "feed"
-        i = desc_index - n_feeds if op_desc.type != "feed" else desc_index
-        opdef = registry.get(op_desc.type)
+        op_type = op_desc.type
+        n_feeds += op_type == "feed"
+        i = desc_index - n_feeds if op_type != "feed" else desc_index
+        opdef = registry.get(op_type)
         try:
             attrs = read_attrs(opdef, op_desc)
         except ProgdescError as e:
-            raise type(e)(e.detail, op_type=op_desc.type, op_index=i, block_idx=block_idx,
+            raise type(e)(e.detail, op_type=op_type, op_index=i, block_idx=block_idx,
                           callsite=op_desc.callsite) from None
-        stopped = frozenset(n for s in op_desc.outputs for n in s.arguments
-                            if (v := var_index.get(n)) is not None
-                            and v.stop_gradient and not v.persistable)
-        steps.append(_Step(stopped, i, desc_index, opdef, slot_map(op_desc.inputs), slot_map(op_desc.outputs),
+        outputs = slot_map(op_desc.outputs)
+        stopped = stop.intersection(*outputs.values()) if stop else _NOTHING
+        steps.append(_Step(stopped, i, desc_index, opdef, slot_map(op_desc.inputs), outputs,
                            attrs, op_desc.callsite))
 
     needed, kept = set(), []
@@ -89,6 +95,9 @@ def _plan(program_desc, block_idx):
     return kept, var_index, persistable
 
 
+_NOTHING = frozenset()
+
+
 def draws_random(opdef, attrs):
     """Whether an op draws random numbers: random ops draw nothing in test mode (`is_test`)."""
     return opdef.random and not attrs.get("is_test", False)
@@ -96,7 +105,8 @@ def draws_random(opdef, attrs):
 
 def lower_block(program_desc, block_idx=0):
     """Lower block `block_idx` of a `ProgramDesc` (with feed/fetch ops) to a `LoweredBlock`."""
-    steps, var_index, persistable = _plan(program_desc, block_idx)
+    with gc_paused():
+        steps, var_index, persistable = _plan(program_desc, block_idx)
     fetch_names = {}
     defined, reads, writes = set(), {}, {}   # dicts: ordered sets
     uses_rng = False

@@ -61,9 +61,10 @@ class Slot:
 
     def accepts(self, dtype):
         """Whether a variable of `dtype` may be bound to this slot."""
+        if self.dtypes == "any":
+            return True
         kind = dtypes.kind_of(dtype)
-        return (self.dtypes == "any" or self.dtypes == kind
-                or (self.dtypes == "number" and kind != "bool"))
+        return self.dtypes == kind or (self.dtypes == "number" and kind != "bool")
 
 
 def In(name, dtypes="any", **kw):

@@ -7,6 +7,7 @@ from lowering import registry
 from lowering import progdesc_pb2 as pb
 from lowering.desc import read_attrs, slot_map
 from lowering.errors import BackwardError, ProgdescError
+from lowering.gc_pause import gc_paused
 from lowering.gradients import GradContext, grad_name
 
 
@@ -50,7 +51,7 @@ def _outputs(op_desc):
 
 def _diff_inputs(op_desc):
     """(slot, position, name) of inputs bound to slots that may receive gradients."""
-    diff = set(registry.get(op_desc.type).differentiable_inputs)
+    diff = registry.get(op_desc.type).differentiable_inputs
     return [(s.parameter, i, n) for s in op_desc.inputs if s.parameter in diff
             for i, n in enumerate(s.arguments)]
 
@@ -70,29 +71,34 @@ def _unique_grad_name(block, name):
 
 def _grad_ops(block, targets, target_grads, inputs, no_grad_set):
     """Append gradient ops of `targets` w.r.t. `inputs`; returns {input name: grad name}."""
+    with gc_paused():
+        return _append_grad_ops(block, targets, target_grads, inputs, no_grad_set)
+
+
+def _append_grad_ops(block, targets, target_grads, inputs, no_grad_set):
     n_forward = len(block.desc.ops)
     ops = list(block.desc.ops)
     requested = set(inputs)
     blocked = set(no_grad_set)
+    flows = {}
 
     def flows_into(name):
-        if name in blocked:
-            return False
-        if name in requested:
-            return True
-        v = block.find_var(name)
-        return v is not None and not v.stop_gradient and _is_float(block, name)
+        if name not in flows:
+            v = block.find_var(name)
+            flows[name] = name not in blocked and (name in requested or (
+                v is not None and not v.stop_gradient and _is_float(block, name)))
+        return flows[name]
 
     diff_inputs = [_diff_inputs(op_desc) for op_desc in ops]
+    outputs = [_outputs(op_desc) for op_desc in ops]
     depends = {n for n in requested if n not in blocked}
-    for op_desc, diff in zip(ops, diff_inputs):
+    for outs, diff in zip(outputs, diff_inputs):
         if any(n in depends and flows_into(n) for _, _, n in diff):
-            depends.update(n for n in _outputs(op_desc) if flows_into(n))
+            depends.update(n for n in outs if flows_into(n))
     needed = {t for t in targets if t in depends}
     relevant = []
     for idx in range(n_forward - 1, -1, -1):
-        op_desc = ops[idx]
-        if any(n in needed for n in _outputs(op_desc)):
+        if any(n in needed for n in outputs[idx]):
             relevant.append(idx)
             needed.update(n for _, _, n in diff_inputs[idx] if n in depends)
 
@@ -136,7 +142,7 @@ def _grad_ops(block, targets, target_grads, inputs, no_grad_set):
     for idx in relevant:
         op_desc = ops[idx]
         out_grads = {}
-        for n in _outputs(op_desc):
+        for n in outputs[idx]:
             g = finalize(n) if n in depends else None
             if g is not None:
                 out_grads[n] = g
@@ -182,6 +188,8 @@ def _prune(block, start, keep):
             needed.update(n for s in op_desc.inputs for n in s.arguments)
         else:
             drop.append(idx)
+    if not drop:
+        return
     dead = {n for idx in drop for n in _outputs(block.desc.ops[idx])}
     for idx in drop:  # descending, so earlier indices stay valid
         del block.desc.ops[idx]

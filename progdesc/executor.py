@@ -47,11 +47,11 @@ class _Compiled:
     checked: bool = False      # whether a run checked what the holders hold
     hot_scope: object = None   # `scope`, once checked, when calls need no 64-bit context
 
-    def __call__(self, args, device):
+    def __call__(self, args, device, compiler_options=None):
         """Run the executable on flat `args`, compiling it on the first call."""
         if self.call is None:
             with jax.enable_x64(True), _default_device(device):
-                compiled = self.jitted.lower(*args).compile()
+                compiled = self.jitted.lower(*args).compile(compiler_options or None)
                 outs = compiled(*args)
             self.needs_x64 = any(np.dtype(x.dtype).itemsize == 8 for x in args)
             # After its first call a Compiled holds the C++ call its __call__ forwards to;
@@ -135,11 +135,15 @@ class Executor:
     """Runs programs; see the module docstring.
 
     `device` is None (JAX's default device), a `jax.Device`, or a platform
-    name such as 'cpu' or 'gpu'.
+    name such as 'cpu' or 'gpu'. `compiler_options` are XLA debug options
+    applied to every program this Executor compiles (see bench/RESULTS.md
+    for what the CPU ones gave).
     """
 
-    def __init__(self, device=None):
+    def __init__(self, device=None, compiler_options=None):
         self.device = _device(device)
+        self.compiler_options = dict(compiler_options or {})
+        """XLA options for every compilation, e.g. {"xla_cpu_use_onednn": True}."""
         self._cache = OrderedDict()     # raw feed signature -> (entry, feed casts)
         self._entries = OrderedDict()   # converted feed signature -> entry
         self.trace_count = 0
@@ -206,7 +210,7 @@ class Executor:
             state = tuple(map(_VALUE, entry.read_holders))
         else:
             state = self._check_state(program, entry)
-        outs = entry(values + state, self.device)
+        outs = entry(values + state, self.device, self.compiler_options)
         entry.checked = True
         entry.hot_scope = None if entry.needs_x64 else scope
         return outs
@@ -329,14 +333,12 @@ def with_feed_fetch(program, feed_names, fetch_names):
     root = desc.blocks[0]
     root.vars.add(name=FEED_VAR, kind=pb.FEED_LIST)
     root.vars.add(name=FETCH_VAR, kind=pb.FETCH_LIST)
-    ops = list(root.ops)
-    del root.ops[:]
     for col, name in enumerate(feed_names):
-        op = root.ops.add(type="feed")
+        op = pb.OpDesc(type="feed")
         op.inputs.add(parameter="X", arguments=[FEED_VAR])
         op.outputs.add(parameter="Out", arguments=[name])
         op.attrs["col"].i = col
-    root.ops.extend(ops)
+        root.ops.insert(col, op)
     for col, name in enumerate(fetch_names):
         op = root.ops.add(type="fetch")
         op.inputs.add(parameter="X", arguments=[name])

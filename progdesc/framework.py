@@ -237,12 +237,16 @@ class Block:
         `outputs` is None every output slot gets fresh variables named after
         `name` (or the op type). Shapes and dtypes of outputs are inferred.
         """
-        return self._insert_op(len(self.desc.ops), type, inputs, outputs, attrs, role=role,
-                               name=name, callsite=callsite)
+        desc, _ = self._add_op(type, inputs, outputs, attrs, role=role, name=name,
+                               callsite=callsite)
+        return Operator(self, desc)
 
-    def _insert_op(self, index, op_type, inputs=None, outputs=None, attrs=None, *,
-                   role=pb.FORWARD, name=None, callsite=None):
+    def _add_op(self, op_type, inputs=None, outputs=None, attrs=None, *, role=pb.FORWARD,
+                name=None, callsite=None, index=None):
+        """Validate and insert an op at `index` (default: the end); returns its desc and
+        its {output slot: [names]}."""
         callsite = _user_callsite() if callsite is None else callsite
+        index = len(self.desc.ops) if index is None else index
         try:
             opdef = registry.get(op_type)
             in_map = _bind_slots(opdef.input_index, inputs, "input")
@@ -276,7 +280,7 @@ class Block:
         if opdef.random:
             self.program._ensure_rng_var()
         self.program._touch()
-        return Operator(self, desc)
+        return desc, out_map
 
     def _shape_dtype(self, name):
         """(dims, dtype name) of a variable an op reads; ProgramError if it is not declared."""
@@ -333,8 +337,11 @@ def _bind_slots(declared, given, what):
         if slot is None:
             raise ProgramError(f"'{slot_name}' is not an {what} slot (declared: "
                                f"{', '.join(declared) or 'none'})")
-        values = value if isinstance(value, (list, tuple)) else (value,)
-        names = [v if v.__class__ is str else _slot_arg_name(slot_name, v) for v in values]
+        if value.__class__ is str:
+            names = [value]
+        else:
+            values = value if isinstance(value, (list, tuple)) else (value,)
+            names = [v if v.__class__ is str else _slot_arg_name(slot_name, v) for v in values]
         if len(names) > 1 and not slot.many:
             raise ProgramError(f"{what} slot '{slot_name}' takes one variable, got {len(names)}")
         if names or slot.many:

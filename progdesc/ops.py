@@ -56,9 +56,9 @@ def make_op_function(opdef):
 
     def _append(input_values, attr_values, name):
         block = default_main_program().current_block()
-        op = block.append_op(opdef.type, inputs=dict(zip(slots, input_values)),
-                             attrs=dict(zip(attrs, attr_values)), name=name)
-        return _outputs_of(opdef, block, op)
+        _, out_map = block._add_op(opdef.type, dict(zip(slots, input_values)),
+                                   attrs=dict(zip(attrs, attr_values)), name=name)
+        return _outputs_of(opdef, block, out_map)
 
     namespace = {"_append": _append}
     exec(compile(source, f"<progdesc.ops.{opdef.type}>", "exec"), namespace)  # noqa: S102
@@ -83,11 +83,11 @@ def _parameter_list(signature):
     return ", ".join(parts)
 
 
-def _outputs_of(opdef, block, op):
+def _outputs_of(opdef, block, out_map):
     """The op's output Variable, or a tuple of them (a list for a many slot)."""
     outs = []
     for slot in opdef.outputs:
-        vars_ = [block.var(n) for n in op.output(slot.name)]
+        vars_ = [block.var(n) for n in out_map.get(slot.name, ())]
         if slot.many:
             outs.append(vars_)
         elif vars_:
