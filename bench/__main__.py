@@ -209,6 +209,11 @@ def table(res):
         add(f"build+backward+lower at {b['largest_n']} ops",
             " + ".join(f"{b['rows'][-1][p + '_s']:.2f}" for p in ("build", "backward", "lower"))
             + " s", "build10k", b["largest_total_s"], "{:.2f} s")
+        t = b.get("total_10k")
+        if t:
+            add(f"  ({t['n_ops_total']} ops after backward, {t['n_forward_ops']} forward)",
+                " + ".join(f"{t[p + '_s']:.2f}" for p in ("build", "backward", "lower")) + " s",
+                "build10k", t["total_s"], "{:.2f} s")
     m = res.get("multistep")
     if m:
         if "ratio" in m:
