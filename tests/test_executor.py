@@ -222,3 +222,15 @@ def test_many_steps_in_one_call_match_separate_calls():
         exe.run(startup, scope=scope)
         exe.run(main, feed={"x": xs[:3], "label": ys[:3]}, fetch_list=[loss], scope=scope,
                 steps=5)
+
+
+def test_compiler_options_reach_xla_and_unknown_ones_are_refused():
+    main, startup, x, y = affine_program()
+    feed = {"x": np.ones((1, 3), np.float32)}
+    exe, scope = pd.Executor(compiler_options={"xla_cpu_enable_fast_math": False}), pd.Scope()
+    exe.run(startup, scope=scope)
+    assert exe.run(main, feed=feed, fetch_list=[y], scope=scope)[0].tolist() == [[2.5] * 3]
+    bad = pd.Executor(compiler_options={"no_such_option": 1})
+    with pytest.raises(Exception, match="no_such_option"):
+        bad.run(main, feed=feed, fetch_list=[y], scope=scope)
+    assert exe.run(main, feed=feed, fetch_list=[y], scope=scope)[0].tolist() == [[2.5] * 3]
