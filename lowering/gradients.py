@@ -40,10 +40,13 @@ class GradContext:
     the gradient of that input must be written to, for wanted inputs only;
     `out_grads` maps forward output variable names to their gradient names,
     for outputs that have one. `var(name)` returns (dims, dtype name).
+    `aliasable` holds the (slot, position) keys whose gradient `pass_through`
+    may alias to an existing variable instead of copying it; `aliases` maps
+    those keys to the variable each one was aliased to.
     """
 
     def __init__(self, opdef, inputs, outputs, attrs, *, in_grad_targets, out_grads,
-                 var, new_name):
+                 var, new_name, aliasable=frozenset()):
         self.opdef = opdef
         self.inputs = inputs
         self.outputs = outputs
@@ -52,6 +55,8 @@ class GradContext:
         self._out_grads = dict(out_grads)
         self._var = var
         self._new_name = new_name
+        self._aliasable = aliasable
+        self.aliases = {}
         self.ops = []
 
     # --- reading the forward op ---
@@ -105,6 +110,21 @@ class GradContext:
     def wants(self, slot):
         """Whether any variable of an input slot needs its gradient."""
         return any(k[0] == slot for k in self._targets)
+
+    def pass_through(self, slot, grad, index=0):
+        """Make `grad` (same shape and dtype) the gradient of an input, if it is wanted.
+
+        The input's gradient becomes `grad` itself where the backward pass allows
+        it (intermediate variables), and an `assign` copy of it otherwise.
+        """
+        key = (slot, index)
+        target = self._targets.get(key)
+        if target is None:
+            return
+        if key in self._aliasable:
+            self.aliases[key] = grad
+        else:
+            self.call("assign", grad, out=target)
 
     # --- emitting ops ---
     def tmp(self, hint="tmp"):

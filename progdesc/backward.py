@@ -11,12 +11,14 @@ from lowering.gc_pause import gc_paused
 from lowering.gradients import GradContext, grad_name
 
 
-def emit_grad_ops(block, op_desc, op_index, in_grad_targets, out_grads):
-    """Append the gradient ops of one forward op to `block`; returns the Operators appended.
+def emit_grad_ops(block, op_desc, op_index, in_grad_targets, out_grads, aliasable=frozenset()):
+    """Append the gradient ops of one forward op to `block`.
 
     `in_grad_targets` maps (input slot, position) to the name the gradient of
     that input is written to; `out_grads` maps forward output names to the
-    names of their gradients.
+    names of their gradients. For the keys in `aliasable`, the maker may name
+    an existing variable as the gradient instead of writing the target.
+    Returns {(input slot, position): variable} of those aliased gradients.
     """
     opdef = registry.get(op_desc.type)
     if opdef.grad is None:
@@ -31,18 +33,18 @@ def emit_grad_ops(block, op_desc, op_index, in_grad_targets, out_grads):
 
     g = GradContext(opdef, slot_map(op_desc.inputs), slot_map(op_desc.outputs),
                     read_attrs(opdef, op_desc), in_grad_targets=in_grad_targets,
-                    out_grads=out_grads, var=var, new_name=lambda hint: names(hint))
+                    out_grads=out_grads, var=var, new_name=lambda hint: names(hint),
+                    aliasable=aliasable)
     opdef.grad(g)
-    appended = []
     for spec in g.ops:
         try:
-            appended.append(block.append_op(spec.type, spec.inputs, spec.outputs, spec.attrs,
-                                            role=pb.BACKWARD, callsite=op_desc.callsite))
+            block._add_op(spec.type, spec.inputs, spec.outputs, spec.attrs,
+                          role=pb.BACKWARD, callsite=op_desc.callsite)
         except ProgdescError as e:
             raise BackwardError(f"gradient op '{spec.type}' of this op is invalid: {e.detail}",
                                 op_type=opdef.type, op_index=op_index, block_idx=block.idx,
                                 var=e.var, callsite=op_desc.callsite) from None
-    return appended
+    return g.aliases
 
 
 def _outputs(op_desc):
@@ -148,17 +150,19 @@ def _append_grad_ops(block, targets, target_grads, inputs, no_grad_set):
                 out_grads[n] = g
         if not out_grads:
             continue
-        in_targets, new = {}, []
+        in_targets, aliasable = {}, set()
         for slot, i, n in diff_inputs[idx]:
             if n in needed and flows_into(n):
-                name = contribution_name(n)
-                in_targets[(slot, i)] = name
-                new.append((n, name))
+                in_targets[(slot, i)] = contribution_name(n)
+                if n not in requested:   # requested gradients keep their conventional names
+                    aliasable.add((slot, i))
         if not in_targets:
             continue
-        emit_grad_ops(block, op_desc, idx, in_targets, out_grads)
-        for n, name in new:
-            contributions.setdefault(n, []).append(name)
+        aliases = emit_grad_ops(block, op_desc, idx, in_targets, out_grads, aliasable)
+        for slot, i, n in diff_inputs[idx]:
+            name = in_targets.get((slot, i))
+            if name is not None:
+                contributions.setdefault(n, []).append(aliases.get((slot, i), name))
     result = {n: finalize(n) for n in inputs}
     _prune(block, n_forward, {g for g in result.values() if g})
     return result

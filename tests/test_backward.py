@@ -258,3 +258,64 @@ def test_backward_errors_name_the_variable():
         x = pd.data("x", [3])
         with pytest.raises(pd.BackwardError, match="no trainable parameter"):
             append_backward(ops.mean(x))
+
+
+def test_inputs_that_were_not_broadcast_take_the_result_gradient_without_an_op():
+    main = pd.Program()
+    with pd.program_guard(main):
+        x = pd.data("x", [None, 3])
+        w = main.global_block().create_parameter("w", [3, 3])
+        b = main.global_block().create_parameter("b", [3])
+        h = ops.matmul(x, w)
+        y = ops.add(h, b)
+        loss = ops.mean(ops.tanh(ops.sum([y, ops.assign(y)])))
+        grads = dict((p.name, g) for p, g in append_backward(loss))
+    backward = [op for op in main.global_block().ops if op.role == "backward"]
+    types = [op.type for op in backward]
+    assert types.count("reduce_as") == 1 and "assign" not in types   # only b's row sum
+    assert not main.global_block().has_var(h.name + "@GRAD")
+    assert grads["w"].name == "w@GRAD" and grads["b"].name == "b@GRAD"
+
+    rng = np.random.default_rng(0)
+    feed = {"x": rng.normal(size=(5, 3)).astype(np.float32)}
+    state = {"w": rng.normal(size=(3, 3)).astype(np.float32),
+             "b": rng.normal(size=(3,)).astype(np.float32)}
+    got_w, got_b = run_eager(main, feed, [grads["w"], grads["b"]], state)
+    f = lambda w, b: jnp.mean(jnp.tanh(2 * (feed["x"] @ w + b)))  # noqa: E731
+    want_w, want_b = jax.grad(f, argnums=(0, 1))(state["w"], state["b"])
+    np.testing.assert_allclose(got_w, want_w, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got_b, want_b, rtol=1e-5, atol=1e-6)
+
+
+def test_inputs_with_unknown_dims_are_still_summed_back_when_broadcast_at_run_time():
+    main = pd.Program()
+    with pd.program_guard(main):
+        x = pd.data("x", [None, 3], stop_gradient=False)
+        z = pd.data("z", [None, 3], stop_gradient=False)
+        u, v = ops.tanh(x), ops.exp(z)
+        loss = ops.mean(ops.mul(u, v))      # x fed with one row broadcasts against z's four
+        gx, gz = gradients(loss, [x, z])
+    assert gx.name == "x@GRAD" and gz.name == "z@GRAD"
+    rng = np.random.default_rng(1)
+    feed = {"x": rng.normal(size=(1, 3)).astype(np.float32),
+            "z": rng.normal(size=(4, 3)).astype(np.float32)}
+    got_x, got_z = run_eager(main, feed, [gx, gz], {})
+    f = lambda x, z: jnp.mean(jnp.tanh(x) * jnp.exp(z))  # noqa: E731
+    want_x, want_z = jax.grad(f, argnums=(0, 1))(feed["x"], feed["z"])
+    assert got_x.shape == (1, 3)
+    np.testing.assert_allclose(got_x, want_x, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got_z, want_z, rtol=1e-5, atol=1e-6)
+
+
+def test_a_requested_intermediate_keeps_its_conventional_gradient_name():
+    main = pd.Program()
+    with pd.program_guard(main):
+        x = pd.data("x", [2, 3])
+        b = main.global_block().create_parameter("b", [3])
+        h = ops.tanh(x)
+        loss = ops.mean(ops.add(h, b))
+        (gh,) = gradients(loss, [h])
+    assert gh.name == h.name + "@GRAD"
+    got, = run_eager(main, {"x": np.ones((2, 3), np.float32)}, [gh],
+                     {"b": np.zeros(3, np.float32)})
+    np.testing.assert_allclose(got, np.full((2, 3), 1 / 6, np.float32), rtol=1e-6)

@@ -41,9 +41,24 @@ def _(g):
     g.call("reduce_as", g.out_grad("Out"), g.input("X"), out=g.in_grad("X"))
 
 
+def _broadcast_free(g, slot):
+    """Whether input `slot` of a binary op has the result's shape whatever its unknown
+    (-1) dims turn out to be, so that broadcasting never expands it."""
+    dims = g.var(g.input(slot))[0]
+    other = g.var(g.input("Y" if slot == "X" else "X"))[0]
+    lead = len(dims) - len(other)
+    return lead >= 0 and all(d > 1 or other[i - lead] == 1
+                             for i, d in enumerate(dims) if i >= lead)
+
+
 def _to_input(g, grad, slot):
-    """Emit reduce_as(grad -> input `slot`) into that input's gradient, if wanted."""
-    if g.in_grad(slot):
+    """Sum `grad` (shaped like the result) back to input `slot`'s shape into its gradient,
+    if wanted; an input that was not broadcast takes `grad` unchanged."""
+    if not g.in_grad(slot):
+        return
+    if _broadcast_free(g, slot):
+        g.pass_through(slot, grad)
+    else:
         g.call("reduce_as", grad, g.input(slot), out=g.in_grad(slot))
 
 
