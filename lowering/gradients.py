@@ -39,8 +39,9 @@ class GradContext:
     `in_grad_targets` maps (input slot, position) to the variable name that
     the gradient of that input must be written to, for wanted inputs only;
     `out_grads` maps forward output variable names to their gradient names,
-    for outputs that have one. `var(name)` returns (dims, dtype name).
-    `aliasable` holds the (slot, position) keys whose gradient `pass_through`
+    for outputs that have one. `attrs` is the forward op's {name: value}, or a
+    function returning it, called the first time a maker reads an attribute.
+    `var(name)` returns (dims, dtype name). `aliasable` holds the (slot, position) keys whose gradient `pass_through`
     may alias to an existing variable instead of copying it; `aliases` maps
     those keys to the variable each one was aliased to.
     """
@@ -50,7 +51,7 @@ class GradContext:
         self.opdef = opdef
         self.inputs = inputs
         self.outputs = outputs
-        self.attrs = attrs
+        self._attrs = attrs
         self._targets = in_grad_targets
         self._out_grads = dict(out_grads)
         self._var = var
@@ -77,6 +78,13 @@ class GradContext:
     def output_list(self, slot):
         """The variables bound to an output slot."""
         return list(self.outputs.get(slot, []))
+
+    @property
+    def attrs(self):
+        """{name: value} of the forward op's attributes."""
+        if callable(self._attrs):
+            self._attrs = self._attrs()
+        return self._attrs
 
     def attr(self, name):
         """A forward attribute's value."""
@@ -133,10 +141,7 @@ class GradContext:
 
     def op(self, op_type, inputs, outputs, **attrs):
         """Emit an op with explicit {slot: name or [names]} inputs and outputs."""
-        as_list = lambda v: list(v) if isinstance(v, (list, tuple)) else [v]  # noqa: E731
-        spec = OpSpec(op_type,
-                      {k: as_list(v) for k, v in inputs.items() if v is not None},
-                      {k: as_list(v) for k, v in outputs.items() if v is not None}, attrs)
+        spec = OpSpec(op_type, _slot_lists(inputs), _slot_lists(outputs), attrs)
         self.ops.append(spec)
         return spec
 
@@ -148,7 +153,13 @@ class GradContext:
         opdef = registry.get(op_type)
         if len(opdef.outputs) != 1:
             raise ValueError(f"g.call: '{op_type}' has several outputs; use g.op")
-        out = out or self.tmp(f"{op_type}.grad")
-        inputs = {slot.name: arg for slot, arg in zip(opdef.inputs, args)}
-        self.op(op_type, inputs, {opdef.outputs[0].name: out}, **attrs)
+        out = out or self._new_name(f"{op_type}.grad")
+        inputs = _slot_lists({slot.name: arg for slot, arg in zip(opdef.inputs, args)})
+        self.ops.append(OpSpec(op_type, inputs, {opdef.outputs[0].name: [out]}, attrs))
         return out
+
+
+def _slot_lists(bound):
+    """{slot: [names]} of {slot: name, [names] or None}, unbound slots left out."""
+    return {k: list(v) if isinstance(v, (list, tuple)) else [v] for k, v in bound.items()
+            if v is not None}

@@ -8,54 +8,61 @@ from lowering import progdesc_pb2 as pb
 from lowering.desc import read_attrs, slot_map
 from lowering.errors import BackwardError, ProgdescError
 from lowering.gc_pause import gc_paused
-from lowering.gradients import GradContext, grad_name
+from lowering.gradients import GradContext, OpSpec, grad_name
 
 
-def emit_grad_ops(block, op_desc, op_index, in_grad_targets, out_grads, aliasable=frozenset()):
+def emit_grad_ops(block, op_desc, op_index, in_grad_targets, out_grads, aliasable=frozenset(),
+                  slots=None):
     """Append the gradient ops of one forward op to `block`.
 
     `in_grad_targets` maps (input slot, position) to the name the gradient of
     that input is written to; `out_grads` maps forward output names to the
     names of their gradients. For the keys in `aliasable`, the maker may name
     an existing variable as the gradient instead of writing the target.
-    Returns {(input slot, position): variable} of those aliased gradients.
+    `slots` is the op's ({input slot: [names]}, {output slot: [names]}) if the
+    caller has read them already. Returns ({(input slot, position): variable}
+    of the aliased gradients, [OpSpec] of the ops appended).
     """
     opdef = registry.get(op_desc.type)
     if opdef.grad is None:
         raise BackwardError(f"op type '{opdef.type}' has no gradient maker",
                             op_type=opdef.type, op_index=op_index, block_idx=block.idx,
                             callsite=op_desc.callsite)
-    names = block.program._names
+    inputs, outputs = slots or (slot_map(op_desc.inputs), slot_map(op_desc.outputs))
 
     def var(name):
         v = block.var(name)
         return v.shape, v.dtype
 
-    g = GradContext(opdef, slot_map(op_desc.inputs), slot_map(op_desc.outputs),
-                    read_attrs(opdef, op_desc), in_grad_targets=in_grad_targets,
-                    out_grads=out_grads, var=var, new_name=lambda hint: names(hint),
-                    aliasable=aliasable)
+    g = GradContext(opdef, inputs, outputs, lambda: read_attrs(opdef, op_desc),
+                    in_grad_targets=in_grad_targets, out_grads=out_grads, var=var,
+                    new_name=block.program._names, aliasable=aliasable)
     opdef.grad(g)
     for spec in g.ops:
         try:
-            block._add_op(spec.type, spec.inputs, spec.outputs, spec.attrs,
-                          role=pb.BACKWARD, callsite=op_desc.callsite)
+            _append(block, spec, op_desc.callsite)
         except ProgdescError as e:
             raise BackwardError(f"gradient op '{spec.type}' of this op is invalid: {e.detail}",
                                 op_type=opdef.type, op_index=op_index, block_idx=block.idx,
                                 var=e.var, callsite=op_desc.callsite) from None
-    return g.aliases
+    return g.aliases, g.ops
+
+
+def _append(block, spec, callsite=""):
+    block._add_op(spec.type, spec.inputs, spec.outputs, spec.attrs, role=pb.BACKWARD,
+                  callsite=callsite)
 
 
 def _outputs(op_desc):
     return [n for s in op_desc.outputs for n in s.arguments]
 
 
-def _diff_inputs(op_desc):
-    """(slot, position, name) of inputs bound to slots that may receive gradients."""
-    diff = registry.get(op_desc.type).differentiable_inputs
-    return [(s.parameter, i, n) for s in op_desc.inputs if s.parameter in diff
-            for i, n in enumerate(s.arguments)]
+def _diff_inputs(op_type, inputs):
+    """(slot, position, name) of the {slot: [names]} `inputs` bound to slots that may
+    receive gradients."""
+    diff = registry.get(op_type).differentiable_inputs
+    return [(slot, i, n) for slot, names in inputs.items() if slot in diff
+            for i, n in enumerate(names)]
 
 
 def _is_float(block, name):
@@ -78,8 +85,8 @@ def _grad_ops(block, targets, target_grads, inputs, no_grad_set):
 
 
 def _append_grad_ops(block, targets, target_grads, inputs, no_grad_set):
-    n_forward = len(block.desc.ops)
     ops = list(block.desc.ops)
+    n_forward = len(ops)
     requested = set(inputs)
     blocked = set(no_grad_set)
     flows = {}
@@ -91,8 +98,9 @@ def _append_grad_ops(block, targets, target_grads, inputs, no_grad_set):
                 v is not None and not v.stop_gradient and _is_float(block, name)))
         return flows[name]
 
-    diff_inputs = [_diff_inputs(op_desc) for op_desc in ops]
-    outputs = [_outputs(op_desc) for op_desc in ops]
+    slots = [(slot_map(d.inputs), slot_map(d.outputs)) for d in ops]
+    diff_inputs = [_diff_inputs(d.type, ins) for d, (ins, _) in zip(ops, slots)]
+    outputs = [[n for names in outs.values() for n in names] for _, outs in slots]
     depends = {n for n in requested if n not in blocked}
     for outs, diff in zip(outputs, diff_inputs):
         if any(n in depends and flows_into(n) for _, _, n in diff):
@@ -113,7 +121,7 @@ def _append_grad_ops(block, targets, target_grads, inputs, no_grad_set):
             if n in needed and flows_into(n):
                 consumers[n] = consumers.get(n, 0) + 1
 
-    contributions, final = {}, {}
+    contributions, final, appended = {}, {}, []
 
     def contribution_name(var):
         if consumers.get(var, 0) <= 1:
@@ -130,8 +138,8 @@ def _append_grad_ops(block, targets, target_grads, inputs, no_grad_set):
             final[var] = names[0]
         else:
             out = _unique_grad_name(block, var)
-            block.append_op("sum", {"X": names}, {"Out": [out]}, role=pb.BACKWARD,
-                             callsite="")
+            appended.append(OpSpec("sum", {"X": names}, {"Out": [out]}))
+            _append(block, appended[-1])
             final[var] = out
         return final[var]
 
@@ -139,7 +147,7 @@ def _append_grad_ops(block, targets, target_grads, inputs, no_grad_set):
         if t not in depends:
             continue
         if seed is None:
-            seed = _ones_like(block, t)
+            seed = _ones_like(block, t, appended)
         contributions.setdefault(t, []).append(seed)
     for idx in relevant:
         op_desc = ops[idx]
@@ -158,40 +166,46 @@ def _append_grad_ops(block, targets, target_grads, inputs, no_grad_set):
                     aliasable.add((slot, i))
         if not in_targets:
             continue
-        aliases = emit_grad_ops(block, op_desc, idx, in_targets, out_grads, aliasable)
+        aliases, specs = emit_grad_ops(block, op_desc, idx, in_targets, out_grads, aliasable,
+                                       slots[idx])
+        appended.extend(specs)
         for slot, i, n in diff_inputs[idx]:
             name = in_targets.get((slot, i))
             if name is not None:
                 contributions.setdefault(n, []).append(aliases.get((slot, i), name))
     result = {n: finalize(n) for n in inputs}
-    _prune(block, n_forward, {g for g in result.values() if g})
+    _prune(block, n_forward, appended, {g for g in result.values() if g})
     return result
 
 
-def _ones_like(block, name):
+def _ones_like(block, name, appended):
     var = block.var(name)
     out = _unique_grad_name(block, name)
     if all(d >= 0 for d in var.shape):
-        block.append_op("fill_constant", {}, {"Out": [out]},
-                        {"shape": list(var.shape), "dtype": var.dtype, "value": 1.0},
-                        role=pb.BACKWARD, callsite="")
+        appended.append(OpSpec("fill_constant", {}, {"Out": [out]},
+                               {"shape": list(var.shape), "dtype": var.dtype, "value": 1.0}))
     else:
-        zeros = block.append_op("fill_zeros_like", {"X": [name]}, None, role=pb.BACKWARD,
-                                callsite="").output("Out")[0]
-        block.append_op("scale", {"X": [zeros]}, {"Out": [out]}, {"scale": 1.0, "bias": 1.0},
-                        role=pb.BACKWARD, callsite="")
+        zeros = block.program._names("fill_zeros_like.grad")
+        appended.append(OpSpec("fill_zeros_like", {"X": [name]}, {"Out": [zeros]}))
+        _append(block, appended[-1])
+        appended.append(OpSpec("scale", {"X": [zeros]}, {"Out": [out]},
+                               {"scale": 1.0, "bias": 1.0}))
+    _append(block, appended[-1])
     return out
 
 
-def _prune(block, start, keep):
-    """Drop gradient ops (from index `start`) whose results nothing needs, and their variables."""
+def _prune(block, start, appended, keep):
+    """Drop the gradient ops `appended` from index `start` on whose results nothing needs,
+    and their variables."""
+    assert len(block.desc.ops) == start + len(appended), "gradient ops appended elsewhere"
     needed, drop = set(keep), []
-    for idx in range(len(block.desc.ops) - 1, start - 1, -1):
-        op_desc = block.desc.ops[idx]
-        if any(n in needed for n in _outputs(op_desc)):
-            needed.update(n for s in op_desc.inputs for n in s.arguments)
+    for j in range(len(appended) - 1, -1, -1):
+        spec = appended[j]
+        if any(n in needed for names in spec.outputs.values() for n in names):
+            for names in spec.inputs.values():
+                needed.update(names)
         else:
-            drop.append(idx)
+            drop.append(start + j)
     if not drop:
         return
     dead = {n for idx in drop for n in _outputs(block.desc.ops[idx])}
@@ -210,7 +224,7 @@ def _var_name(block, target, what):
     name = target.name if isinstance(target, Variable) else target
     if not isinstance(name, str) or block.find_var(name) is None:
         raise BackwardError(f"{what} is not a variable of this program", var=str(name))
-    if not any(name in _outputs(d) for d in block.desc.ops) and what == "loss":
+    if what == "loss" and not any(name in _outputs(d) for d in reversed(block.desc.ops)):
         raise BackwardError("no op of the program computes the loss", var=name)
     return name
 
