@@ -66,6 +66,11 @@ class Slot:
         kind = dtypes.kind_of(dtype)
         return self.dtypes == kind or (self.dtypes == "number" and kind != "bool")
 
+    @property
+    def accepted(self):
+        """The dtype names this slot accepts."""
+        return frozenset(d for d in dtypes.DTYPE_NAMES if self.accepts(d))
+
 
 def In(name, dtypes="any", **kw):
     """An input slot (see `Slot`)."""
@@ -170,6 +175,8 @@ class OpDef:
     _defaults: dict = field(default_factory=dict, repr=False)
     input_index: dict = field(init=False, repr=False, compare=False)    # {slot name: Slot}
     output_index: dict = field(init=False, repr=False, compare=False)
+    # [(input slot name, accepted dtype names)] of the slots that do not take any dtype
+    dtype_checks: tuple = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
         self._attr_index = {a.name: a for a in self.attrs}
@@ -177,6 +184,7 @@ class OpDef:
                           if a.default is not REQUIRED}
         self.input_index = {s.name: s for s in self.inputs}
         self.output_index = {s.name: s for s in self.outputs}
+        self.dtype_checks = tuple((s.name, s.accepted) for s in self.inputs if s.dtypes != "any")
 
     def attr(self, name):
         """The `Attr` declared under `name`, or None."""

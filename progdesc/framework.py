@@ -64,13 +64,26 @@ class NameGenerator:
 class Variable:
     """A view of one `VarDesc` in a block; `name` is the variable's name (never changes)."""
 
-    def __init__(self, block, desc):
+    def __init__(self, block, desc, type_=None):
         self.block = block
         self.desc = desc
         self.name = desc.name
+        self._type = type_    # (dims, dtype name) as in the desc; kept in step by the Block
 
-    shape = property(lambda self: tuple(self.desc.dims), doc="Dims, -1 where unknown.")
-    dtype = property(lambda self: dtypes.name_of(self.desc.dtype), doc="Element type name.")
+    def _read_type(self):
+        self._type = (tuple(self.desc.dims), dtypes.name_of(self.desc.dtype))
+        return self._type
+
+    @property
+    def shape(self):
+        """Dims, -1 where unknown."""
+        return (self._type or self._read_type())[0]
+
+    @property
+    def dtype(self):
+        """Element type name."""
+        return (self._type or self._read_type())[1]
+
     persistable = property(lambda self: self.desc.persistable,
                            doc="Whether the value lives in the Scope between runs.")
     is_parameter = property(lambda self: self.desc.is_parameter,
@@ -214,12 +227,13 @@ class Block:
         """Declare a variable in this block (or return the existing one of that name)."""
         if name in self._vars:
             return self._vars[name]
+        dims = [-1 if d is None else int(d) for d in shape]
+        dtype = dtypes.name_of(dtype)
         desc = self.desc.vars.add(
-            name=name, kind=kind, dtype=dtypes.to_enum(dtype),
-            dims=[-1 if d is None else int(d) for d in shape], persistable=persistable,
-            stop_gradient=stop_gradient, is_parameter=is_parameter,
+            name=name, kind=kind, dtype=dtypes.to_enum(dtype), dims=dims,
+            persistable=persistable, stop_gradient=stop_gradient, is_parameter=is_parameter,
             need_check_feed=need_check_feed)
-        var = self._vars[name] = Variable(self, desc)
+        var = self._vars[name] = Variable(self, desc, (tuple(dims), dtype))
         self.program._touch()
         return var
 
@@ -287,7 +301,7 @@ class Block:
         var = self.find_var(name)
         if var is None:
             raise ProgramError("is used before it is defined in this block", var=name)
-        return tuple(var.desc.dims), dtypes.name_of(var.desc.dtype)
+        return var._type or var._read_type()
 
     def _fresh_outputs(self, opdef, inferred, name):
         """{slot: [names]} for every output the op produces, named after `name` or the op."""
@@ -305,14 +319,17 @@ class Block:
         if var is None:
             self.create_var(name, dims, dtype)
             return
-        if var.persistable:
-            if var.dtype != dtype or not dims_compatible(var.shape, dims):
+        if var.desc.persistable:
+            var_dims, var_dtype = var._type or var._read_type()
+            if var_dtype != dtype or (var_dims != tuple(dims)
+                                      and not dims_compatible(var_dims, dims)):
                 raise ProgramError(f"op writes {dtype}{list(dims)} into a persistable variable "
                                    f"declared {type_str(var.desc)}", var=name)
             return
         var.desc.dtype = dtypes.to_enum(dtype)
         var.desc.ClearField("dims")
         var.desc.dims.extend(dims)
+        var._type = (tuple(dims), dtype)
 
     def _remove_op(self, index):
         del self.desc.ops[index]
@@ -363,19 +380,16 @@ def _slot_arg_name(slot_name, value):
 
 
 def _check_dtypes(opdef, in_map, in_shapes):
-    for slot_name, names in in_map.items():
-        slot = opdef.input_index[slot_name]
-        if slot.dtypes == "any":
-            continue
-        for name, (_, dtype) in zip(names, in_shapes[slot_name]):
-            if not slot.accepts(dtype):
-                raise ProgramError(f"input slot '{slot.name}' expects a {slot.dtypes} dtype, "
-                                   f"got {dtype}", var=name)
-    if not opdef.same_dtype:
-        return
-    group = [(s, n, d) for s in opdef.same_dtype
-             for n, (_, d) in zip(in_map.get(s, []), in_shapes.get(s, []))]
-    if group and len({d for _, _, d in group}) > 1:
+    for slot_name, accepted in opdef.dtype_checks:
+        for name, (_, dtype) in zip(in_map.get(slot_name, ()), in_shapes.get(slot_name, ())):
+            if dtype not in accepted:
+                raise ProgramError(f"input slot '{slot_name}' expects a "
+                                   f"{opdef.input_index[slot_name].dtypes} dtype, got {dtype}",
+                                   var=name)
+    if opdef.same_dtype and len({d for s in opdef.same_dtype
+                                 for _, d in in_shapes.get(s, ())}) > 1:
+        group = [(s, n, d) for s in opdef.same_dtype
+                 for n, (_, d) in zip(in_map.get(s, []), in_shapes.get(s, []))]
         first = group[0]
         odd = next(g for g in group if g[2] != first[2])
         raise ProgramError(f"dtype mismatch: slot '{first[0]}' is {first[2]} but slot "
