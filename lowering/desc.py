@@ -1,6 +1,6 @@
 """Reading and writing the slots and attributes of an `OpDesc` message."""
 from lowering import progdesc_pb2 as pb
-from lowering.registry import decode_attr, encode_attr
+from lowering.registry import decode_attr
 
 
 def slot_map(slots):
@@ -20,14 +20,15 @@ def read_attrs(opdef, op_desc):
     return out
 
 
-def fill_op_desc(desc, opdef, inputs, outputs, attrs, role=pb.FORWARD, callsite=""):
-    """Write a checked op into the empty `OpDesc` message `desc`; returns `desc`."""
+def fill_op_desc(desc, opdef, inputs, outputs, encoded_attrs, role=pb.FORWARD, callsite=""):
+    """Write a checked op into the empty `OpDesc` message `desc`; returns `desc`.
+
+    `encoded_attrs` are its attributes as `OpDef.checked_attrs` serializes them.
+    """
+    desc.MergeFromString(encoded_attrs)
     desc.type, desc.role, desc.callsite = opdef.type, role, callsite
     for name, args in inputs.items():
         desc.inputs.add(parameter=name, arguments=args)
     for name, args in outputs.items():
         desc.outputs.add(parameter=name, arguments=args)
-    written = desc.attrs
-    for a in opdef.attrs:
-        encode_attr(a, attrs[a.name], written[a.name])
     return desc

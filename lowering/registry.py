@@ -24,6 +24,7 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 from lowering import dtypes
+from lowering import progdesc_pb2 as pb
 from lowering.errors import AttributeTypeError, ProgramError, UnknownOpError
 
 REQUIRED = object()
@@ -173,6 +174,7 @@ class OpDef:
     same_dtype: tuple = ()
     _attr_index: dict = field(default_factory=dict, repr=False)
     _defaults: dict = field(default_factory=dict, repr=False)
+    _checked: dict = field(default_factory=dict, repr=False, compare=False)   # checked_attrs
     input_index: dict = field(init=False, repr=False, compare=False)    # {slot name: Slot}
     output_index: dict = field(init=False, repr=False, compare=False)
     # [(input slot name, accepted dtype names)] of the slots that do not take any dtype
@@ -225,6 +227,33 @@ class OpDef:
                 raise AttributeTypeError(f"required attribute '{a.name}' ({a.type}) is missing")
         return out
 
+    def checked_attrs(self, given):
+        """(complete_attrs(given), those attributes serialized as an otherwise empty `OpDesc`).
+
+        Cached per distinct `given`, its values compared together with their types; the
+        returned dict is shared between calls, so it must not be modified.
+        """
+        try:
+            key = tuple([(k, v.__class__, v) for k, v in given.items()])
+            hit = self._checked.get(key)
+        except TypeError:   # list-valued attributes
+            key = tuple([(k, _typed(v)) for k, v in given.items()])
+            try:
+                hit = self._checked.get(key)
+            except TypeError:   # an unhashable value: it fails the type check below
+                key, hit = None, None
+        if hit is None:
+            attrs = self.complete_attrs(given)
+            desc = pb.OpDesc()
+            for a in self.attrs:
+                encode_attr(a, attrs[a.name], desc.attrs[a.name])
+            hit = (attrs, desc.SerializeToString())
+            if key is not None:
+                if len(self._checked) > 4096:
+                    self._checked.clear()
+                self._checked[key] = hit
+        return hit
+
     @property
     def differentiable_inputs(self):
         """Names of input slots that may receive gradients."""
@@ -232,6 +261,13 @@ class OpDef:
             return ()
         return tuple(s.name for s in self.inputs if s.differentiable and s.dtypes != "int"
                      and s.dtypes != "bool")
+
+
+def _typed(value):
+    """A hashable stand-in for an attribute value that tells 1, 1.0 and True apart."""
+    if isinstance(value, (list, tuple)):
+        return (list, tuple([_typed(v) for v in value]))
+    return (value.__class__, value)
 
 
 _REGISTRY: dict = {}

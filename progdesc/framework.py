@@ -266,7 +266,7 @@ class Block:
             in_map = _bind_slots(opdef.input_index, inputs, "input")
             in_shapes = {slot: [self._shape_dtype(n) for n in names]
                          for slot, names in in_map.items()}
-            full_attrs = opdef.complete_attrs(attrs or {})
+            full_attrs, encoded_attrs = opdef.checked_attrs(attrs or {})
             _check_dtypes(opdef, in_map, in_shapes)
             inferred = infer.infer(opdef, in_shapes, full_attrs)
             if outputs is None:
@@ -286,10 +286,10 @@ class Block:
                           block_idx=self.idx, callsite=callsite) from None
         if index == len(self.desc.ops):
             desc = self.desc.ops.add()
-            fill_op_desc(desc, opdef, in_map, out_map, full_attrs, role, callsite)
+            fill_op_desc(desc, opdef, in_map, out_map, encoded_attrs, role, callsite)
         else:
             self.desc.ops.insert(index, fill_op_desc(pb.OpDesc(), opdef, in_map, out_map,
-                                                     full_attrs, role, callsite))
+                                                     encoded_attrs, role, callsite))
             desc = self.desc.ops[index]
         if opdef.random:
             self.program._ensure_rng_var()

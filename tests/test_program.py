@@ -99,6 +99,20 @@ def test_attribute_of_the_wrong_type_or_undeclared():
             main.global_block().append_op("scale", {"X": x}, attrs={"alpha": 1.0})
 
 
+def test_attribute_checks_hold_for_equal_values_of_another_type():
+    main = pd.Program()
+    with pd.program_guard(main):
+        x = pd.data("x", [2])
+        ops.scale(x, scale=1.0)                        # 1.0 == True: checked values are cached
+        with pytest.raises(pd.AttributeTypeError, match="'scale' expects float, got bool"):
+            ops.scale(x, scale=True)
+        ops.reshape(x, shape=[1, 2])
+        with pytest.raises(pd.AttributeTypeError, match="'shape' expects int, got float"):
+            ops.reshape(x, shape=[1.0, 2.0])
+        y = ops.scale(x, scale=2)                      # an int for a float attribute is converted
+        assert main.global_block().ops[-1].attr("scale") == 2.0 and y.shape == (2,)
+
+
 def test_dtype_mismatch_names_both_slots():
     main = pd.Program()
     with pd.program_guard(main):
