@@ -12,7 +12,7 @@ class Initializer:
     def append(self, block, var):
         """Append the initializing op for `var` to `block`."""
         op_type, attrs = self.op()
-        attrs = dict(attrs, shape=list(var.shape), dtype=var.dtype)
+        attrs = dict(attrs, shape=var.shape, dtype=var.dtype)
         return block.append_op(op_type, {}, {"Out": [var.name]}, attrs, callsite="")
 
     def op(self):
