@@ -316,8 +316,10 @@ class Block:
 
     def _set_output_var(self, name, dims, dtype):
         var = self.find_var(name)
-        if var is None:
-            self.create_var(name, dims, dtype)
+        if var is None:   # a new variable: create_var's work, for inferred dims and dtype
+            desc = self.desc.vars.add(name=name, kind=pb.DENSE_TENSOR,
+                                      dtype=dtypes.to_enum(dtype), dims=dims)
+            self._vars[name] = Variable(self, desc, (tuple(dims), dtype))
             return
         if var.desc.persistable:
             var_dims, var_dtype = var._type or var._read_type()
@@ -355,10 +357,13 @@ def _bind_slots(declared, given, what):
             raise ProgramError(f"'{slot_name}' is not an {what} slot (declared: "
                                f"{', '.join(declared) or 'none'})")
         if value.__class__ is str:
-            names = [value]
-        else:
-            values = value if isinstance(value, (list, tuple)) else (value,)
-            names = [v if v.__class__ is str else _slot_arg_name(slot_name, v) for v in values]
+            out[slot_name] = [value]
+            continue
+        if value.__class__ is Variable:
+            out[slot_name] = [value.name]
+            continue
+        values = value if isinstance(value, (list, tuple)) else (value,)
+        names = [v if v.__class__ is str else _slot_arg_name(slot_name, v) for v in values]
         if len(names) > 1 and not slot.many:
             raise ProgramError(f"{what} slot '{slot_name}' takes one variable, got {len(names)}")
         if names or slot.many:
