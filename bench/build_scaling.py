@@ -11,6 +11,7 @@ N counts the forward ops of the main program. Phases:
 - trace (optional, not part of the total): jax.jit(fn).lower(...) of that function,
             i.e. tracing to StableHLO, still without the XLA compile.
 """
+import gc
 import math
 import time
 
@@ -38,6 +39,7 @@ def measure(n_ops, trace=False):
     from lowering.lower import lower_block
     from progdesc.executor import with_feed_fetch
 
+    gc.collect()   # the previous measurement's programs are garbage: not this one's cost
     t0 = time.perf_counter()
     main, startup, loss = build_chain(n_ops)
     t1 = time.perf_counter()

@@ -207,12 +207,12 @@ class Block:
 
     def find_var(self, name):
         """The Variable `name` from this block or an enclosing one, or None."""
+        var = self._vars.get(name)
         block = self
-        while block is not None:
-            if name in block._vars:
-                return block._vars[name]
+        while var is None and block.desc.parent_idx >= 0:
             block = block.parent
-        return None
+            var = block._vars.get(name)
+        return var
 
     def var(self, name):
         """The Variable `name`; raises ProgramError if it is not declared."""
