@@ -177,8 +177,9 @@ class OpDef:
     _checked: dict = field(default_factory=dict, repr=False, compare=False)   # checked_attrs
     input_index: dict = field(init=False, repr=False, compare=False)    # {slot name: Slot}
     output_index: dict = field(init=False, repr=False, compare=False)
-    # [(input slot name, accepted dtype names)] of the slots that do not take any dtype
-    dtype_checks: tuple = field(init=False, repr=False, compare=False)
+    # {input slot name: accepted dtype names} of the slots that do not take any dtype
+    accepted_dtypes: dict = field(init=False, repr=False, compare=False)
+    required_inputs: tuple = field(init=False, repr=False, compare=False)   # slot names
 
     def __post_init__(self):
         self._attr_index = {a.name: a for a in self.attrs}
@@ -186,7 +187,8 @@ class OpDef:
                           if a.default is not REQUIRED}
         self.input_index = {s.name: s for s in self.inputs}
         self.output_index = {s.name: s for s in self.outputs}
-        self.dtype_checks = tuple((s.name, s.accepted) for s in self.inputs if s.dtypes != "any")
+        self.accepted_dtypes = {s.name: s.accepted for s in self.inputs if s.dtypes != "any"}
+        self.required_inputs = tuple(s.name for s in self.inputs if not s.optional)
 
     def attr(self, name):
         """The `Attr` declared under `name`, or None."""

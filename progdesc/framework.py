@@ -263,11 +263,8 @@ class Block:
         index = len(self.desc.ops) if index is None else index
         try:
             opdef = registry.get(op_type)
-            in_map = _bind_slots(opdef.input_index, inputs, "input")
-            in_shapes = {slot: [self._shape_dtype(n) for n in names]
-                         for slot, names in in_map.items()}
+            in_map, in_shapes = self._bind_inputs(opdef, inputs)
             full_attrs, encoded_attrs = opdef.checked_attrs(attrs or {})
-            _check_dtypes(opdef, in_map, in_shapes)
             inferred = infer.infer(opdef, in_shapes, full_attrs)
             if outputs is None:
                 outputs = self._fresh_outputs(opdef, inferred, name)
@@ -295,6 +292,40 @@ class Block:
             self.program._ensure_rng_var()
         self.program._touch()
         return desc, out_map
+
+    def _bind_inputs(self, opdef, inputs):
+        """({slot: [names]}, {slot: [(dims, dtype name)]}) of an op's `inputs`, checked like
+        `_bind_slots` does, and the variables declared with dtypes their slots accept."""
+        in_map, in_types = {}, {}
+        declared, accepted_dtypes = opdef.input_index, opdef.accepted_dtypes
+        for slot_name, value in (inputs or {}).items():
+            if value is None:
+                continue
+            if value.__class__ is str and slot_name in declared:
+                names = [value]
+            elif value.__class__ is Variable and slot_name in declared:
+                names = [value.name]
+            else:
+                names = _bind_slots(declared, {slot_name: value}, "input", required=False)
+                names = names.get(slot_name)
+                if names is None:
+                    continue
+            types = [self._shape_dtype(n) for n in names]
+            accepted = accepted_dtypes.get(slot_name)
+            if accepted is not None:
+                for name, (_, dtype) in zip(names, types):
+                    if dtype not in accepted:
+                        raise ProgramError(f"input slot '{slot_name}' expects a "
+                                           f"{declared[slot_name].dtypes} dtype, got {dtype}",
+                                           var=name)
+            in_map[slot_name], in_types[slot_name] = names, types
+        for slot_name in opdef.required_inputs:
+            if not in_map.get(slot_name):
+                raise ProgramError(f"required input slot '{slot_name}' is not bound")
+        if opdef.same_dtype and len({d for s in opdef.same_dtype
+                                     for _, d in in_types.get(s, ())}) > 1:
+            _raise_dtype_mismatch(opdef, in_map, in_types)
+        return in_map, in_types
 
     def _shape_dtype(self, name):
         """(dims, dtype name) of a variable an op reads; ProgramError if it is not declared."""
@@ -345,9 +376,10 @@ class Block:
         return block_html(self)
 
 
-def _bind_slots(declared, given, what):
+def _bind_slots(declared, given, what, required=True):
     """{slot: [names]} of `given` ({slot: Variable, name or a list of them}), checked against
-    the `declared` {slot name: Slot}: unknown, unbound required and overfull slots raise."""
+    the `declared` {slot name: Slot}: unknown, overfull and (for inputs, if `required`)
+    unbound required slots raise."""
     out = {}
     for slot_name, value in (given or {}).items():
         if value is None:
@@ -368,7 +400,7 @@ def _bind_slots(declared, given, what):
             raise ProgramError(f"{what} slot '{slot_name}' takes one variable, got {len(names)}")
         if names or slot.many:
             out[slot_name] = names
-    if what == "input":
+    if what == "input" and required:
         for slot in declared.values():
             if not slot.optional and not out.get(slot.name):
                 raise ProgramError(f"required {what} slot '{slot.name}' is not bound")
@@ -384,21 +416,13 @@ def _slot_arg_name(slot_name, value):
                        f"got {type(value).__name__}")
 
 
-def _check_dtypes(opdef, in_map, in_shapes):
-    for slot_name, accepted in opdef.dtype_checks:
-        for name, (_, dtype) in zip(in_map.get(slot_name, ()), in_shapes.get(slot_name, ())):
-            if dtype not in accepted:
-                raise ProgramError(f"input slot '{slot_name}' expects a "
-                                   f"{opdef.input_index[slot_name].dtypes} dtype, got {dtype}",
-                                   var=name)
-    if opdef.same_dtype and len({d for s in opdef.same_dtype
-                                 for _, d in in_shapes.get(s, ())}) > 1:
-        group = [(s, n, d) for s in opdef.same_dtype
-                 for n, (_, d) in zip(in_map.get(s, []), in_shapes.get(s, []))]
-        first = group[0]
-        odd = next(g for g in group if g[2] != first[2])
-        raise ProgramError(f"dtype mismatch: slot '{first[0]}' is {first[2]} but slot "
-                           f"'{odd[0]}' is {odd[2]} (cast one of them)", var=odd[1])
+def _raise_dtype_mismatch(opdef, in_map, in_types):
+    group = [(s, n, d) for s in opdef.same_dtype
+             for n, (_, d) in zip(in_map.get(s, []), in_types.get(s, []))]
+    first = group[0]
+    odd = next(g for g in group if g[2] != first[2])
+    raise ProgramError(f"dtype mismatch: slot '{first[0]}' is {first[2]} but slot "
+                       f"'{odd[0]}' is {odd[2]} (cast one of them)", var=odd[1])
 
 
 def dims_compatible(a, b):
