@@ -220,6 +220,9 @@ def table(res):
             add(f"steps={m['k']} throughput vs {m['k']} calls (MLP b{m['batch']})",
                 f"{m['separate_s'] * 1e3:.1f} / {m['steps_s'] * 1e3:.1f} ms", "multistep",
                 m["ratio"], "x{:.2f}")
+            rows.append(("  (Flax + optax: lax.scan vs jitted calls)",
+                         f"{m['flax_separate_s'] * 1e3:.1f} / {m['flax_scan_s'] * 1e3:.1f} ms",
+                         f"x{m['flax_ratio']:.2f}", "reference", ""))
         else:
             rows.append(("steps=K throughput (MLP b32)", "skipped", "n/a", ">= 1.5", "SKIP"))
     head = ("measure", "progdesc / reference", "value", "target", "")
