@@ -18,7 +18,7 @@ import time
 import numpy as np
 
 WIDTH = 8
-TOTAL_10K_FORWARD = 3000   # forward ops whose program holds 10k ops after append_backward
+TOTAL_10K_FORWARD = 3334   # forward ops whose program holds 10k ops after append_backward
 
 
 def build_chain(n_ops):
