@@ -154,12 +154,18 @@ class GradContext:
         if len(opdef.outputs) != 1:
             raise ValueError(f"g.call: '{op_type}' has several outputs; use g.op")
         out = out or self._new_name(f"{op_type}.grad")
-        inputs = _slot_lists({slot.name: arg for slot, arg in zip(opdef.inputs, args)})
+        inputs = {}
+        for slot, arg in zip(opdef.inputs, args):
+            if arg is not None:
+                inputs[slot.name] = [arg] if arg.__class__ is str else _as_list(arg)
         self.ops.append(OpSpec(op_type, inputs, {opdef.outputs[0].name: [out]}, attrs))
         return out
 
 
+def _as_list(value):
+    return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
 def _slot_lists(bound):
     """{slot: [names]} of {slot: name, [names] or None}, unbound slots left out."""
-    return {k: list(v) if isinstance(v, (list, tuple)) else [v] for k, v in bound.items()
-            if v is not None}
+    return {k: _as_list(v) for k, v in bound.items() if v is not None}

@@ -301,10 +301,9 @@ class Block:
         for slot_name, value in (inputs or {}).items():
             if value is None:
                 continue
-            if value.__class__ is str and slot_name in declared:
-                names = [value]
-            elif value.__class__ is Variable and slot_name in declared:
-                names = [value.name]
+            name = _single_name(value)
+            if name is not None and slot_name in declared:
+                names = [name]
             else:
                 names = _bind_slots(declared, {slot_name: value}, "input", required=False)
                 names = names.get(slot_name)
@@ -388,11 +387,9 @@ def _bind_slots(declared, given, what, required=True):
         if slot is None:
             raise ProgramError(f"'{slot_name}' is not an {what} slot (declared: "
                                f"{', '.join(declared) or 'none'})")
-        if value.__class__ is str:
-            out[slot_name] = [value]
-            continue
-        if value.__class__ is Variable:
-            out[slot_name] = [value.name]
+        name = _single_name(value)
+        if name is not None:
+            out[slot_name] = [name]
             continue
         values = value if isinstance(value, (list, tuple)) else (value,)
         names = [v if v.__class__ is str else _slot_arg_name(slot_name, v) for v in values]
@@ -405,6 +402,18 @@ def _bind_slots(declared, given, what, required=True):
             if not slot.optional and not out.get(slot.name):
                 raise ProgramError(f"required {what} slot '{slot.name}' is not bound")
     return out
+
+
+def _single_name(value):
+    """The one variable name `value` (a name, a Variable or a list of one name) binds, or None."""
+    cls = value.__class__
+    if cls is str:
+        return value
+    if cls is Variable:
+        return value.name
+    if cls is list and len(value) == 1 and value[0].__class__ is str:
+        return value[0]
+    return None
 
 
 def _slot_arg_name(slot_name, value):
