@@ -24,7 +24,7 @@ ROLE_NAMES = {pb.FORWARD: "forward", pb.BACKWARD: "backward", pb.OPTIMIZE: "opti
               pb.LR_SCHED: "lr_sched", pb.LOSS: "loss"}
 
 
-_INTERNAL_FILES = {}   # code file name -> whether it belongs to progdesc or lowering
+_USER_FILES = {}   # code file name -> its base name, or "" if it belongs to progdesc or lowering
 
 
 def _user_callsite():
@@ -32,11 +32,12 @@ def _user_callsite():
     frame = sys._getframe(1)
     while frame is not None:
         path = frame.f_code.co_filename
-        internal = _INTERNAL_FILES.get(path)
-        if internal is None:
-            internal = _INTERNAL_FILES[path] = os.path.abspath(path).startswith(_PACKAGE_DIRS)
-        if not internal:
-            return f"{os.path.basename(path)}:{frame.f_lineno}"
+        shown = _USER_FILES.get(path)
+        if shown is None:
+            internal = os.path.abspath(path).startswith(_PACKAGE_DIRS)
+            shown = _USER_FILES[path] = "" if internal else os.path.basename(path)
+        if shown:
+            return f"{shown}:{frame.f_lineno}"
         frame = frame.f_back
     return ""
 
