@@ -29,14 +29,9 @@ def emit_grad_ops(block, op_desc, op_index, in_grad_targets, out_grads, aliasabl
                             op_type=opdef.type, op_index=op_index, block_idx=block.idx,
                             callsite=op_desc.callsite)
     inputs, outputs = slots or (slot_map(op_desc.inputs), slot_map(op_desc.outputs))
-
-    def var(name):
-        v = block.var(name)
-        return v.shape, v.dtype
-
     g = GradContext(opdef, inputs, outputs, lambda: read_attrs(opdef, op_desc),
-                    in_grad_targets=in_grad_targets, out_grads=out_grads, var=var,
-                    new_name=block.program._names, aliasable=aliasable)
+                    in_grad_targets=in_grad_targets, out_grads=out_grads,
+                    var=block._shape_dtype, new_name=block.program._names, aliasable=aliasable)
     opdef.grad(g)
     for spec in g.ops:
         try:
@@ -65,9 +60,7 @@ def _diff_inputs(op_type, inputs):
             for i, n in enumerate(names)]
 
 
-def _is_float(block, name):
-    v = block.find_var(name)
-    return v is not None and v.dtype in ("float16", "bfloat16", "float32", "float64")
+_FLOAT_DTYPES = frozenset(("float16", "bfloat16", "float32", "float64"))
 
 
 def _unique_grad_name(block, name):
@@ -95,7 +88,7 @@ def _append_grad_ops(block, targets, target_grads, inputs, no_grad_set):
         if name not in flows:
             v = block.find_var(name)
             flows[name] = name not in blocked and (name in requested or (
-                v is not None and not v.stop_gradient and _is_float(block, name)))
+                v is not None and not v.stop_gradient and v.dtype in _FLOAT_DTYPES))
         return flows[name]
 
     slots = [(slot_map(d.inputs), slot_map(d.outputs)) for d in ops]

@@ -304,13 +304,13 @@ class Block:
                 continue
             name = _single_name(value)
             if name is not None and slot_name in declared:
-                names = [name]
+                names, types = [name], [self._shape_dtype(name)]
             else:
                 names = _bind_slots(declared, {slot_name: value}, "input", required=False)
                 names = names.get(slot_name)
                 if names is None:
                     continue
-            types = [self._shape_dtype(n) for n in names]
+                types = [self._shape_dtype(n) for n in names]
             accepted = accepted_dtypes.get(slot_name)
             if accepted is not None:
                 for name, (_, dtype) in zip(names, types):
