@@ -53,6 +53,7 @@ class GradContext:
         self.outputs = outputs
         self._attrs = attrs
         self._targets = in_grad_targets
+        self._wanted_slots = {slot for slot, _ in in_grad_targets}
         self._out_grads = dict(out_grads)
         self._var = var
         self._new_name = new_name
@@ -117,7 +118,7 @@ class GradContext:
 
     def wants(self, slot):
         """Whether any variable of an input slot needs its gradient."""
-        return any(k[0] == slot for k in self._targets)
+        return slot in self._wanted_slots
 
     def pass_through(self, slot, grad, index=0):
         """Make `grad` (same shape and dtype) the gradient of an input, if it is wanted.

@@ -67,14 +67,14 @@ def _plan(program_desc, block_idx):
             persistable.add(n)
         elif v.stop_gradient:
             stop.add(n)
-    steps, n_feeds = [], 0
+    steps, n_feeds, opdefs = [], 0, {}
     for desc_index, op_desc in enumerate(block.ops):
         op_type = op_desc.type
         n_feeds += op_type == "feed"
         i = desc_index - n_feeds if op_type != "feed" else desc_index
-        opdef = registry.get(op_type)
+        opdef = opdefs.get(op_type) or opdefs.setdefault(op_type, registry.get(op_type))
         try:
-            attrs = read_attrs(opdef, op_desc)
+            attrs = read_attrs(opdef, op_desc) if opdef.attrs else {}
         except ProgdescError as e:
             raise type(e)(e.detail, op_type=op_type, op_index=i, block_idx=block_idx,
                           callsite=op_desc.callsite) from None
