@@ -41,9 +41,10 @@ class GradContext:
     `out_grads` maps forward output variable names to their gradient names,
     for outputs that have one. `attrs` is the forward op's {name: value}, or a
     function returning it, called the first time a maker reads an attribute.
-    `var(name)` returns (dims, dtype name). `aliasable` holds the (slot, position) keys whose gradient `pass_through`
-    may alias to an existing variable instead of copying it; `aliases` maps
-    those keys to the variable each one was aliased to.
+    `var(name)` returns (dims, dtype name). `aliasable` holds the (slot,
+    position) keys whose gradient `pass_through` may alias to an existing
+    variable instead of copying it; `aliases` maps those keys to the variable
+    each one was aliased to.
     """
 
     def __init__(self, opdef, inputs, outputs, attrs, *, in_grad_targets, out_grads,
