@@ -246,3 +246,41 @@ def test_register_an_opdef_directly():
         custom_op.unregister(name)
     with pytest.raises(AttributeError):
         getattr(ops, name)
+
+
+def test_a_maker_passing_a_gradient_through_emits_no_op_for_intermediates():
+    name = f"test_straight_through_{next(_names)}"
+
+    @custom_op.op(name, inputs=[In("X", "float")], outputs=[Out("Out")])
+    def straight_through(X):
+        """round(x) forward, identity backward (the straight-through estimator)."""
+        return jnp.round(X)
+
+    @straight_through.gradient
+    def _(g):
+        g.pass_through("X", g.out_grad("Out"))
+
+    def assigns(program):
+        return sum(op.type == "assign" for op in program.global_block().ops)
+
+    try:
+        main = pd.Program()
+        with pd.program_guard(main):
+            w = main.global_block().create_parameter("w", [3])
+            h = ops.tanh(w)
+            loss = ops.reduce_sum(ops.square(getattr(ops, name)(h)))
+            (gw,) = pd.gradients(loss, [w])
+            assert assigns(main) == 0      # h is an intermediate here: no copy, no h@GRAD
+            assert not main.global_block().has_var(h.name + "@GRAD")
+            (gh,) = pd.gradients(loss, [h])
+            assert assigns(main) == 1      # h asked for: copied under its conventional name
+        assert gh.name == h.name + "@GRAD"
+        w0 = np.array([0.3, -1.2, 2.0], np.float32)
+        scope = pd.Scope()
+        scope.set("w", w0)
+        got_w, got_h = _eval(main, {}, [gw, gh], scope)
+        r = np.round(np.tanh(w0))
+        np.testing.assert_allclose(got_h, 2 * r, rtol=1e-6)
+        np.testing.assert_allclose(got_w, 2 * r * (1 - np.tanh(w0) ** 2), rtol=1e-5)
+    finally:
+        custom_op.unregister(name)
