@@ -178,6 +178,7 @@ class Block:
     def __init__(self, program, desc):
         self.program = program
         self.desc = desc
+        self._is_root = desc.parent_idx < 0
         self._reindex()
 
     def _reindex(self):
@@ -210,7 +211,7 @@ class Block:
         """The Variable `name` from this block or an enclosing one, or None."""
         var = self._vars.get(name)
         block = self
-        while var is None and block.desc.parent_idx >= 0:
+        while var is None and not block._is_root:
             block = block.parent
             var = block._vars.get(name)
         return var
