@@ -25,7 +25,8 @@ def fill_op_desc(desc, opdef, inputs, outputs, encoded_attrs, role=pb.FORWARD, c
 
     `encoded_attrs` are its attributes as `OpDef.checked_attrs` serializes them.
     """
-    desc.MergeFromString(encoded_attrs)
+    if encoded_attrs:
+        desc.MergeFromString(encoded_attrs)
     desc.type, desc.role, desc.callsite = opdef.type, role, callsite
     for name, args in inputs.items():
         desc.inputs.add(parameter=name, arguments=args)
