@@ -72,7 +72,9 @@ def _plan(program_desc, block_idx):
         op_type = op_desc.type
         n_feeds += op_type == "feed"
         i = desc_index - n_feeds if op_type != "feed" else desc_index
-        opdef = opdefs.get(op_type) or opdefs.setdefault(op_type, registry.get(op_type))
+        opdef = opdefs.get(op_type)
+        if opdef is None:
+            opdef = opdefs[op_type] = registry.get(op_type)
         try:
             attrs = read_attrs(opdef, op_desc) if opdef.attrs else {}
         except ProgdescError as e:

@@ -47,8 +47,7 @@ def _broadcast_free(g, slot):
     dims = g.var(g.input(slot))[0]
     other = g.var(g.input("Y" if slot == "X" else "X"))[0]
     lead = len(dims) - len(other)
-    return lead >= 0 and all(d > 1 or other[i - lead] == 1
-                             for i, d in enumerate(dims) if i >= lead)
+    return lead >= 0 and all(d > 1 or o == 1 for d, o in zip(dims[lead:], other))
 
 
 def _to_input(g, grad, slot):
