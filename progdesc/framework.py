@@ -25,6 +25,7 @@ ROLE_NAMES = {pb.FORWARD: "forward", pb.BACKWARD: "backward", pb.OPTIMIZE: "opti
 
 
 _USER_FILES = {}   # code file name -> its base name, or "" if it belongs to progdesc or lowering
+_GENERATED_PREFIX = "<progdesc."   # code compiled by progdesc itself (the functions in progdesc.ops)
 
 
 def _user_callsite():
@@ -34,7 +35,8 @@ def _user_callsite():
         path = frame.f_code.co_filename
         shown = _USER_FILES.get(path)
         if shown is None:
-            internal = os.path.abspath(path).startswith(_PACKAGE_DIRS)
+            internal = (path.startswith(_GENERATED_PREFIX)
+                        or os.path.abspath(path).startswith(_PACKAGE_DIRS))
             shown = _USER_FILES[path] = "" if internal else os.path.basename(path)
         if shown:
             return f"{shown}:{frame.f_lineno}"
