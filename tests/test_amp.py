@@ -309,6 +309,15 @@ def test_float16_backs_off_from_an_overflowing_scale(digits, fp16_mlp):
         FP16["incr_ratio"], FP16["decr_ratio"])
 
 
+def test_float16_defaults_follow_paddle_and_gradscaler():
+    main, startup, *_ = build("mlp", "float16")
+    update, = [op for op in main.global_block().ops if op.type == "update_loss_scaling"]
+    assert (update.attr("incr_every_n_steps"), update.attr("decr_every_n_nan_or_inf"),
+            update.attr("incr_ratio"), update.attr("decr_ratio")) == (2000, 1, 2.0, 0.5)
+    init, = [op for op in startup.global_block().ops if op.output("Out") == ["loss_scaling_0"]]
+    assert init.attr("value") == 2.0 ** 15
+
+
 def test_static_loss_scaling_keeps_its_scale():
     main = build("mlp", "float16", init_loss_scaling=128.0, use_dynamic_loss_scaling=False)[0]
     types = op_types(main)
@@ -345,6 +354,12 @@ def test_test_clone_keeps_the_casts_and_drops_loss_scaling(digits, fp16_mlp, bf1
     assert (np.argmax(got, 1) == vy[:, 0]).mean() > 0.9
 
 
+def test_rewriting_a_float32_test_clone_gives_the_mixed_precision_one(bf16_mlp):
+    clone = build("mlp")[2]       # as a clone made before decorate(...).minimize would be
+    amp.rewrite_program(clone, "bfloat16")
+    assert str(clone) == str(bf16_mlp[0][2])
+
+
 def test_checkpoint_round_trip_restores_the_loss_scaling_state(digits, fp16_mlp, tmp_path):
     main, startup = fp16_mlp[:2]
     feeds = list(poisoned(digits, 10))
@@ -374,8 +389,7 @@ def test_inference_model_and_export_run_the_low_precision_program(digits, bf16_m
     got, = EXE.run(program, feed={"x": images}, fetch_list=fetch_targets, scope=loaded)
     np.testing.assert_array_equal(got, want)
 
-    export.export_compiled(tmp_path / "model.pdx", test_program, ["x"], [logits], scope,
-                           platforms=("cpu",))
+    export.export_compiled(tmp_path / "model.pdx", test_program, ["x"], [logits], scope)
     model = export.load_compiled(tmp_path / "model.pdx")
     assert model.header["fetches"][0]["dtype"] == "bfloat16"
     exported, = model(images)

@@ -59,4 +59,5 @@ SAMPLES = [
     Sample("update_loss_scaling", _state(True, 1024.0, 0, 1), _update,
            attrs={**_TAKES, "incr_ratio": 4.0, "decr_ratio": 0.25}, name="shrinks"),
     Sample("update_loss_scaling", _state(True, 1024.0, 3, 0), _update, name="default_shrinks"),
+    Sample("update_loss_scaling", _state(False, 1024.0, 1999, 0), _update, name="default_grows"),
 ]
