@@ -10,7 +10,7 @@ import pytest
 
 import progdesc as pd
 from lowering import progdesc_pb2 as pb
-from progdesc import amp, export, io, layers, ops
+from progdesc import amp, custom_op, export, io, layers, ops
 from progdesc.demo import load_digits
 
 CURVE_ATOL, CURVE_RTOL = 0.02, 0.03
@@ -177,6 +177,29 @@ def test_rewrite_refuses_a_program_with_backward_ops_and_leaves_it_unchanged():
         amp.decorate(pd.optimizer.SGD(0.1), "float32")
     with pytest.raises(pd.ProgramError, match="decr_ratio must be between 0 and 1"):
         amp.decorate(pd.optimizer.SGD(0.1), "float16", decr_ratio=2.0)
+
+
+def test_a_failed_rewrite_leaves_the_program_unchanged():
+    @custom_op.op("amp_test_float32_only", inputs=[custom_op.In("X", "float")],
+                  outputs=[custom_op.Out("Out")])
+    def float32_only(X):
+        """X, for float32 X only."""
+        if X.dtype != np.float32:
+            raise TypeError(f"float32 only, got {X.dtype}")
+        return X
+
+    try:
+        main, loss = _program_with_every_kind()
+        with pd.program_guard(main):
+            getattr(ops, "amp_test_float32_only")(loss)
+        before = main.to_bytes()
+        lists = amp.AmpLists(custom_allow=["amp_test_float32_only"])
+        with pytest.raises(pd.ProgdescError, match="float32 only") as err:
+            amp.rewrite_program(main, "bfloat16", lists)
+        assert err.value.op_type == "amp_test_float32_only"
+        assert main.to_bytes() == before and loss.dtype == "float32"
+    finally:
+        custom_op.unregister("amp_test_float32_only")
 
 
 def test_transformer_layer_runs_matmuls_low_and_softmax_and_norms_in_float32():

@@ -28,6 +28,7 @@ from lowering.desc import read_attrs, slot_map
 from lowering.errors import ProgramError
 from progdesc.amp.lists import AmpLists
 from progdesc.framework import Program, Variable
+from progdesc.optimizer import _fresh
 
 LOW_DTYPES = ("bfloat16", "float16")
 _SUFFIX = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
@@ -63,21 +64,18 @@ def rewrite_program(program, dtype="bfloat16", lists=None):
             raise ProgramError("the program already has backward or optimizer ops: rewrite "
                                "it for mixed precision before append_backward and minimize",
                                op_type=op_desc.type, op_index=i, callsite=op_desc.callsite)
-    scratch = Program.from_desc(program.desc)   # the program stays as it was if this fails
-    _rewrite_block(scratch.global_block(), low, lists)
-    _adopt(block, scratch.global_block())
+    scratch = Program.from_desc(program.desc).global_block()   # `program` stays as it is
+    del scratch.desc.ops[:]                                      # until the rewrite succeeds
+    _rewrite_ops(scratch, block.desc.ops, low, lists)
+    _adopt(block, scratch)
     return program
 
 
-def _rewrite_block(block, low, lists):
-    ops = list(block.desc.ops)
-    copies = [pb.OpDesc() for _ in ops]
-    for copy, op_desc in zip(copies, ops):
-        copy.CopyFrom(op_desc)
-    del block.desc.ops[:]
+def _rewrite_ops(block, ops, low, lists):
+    """Append `ops` to the empty `block`, with casts before them."""
     neutral = {v.name for v in block.desc.vars if v.persistable}
     casts = {}   # variable -> {dtype: name of its cast copy}
-    for op_desc in copies:
+    for op_desc in ops:
         opdef = registry.get(op_desc.type)
         inputs, outputs = slot_map(op_desc.inputs), slot_map(op_desc.outputs)
         values = _value_inputs(block, opdef, inputs)
@@ -129,9 +127,7 @@ def _cast(block, name, dtype, casts, neutral, reader):
     """The name of `name` cast to `dtype`, appending the cast before `reader` if needed."""
     copies = casts.setdefault(name, {})
     if dtype not in copies:
-        out, k = f"{name}.cast_{_SUFFIX[dtype]}", 1
-        while block.find_var(out) is not None:
-            out, k = f"{name}.cast_{_SUFFIX[dtype]}_{k}", k + 1
+        out = _fresh(block, f"{name}.cast_{_SUFFIX[dtype]}")
         block._add_op("cast", {"X": name}, {"Out": out}, {"dtype": dtype}, role=reader.role,
                       callsite=reader.callsite)
         block.var(out).desc.stop_gradient = block.var(name).stop_gradient
