@@ -1,7 +1,8 @@
 """Which ops run in low precision, which stay in float32, and which follow their inputs.
 
-- **allow**: matrix products (matmul, conv2d, fused attention). They gain the
-  most from bfloat16/float16 and accumulate in float32 inside the hardware.
+- **allow**: matrix products (matmul, conv2d, fused attention, whose softmax
+  JAX computes in float32). They gain the most from bfloat16/float16 and
+  accumulate in float32 inside the hardware.
 - **deny**: ops whose results lose too much in 8 or 11 bits of mantissa:
   exponentials and logarithms, softmax, normalizations, losses, and
   reductions that sum many terms. Their inputs are cast to float32.
@@ -13,7 +14,7 @@ lists, restricted to the ops progdesc has.
 from lowering import registry
 from lowering.errors import ProgramError
 
-DEFAULT_ALLOW = frozenset({"matmul", "conv2d", "dot_product_attention"})
+DEFAULT_ALLOW = frozenset({"matmul", "conv2d", "scaled_dot_product_attention"})
 
 DEFAULT_DENY = frozenset({
     # exponentials, logarithms, powers
