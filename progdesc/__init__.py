@@ -11,6 +11,7 @@ from progdesc.executor import Executor
 from progdesc.framework import (Block, Operator, Program, Variable, data, default_main_program,
                                 default_startup_program, program_guard)
 from progdesc.scope import Scope, global_scope, scope_guard
+from progdesc import amp
 
 __version__ = "0.1.0"
 __all__ = [
