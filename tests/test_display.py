@@ -367,6 +367,11 @@ def test_svg_large_program_collapses_with_a_note(monkeypatch):
     assert "collapse=False" in notes[0].text
     assert _svg_groups(root, "node") and all(
         "op" not in g.get("class").split() for g in _svg_groups(root, "node"))
+    monkeypatch.setattr(shutil, "which", lambda name, *a, **k: None)
+    with pytest.raises(display.RenderError) as info:          # Graphviz gets the note too
+        main.render(engine="graphviz")
+    assert f'label="{notes[0].text}", labelloc=t' in info.value.dot
+    assert 'label="matmul"' not in info.value.dot
     explicit = _svg(display.program_svg(main, collapse=False))   # asked for: every op
     assert len(_svg_groups(explicit, "node")) == n_nodes
     assert not [t for t in explicit.iter(_NS + "text") if t.get("class") == "note"]
