@@ -123,7 +123,8 @@ def render(program, path=None, format="svg", *, engine="auto", collapse=None, ra
     use_graphviz = engine == "graphviz" or (engine == "auto" and (
         format != "svg" or shutil.which("dot") is not None))
     if use_graphviz:
-        drawing = Drawing(_graphviz(graph_dot(graph, rankdir, note=note), format), format, "graphviz", note)
+        data = _graphviz(graph_dot(graph, rankdir, note=note), format)
+        drawing = Drawing(data, format, "graphviz", note)
     elif format != "svg":
         raise RenderError(f"cannot render the program as {format!r}: the Python layout draws "
                           "only 'svg', other formats need Graphviz; " + _INSTALL_HINT,

@@ -7,7 +7,7 @@ split:
 1. cycles (a parameter read by a layer and written by its optimizer op) are
    broken by reversing the edges that go back in program order;
 2. every node gets a rank (a row): the longest path from a source, with
-   sources (data, parameters) moved down to just above their first use;
+   sources (data, parameters) moved down to the row above their first consumer;
    edges longer than one rank pass through invisible bend points;
 3. rows are reordered by barycenter sweeps to reduce crossings;
 4. x coordinates: each row in turn is pulled towards its neighbours' mean x,
@@ -43,7 +43,7 @@ def _text_size(label):
 
 
 def _label_size(label):
-    return len(label) * 0.6 * _LABEL_SIZE + 6, _LABEL_SIZE + 4
+    return len(label) * _CHAR_W * _LABEL_SIZE / FONT_SIZE + 6, _LABEL_SIZE + 4
 
 
 def _node_size(node):
@@ -152,7 +152,7 @@ def _bend_ranks(top, bottom, most):
     return sorted({top + 1} | {top + round(j * step) for j in range(1, most)})
 
 
-def _layout(keys, sizes, edges, labels):
+def _lay_out_rows(keys, sizes, edges, labels):
     """Positions of `keys` (in placement order) with `sizes` {key: (w, h)} for `edges`
     [(a, b)] (a != b) whose `labels` are sizes (w, h) or None.
 
@@ -177,7 +177,7 @@ def _layout(keys, sizes, edges, labels):
         chain = [a]
         for r in _bend_ranks(rank[a], rank[b], most):   # bend points of a long edge
             d = ("bend", i, r)
-            rank[d], width[d], height[d], weight[d] = r, 4.0, 0.0, 4.0
+            rank[d], width[d], height[d], weight[d] = r, 4.0, 0.0, 4.0   # heavy: keeps it straight
             rows[r].append(d)
             chain.append(d)
         if label:   # the first bend holds the label: as wide and high as it
@@ -223,7 +223,7 @@ class _Level:
     height: float
 
 
-class _Drawing:
+class _Placement:
     """Absolute boxes of nodes and blocks, and the routes of edges, for one Graph."""
 
     def __init__(self, graph):
@@ -281,7 +281,7 @@ class _Drawing:
                 edges.append((a, b))
                 labels.append(_label_size(e.label) if e.label else None)
                 which.append(i)
-        centre, bends, label_at, w, h = _layout(keys, sizes, edges, labels)
+        centre, bends, label_at, w, h = _lay_out_rows(keys, sizes, edges, labels)
         return _Level(centre, sizes, dict(zip(which, zip(bends, label_at))), inner, w, h)
 
     def place(self, level, dx, dy):
@@ -329,7 +329,8 @@ def _shape(node, x, y, w, h):
         ' stroke-dasharray="4,3"' if node.dashed else "")
     fill = f' fill="{_e(node.fill)}"' if node.fill else ' fill="#ffffff"'
     if node.shape == "ellipse":
-        return f'<ellipse cx="{_f(x)}" cy="{_f(y)}" rx="{_f(w / 2)}" ry="{_f(h / 2)}"{fill}{stroke}/>'
+        return (f'<ellipse cx="{_f(x)}" cy="{_f(y)}" rx="{_f(w / 2)}" ry="{_f(h / 2)}"'
+                f"{fill}{stroke}/>")
     if node.shape == "invhouse":
         l, r, t, b = x - w / 2, x + w / 2, y - h / 2, y + h / 2
         pts = [(l, t), (r, t), (r, b - 8), (x, b), (l, b - 8)]
@@ -362,7 +363,14 @@ def _arrow_head(tip, before):
     return f'<polygon points="{" ".join(f"{_f(a)},{_f(b)}" for a, b in pts)}" fill="#555555"/>'
 
 
+def _edge_title(graph, edge):
+    def name(nid):
+        return graph.nodes[nid].label.split("\n", 1)[0]
+    return f"{name(edge.src)} \u2192 {name(edge.dst)}"
+
+
 def _edge(d, i, edge):
+    """The `<g class="edge">` of edge number `i`, placed by `_Placement` `d`."""
     (sx, sy), (tx, ty) = d.centre[edge.src], d.centre[edge.dst]
     sh, th = d.sizes[edge.src][1] / 2, d.sizes[edge.dst][1] / 2
     bends = d.bends.get(i, [])
@@ -375,7 +383,7 @@ def _edge(d, i, edge):
     points = [start] + bends + [end]
     dash = ' stroke-dasharray="5,4"' if edge.dashed else ""
     out = [f'<g class="edge" data-src="{_e(edge.src)}" data-dst="{_e(edge.dst)}">',
-           f"<title>{_e(edge.tooltip or f'{edge.src} -> {edge.dst}')}</title>",
+           f"<title>{_e(edge.tooltip or _edge_title(d.graph, edge))}</title>",
            f'<path d="{_edge_path(points)}" fill="none" stroke="#555555"{dash}/>',
            _arrow_head(points[-1], points[-2])]
     if i in d.labels:
@@ -396,7 +404,7 @@ def graph_svg(graph, note=""):
     `<g class="block">`. `note` is printed above the drawing.
     """
     top = _MARGIN + (_LINE_H + 6 if note else 0)
-    d = _Drawing(graph)
+    d = _Placement(graph)
     d.run(top)
     width = max(d.width, len(note) * _CHAR_W + 2 * _MARGIN)
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{_f(width)}" '
