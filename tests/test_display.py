@@ -352,7 +352,13 @@ def test_svg_collapsed_one_node_per_layer():
     assert labelled and all(e.label in ET.tostring(root, encoding="unicode") for e in labelled)
     full = _svg(display.program_svg(main, collapse=True))
     assert any("(backward)" in _svg_text(g) for g in _svg_groups(full, "node"))
-    _assert_no_overlaps({g.get("id"): _bbox(g) for g in _svg_groups(full, "node")})
+    # nodes and edge labels (layer -> layer edges are labelled with the tensor's type) apart
+    boxes = {g.get("id"): _bbox(g) for g in _svg_groups(full, "node")}
+    labels = [e.find(_NS + "rect") for e in _svg_groups(full, "edge")]
+    labels = [r for r in labels if r is not None]
+    assert labels
+    boxes.update({f"label {i}": _bbox([r]) for i, r in enumerate(labels)})
+    _assert_no_overlaps(boxes)
 
 
 def test_svg_large_program_collapses_with_a_note(monkeypatch):
