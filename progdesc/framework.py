@@ -697,7 +697,8 @@ class Program:
         return program_dot(self, **options)
 
     def render(self, path=None, format="svg", **options):
-        """Draw the program with Graphviz (see progdesc.display.render)."""
+        """Draw the program's graph: Graphviz's `dot` when installed, else an SVG laid out in
+        Python; Jupyter shows the result (see progdesc.display.render)."""
         from progdesc.display import render
         return render(self, path, format=format, **options)
 

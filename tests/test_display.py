@@ -1,7 +1,10 @@
 """progdesc.display: HTML tables (Program, Block, Scope), DOT graphs, and rendering."""
+import ast
 import html
+import pathlib
 import re
 import shutil
+import xml.etree.ElementTree as ET
 
 import numpy as np
 import pydot
@@ -235,24 +238,273 @@ def test_dot_escapes_quotes_and_backslashes():
     assert any('a\\"b\\\\c' in n.get_attributes().get("label", "") for n in _nodes(g))
 
 
+# --- SVG (no Graphviz) ---
+
+_NS = "{http://www.w3.org/2000/svg}"
+
+
+def _svg(text):
+    root = ET.fromstring(text)       # well-formed XML, or this raises
+    assert root.tag == _NS + "svg"
+    return root
+
+
+def _svg_groups(root, cls):
+    return [g for g in root.iter(_NS + "g") if g.get("class", "").split()[:1] == [cls]]
+
+
+def _svg_text(g):
+    return "\n".join(t.text or "" for t in g.find(_NS + "text").iter(_NS + "tspan"))
+
+
+def _bbox(g):
+    """(left, top, right, bottom) of a node's or block's shape."""
+    for shape in g:
+        tag, a = shape.tag[len(_NS):], shape.attrib
+        if tag == "rect":
+            x, y = float(a["x"]), float(a["y"])
+            return x, y, x + float(a["width"]), y + float(a["height"])
+        if tag == "ellipse":
+            cx, cy, rx, ry = (float(a[k]) for k in ("cx", "cy", "rx", "ry"))
+            return cx - rx, cy - ry, cx + rx, cy + ry
+        if tag == "polygon":
+            pts = [tuple(map(float, p.split(","))) for p in a["points"].split()]
+            return (min(p[0] for p in pts), min(p[1] for p in pts),
+                    max(p[0] for p in pts), max(p[1] for p in pts))
+    raise AssertionError(f"no shape in {g.get('id')}")
+
+
+def _overlap(a, b):
+    return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
+
+
+def _assert_no_overlaps(boxes):
+    items = sorted(boxes.items(), key=lambda kv: kv[1][0])
+    for i, (na, a) in enumerate(items):
+        for nb, b in items[i + 1:]:
+            if b[0] >= a[2]:
+                break
+            assert not _overlap(a, b), f"{na} {a} overlaps {nb} {b}"
+
+
+def _path_ends(edge):
+    nums = [float(v) for v in re.findall(r"-?\d+(?:\.\d+)?", edge.find(_NS + "path").get("d"))]
+    return (nums[0], nums[1]), (nums[-2], nums[-1])
+
+
+def _on_border(point, box, tol=0.6):
+    x, y = point
+    inside = box[0] - tol <= x <= box[2] + tol and box[1] - tol <= y <= box[3] + tol
+    return inside and min(abs(y - box[1]), abs(y - box[3])) <= tol
+
+
+def test_svg_one_node_per_op_and_variable_edges_between_them():
+    main, _, _ = _mlp()
+    block = main.global_block()
+    root = _svg(display.program_svg(main, collapse=False))
+    ops_drawn = {g.get("id"): g for g in _svg_groups(root, "node") if "op" in g.get("class")}
+    assert len(ops_drawn) == len(block.ops)
+    for i, op in enumerate(block.ops):          # each op's node shows its type
+        assert _svg_text(ops_drawn[f"op_0_{i}"]) == op.type
+    names = {n for op in block.ops for ns in list(op.inputs.values()) + list(op.outputs.values())
+             for n in ns}
+    vars_drawn = [g for g in _svg_groups(root, "node") if "var" in g.get("class")]
+    assert sorted(_svg_text(g).split("\n")[0] for g in vars_drawn) == sorted(names)
+    # one edge per (variable, op) input pair and per (op, variable) output pair
+    pairs = {(n, i) for i, op in enumerate(block.ops) for ns in op.inputs.values() for n in ns}
+    pairs |= {(i, n) for i, op in enumerate(block.ops) for ns in op.outputs.values() for n in ns}
+    edges = _svg_groups(root, "edge")
+    assert len(edges) == len(pairs)
+    boxes = {g.get("id"): _bbox(g) for g in _svg_groups(root, "node")}
+    _assert_no_overlaps(boxes)
+    for e in edges:                              # each path runs between its two nodes
+        start, end = _path_ends(e)
+        assert _on_border(start, boxes[e.get("data-src")]), (e.get("data-src"), start)
+        assert _on_border(end, boxes[e.get("data-dst")]), (e.get("data-dst"), end)
+    # data, parameters and gradients are told apart as in the DOT drawing
+    w = next(g for g in vars_drawn if _svg_text(g).startswith("fc_0.w_0\n"))
+    assert w.find(_NS + "ellipse").get("stroke-width") == "2"
+    x = next(g for g in vars_drawn if _svg_text(g).startswith("x\n"))
+    assert x.find(_NS + "polygon") is not None
+    grad = next(g for g in vars_drawn if "@GRAD" in _svg_text(g))
+    assert grad.find(_NS + "ellipse").get("stroke-dasharray")
+
+
+def test_svg_collapsed_one_node_per_layer():
+    main, _, _ = _mlp()
+    n_fwd = sum(op.role == "forward" for op in main.global_block().ops)
+    root = _svg(display.program_svg(main, collapse=True, show_backward=False,
+                                    show_optimizer=False))
+    groups = {_svg_text(g).split("\n")[0]: _svg_text(g) for g in _svg_groups(root, "node")
+              if "group" in g.get("class")}
+    assert "matmul, add, tanh" in groups["fc_0"] and "fc_1" in groups
+    counts = [int(re.search(r"\n(\d+) ops?:", text).group(1)) for text in groups.values()]
+    assert sum(counts) == n_fwd                  # every forward op is in exactly one group
+    assert not any("(backward)" in t for t in groups)
+    params = {_svg_text(g).split("\n")[0] for g in _svg_groups(root, "node")
+              if "var" in g.get("class") and g.find(_NS + "ellipse") is not None
+              and g.find(_NS + "ellipse").get("stroke-width") == "2"}
+    assert params == {"fc_0.w_0", "fc_0.b_0", "fc_1.w_0", "fc_1.b_0"}
+    graph = display.build_graph(main, True, show_backward=False, show_optimizer=False)
+    assert len(_svg_groups(root, "edge")) == len(graph.edges)
+    _assert_no_overlaps({g.get("id"): _bbox(g) for g in _svg_groups(root, "node")})
+    labelled = [e for e in graph.edges if e.label]
+    assert labelled and all(e.label in ET.tostring(root, encoding="unicode") for e in labelled)
+    full = _svg(display.program_svg(main, collapse=True))
+    assert any("(backward)" in _svg_text(g) for g in _svg_groups(full, "node"))
+    # nodes and edge labels (layer -> layer edges are labelled with the tensor's type) apart
+    boxes = {g.get("id"): _bbox(g) for g in _svg_groups(full, "node")}
+    labels = [e.find(_NS + "rect") for e in _svg_groups(full, "edge")]
+    labels = [r for r in labels if r is not None]
+    assert labels
+    boxes.update({f"label {i}": _bbox([r]) for i, r in enumerate(labels)})
+    _assert_no_overlaps(boxes)
+
+
+def test_svg_large_program_collapses_with_a_note(monkeypatch):
+    main, _, _ = _mlp()
+    n_nodes = len(_svg_groups(_svg(display.program_svg(main)), "node"))
+    monkeypatch.setattr("progdesc.display.drawing.MAX_NODES", n_nodes - 1)
+    root = _svg(display.program_svg(main))
+    notes = [t for t in root.iter(_NS + "text") if t.get("class") == "note"]
+    assert len(notes) == 1
+    n_ops = len(main.global_block().ops)
+    assert notes[0].text.startswith(f"{n_ops} ops: drawn one node per layer")
+    assert "collapse=False" in notes[0].text
+    assert _svg_groups(root, "node") and all(
+        "op" not in g.get("class").split() for g in _svg_groups(root, "node"))
+    monkeypatch.setattr(shutil, "which", lambda name, *a, **k: None)
+    with pytest.raises(display.RenderError) as info:          # Graphviz gets the note too
+        main.render(engine="graphviz")
+    assert f'label="{notes[0].text}", labelloc=t' in info.value.dot
+    assert 'label="matmul"' not in info.value.dot
+    explicit = _svg(display.program_svg(main, collapse=False))   # asked for: every op
+    assert len(_svg_groups(explicit, "node")) == n_nodes
+    assert not [t for t in explicit.iter(_NS + "text") if t.get("class") == "note"]
+
+
+def test_svg_escapes_names():
+    main = pd.Program()
+    with pd.program_guard(main, pd.Program()):
+        ops.relu(pd.data('a<b>&"c', [2]))
+    root = _svg(display.program_svg(main))
+    assert any(_svg_text(g).startswith('a<b>&"c\n') for g in _svg_groups(root, "node"))
+
+
+def test_svg_nested_block_is_a_box_around_its_ops():
+    name = "display_test_svg_block"
+
+    @custom_op.op(name, inputs=[custom_op.In("X")], outputs=[custom_op.Out("Out")],
+                  attrs={"sub_block": custom_op.Attr("sub_block", "block")}, replace=True)
+    def _(X, *, sub_block):
+        return X
+
+    try:
+        main = pd.Program()
+        with pd.program_guard(main, pd.Program()):
+            x = pd.data("x", [2, 3])
+            sub = main.create_block()
+            ops.exp(ops.tanh(x, name="inner"))
+            main.rollback()
+            main.create_block()             # an empty block: still drawn
+            main.rollback()
+            main.global_block().append_op(name, inputs={"X": x}, outputs={"Out": "y"},
+                                          attrs={"sub_block": sub.idx})
+        root = _svg(display.program_svg(main))
+        blocks = {g.get("id"): _bbox(g) for g in _svg_groups(root, "block")}
+        assert set(blocks) == {"block_1", "block_2"}
+        nodes = {g.get("id"): _bbox(g) for g in _svg_groups(root, "node")}
+        for node_id in ("op_1_0", "op_1_1"):     # tanh and exp sit inside block 1's box
+            inner, box = nodes[node_id], blocks["block_1"]
+            assert box[0] <= inner[0] and inner[2] <= box[2] and box[1] <= inner[1] \
+                and inner[3] <= box[3]
+        assert not _overlap(blocks["block_1"], blocks["block_2"])
+        outside = [n for n in nodes if n.startswith("op_0_")]
+        assert outside and not any(_overlap(nodes[n], b) for n in outside for b in blocks.values())
+        _assert_no_overlaps(nodes)
+        dashed = [e for e in _svg_groups(root, "edge")
+                  if e.find(_NS + "path").get("stroke-dasharray")]
+        assert [(e.get("data-src"), e.get("data-dst")) for e in dashed] == [("op_0_0", "op_1_0")]
+    finally:
+        custom_op.unregister(name)
+
+
+def test_display_is_imported_lazily_no_import_cycles():
+    """Module-level imports among progdesc and lowering modules form no cycle: framework
+    reaches progdesc.display only inside the methods that need it."""
+    root = pathlib.Path(pd.__file__).resolve().parent.parent
+    mods = {}
+    for path in sorted(root.glob("progdesc/**/*.py")) + sorted(root.glob("lowering/**/*.py")):
+        parts = list(path.relative_to(root).with_suffix("").parts)
+        mods[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    deps = {}
+    for mod, path in mods.items():
+        found = set()
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            for n in ast.walk(node) if isinstance(node, (ast.If, ast.Try)) else [node]:
+                if isinstance(n, ast.Import):
+                    found |= {a.name for a in n.names}
+                elif isinstance(n, ast.ImportFrom) and n.level == 0 and n.module:
+                    found |= {f"{n.module}.{a.name}" if f"{n.module}.{a.name}" in mods
+                              else n.module for a in n.names}
+        deps[mod] = {d for d in found if d in mods and d != mod}
+    assert not any(d.startswith("progdesc.display") for d in deps["progdesc.framework"])
+    state = {}
+
+    def visit(mod, stack):
+        state[mod] = "open"
+        for d in sorted(deps[mod]):
+            assert state.get(d) != "open", "import cycle: " + " -> ".join(
+                stack[stack.index(d):] + [mod, d])
+            if d not in state:
+                visit(d, stack + [mod])
+        state[mod] = "done"
+
+    for mod in mods:
+        if mod not in state:
+            visit(mod, [])
+
+
 # --- rendering ---
 
-def test_render_without_dot_raises_one_clear_error(monkeypatch):
+def test_render_without_graphviz_draws_svg_in_python(monkeypatch):
+    main = _tiny()
+    monkeypatch.setattr(shutil, "which", lambda name, *a, **k: None)   # no 'dot' anywhere
+    drawing = main.render()
+    assert drawing.engine == "python" and drawing.format == "svg"
+    root = _svg(drawing._repr_svg_())
+    assert drawing._repr_png_() is None
+    assert sorted(_svg_text(g) for g in _svg_groups(root, "node") if "op" in g.get("class")) \
+        == ["matmul", "relu"]
+    assert len(_svg_groups(root, "edge")) == 5
+    assert bytes(drawing) == drawing.data == display.program_svg(main).encode("utf-8")
+
+
+def test_render_needs_graphviz_for_other_formats(monkeypatch, tmp_path):
     main = _tiny()
     monkeypatch.setattr(shutil, "which", lambda name, *a, **k: None)
-    with pytest.raises(display.RenderError) as info:
-        main.render()
-    err = info.value
-    assert isinstance(err, pd.ProgdescError) and isinstance(err, RuntimeError)
-    assert "\n" not in str(err) and "Graphviz" in str(err) and "dot" in str(err)
-    assert err.dot == main.to_dot()
+    for kwargs in (dict(format="png"), dict(engine="graphviz")):
+        with pytest.raises(display.RenderError) as info:
+            main.render(**kwargs)
+        err = info.value
+        assert isinstance(err, pd.ProgdescError) and isinstance(err, RuntimeError)
+        assert "\n" not in str(err) and "Graphviz" in str(err) and "dot" in str(err)
+        assert err.dot == main.to_dot()
+    assert not list(tmp_path.iterdir())
+    path = main.render(str(tmp_path / "g.svg"), engine="python")
+    assert path == str(tmp_path / "g.svg")
+    _svg((tmp_path / "g.svg").read_text(encoding="utf-8"))
+    with pytest.raises(ValueError, match="engine"):
+        main.render(engine="nosuch")
 
 
 @pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz 'dot' is not installed")
 def test_render_svg_and_png(tmp_path):
     pytest.importorskip("graphviz")
     main, _, _ = _mlp()
-    svg = main.render(collapse=True)
+    drawing = main.render(collapse=True)
+    assert drawing.engine == "graphviz"
+    svg = bytes(drawing)
     assert svg.lstrip().startswith(b"<?xml") and b"<svg" in svg and b"fc_0" in svg
     path = main.render(str(tmp_path / "g.png"), format="png", show_backward=False)
     assert path == str(tmp_path / "g.png")

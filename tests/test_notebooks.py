@@ -81,3 +81,8 @@ def test_notebook_runs(path, kernel_env, tmp_path):
         assert any('class="pd-scope"' in o["data"]["text/html"] for o in shown)
         assert any("image/png" in o.get("data", {}) for c in nb.cells
                    for o in c.get("outputs", []))
+        # the program's graph is drawn (by Graphviz or, without it, in Python), per layer
+        drawings = [o["data"]["image/svg+xml"] for c in nb.cells for o in c.get("outputs", [])
+                    if "image/svg+xml" in o.get("data", {})]
+        assert len(drawings) == 2 and all("fc_0" in d and "fc_1" in d for d in drawings)
+        assert "(backward)" not in drawings[0] and "(backward)" in drawings[1]
