@@ -37,10 +37,16 @@ def trained(tmp_path_factory):
     done = progdesc("demo", "--epochs", "1", "--save-dir", tmp / "model")
     assert done.returncode in (0, 1), done.stderr       # 1: accuracy under the 97% bar
     assert "test accuracy" in done.stdout and "saved the inference model" in done.stdout
+    (tmp / "demo.stderr").write_text(done.stderr)
     images = load_digits()[2]
     for batch in (3, 9):
         np.save(tmp / f"images{batch}.npy", images[:batch])
     return tmp
+
+
+def test_demo_draws_no_progress_bar_into_a_pipe(trained):
+    stderr = (trained / "demo.stderr").read_text()
+    assert "\r" not in stderr and "training" not in stderr and stderr.count("\n") < 5, stderr
 
 
 def reference(model_dir, images):
