@@ -653,8 +653,6 @@ class Program:
         p = Program.from_desc(self.desc)
         p._names._counts = dict(self._names._counts)
         p._op_names._counts = dict(self._op_names._counts)
-        if hasattr(self, "_param_settings"):   # ParamAttr settings the optimizer reads
-            p._param_settings = dict(self._param_settings)
         if for_test:
             for block in p.blocks:
                 keep = [d for d in block.desc.ops
