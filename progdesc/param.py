@@ -41,9 +41,9 @@ class ParamAttr:
         raise TypeError(f"expected ParamAttr, name or Initializer, got {type(attr).__name__}")
 
 
-def write_settings(var_desc, attr):
-    """Record `attr`'s optimizer settings in a parameter's VarDesc (defaults leave it unset)."""
-    var_desc.ClearField("param_settings")
+def _record_settings(var_desc, attr):
+    """Record `attr`'s optimizer settings in a new parameter's VarDesc (defaults leave it
+    unset, so such a description reads the same to older versions)."""
     if attr.learning_rate != 1.0:
         var_desc.param_settings.learning_rate = attr.learning_rate
     if attr.regularizer:
@@ -81,7 +81,7 @@ def create_parameter(shape, dtype="float32", *, attr=None, default_name="param",
     svar = startup.global_block().create_parameter(name, shape, dtype, trainable=attr.trainable)
     (attr.initializer or default_initializer or init.XavierUniform()).append(
         startup.global_block(), svar)
-    write_settings(var.desc, attr)
+    _record_settings(var.desc, attr)
     return var
 
 
