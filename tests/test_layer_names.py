@@ -108,8 +108,8 @@ def test_an_unknown_activation_names_the_users_line_and_the_known_ones(tmp_path)
     done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True,
                           text=True, timeout=300)
     last = done.stderr.strip().splitlines()[-1]
-    assert last.startswith("lowering.errors.ProgramError: created at bad_act.py:6: "
-                           "unknown activation 'nosuch' for fc"), last
+    assert last.startswith("lowering.errors.ProgramError: "), last
+    assert "bad_act.py:6" in last and "unknown activation 'nosuch' for fc" in last, last
     for known in ("relu", "tanh", "sigmoid", "gelu", "softmax"):
         assert known in last
 
