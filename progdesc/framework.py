@@ -48,12 +48,13 @@ class NameGenerator:
     """Unique, readable names ('fc_0', 'fc_1', ...) counted per program.
 
     `taken` holds names (and name prefixes before the first '.') already in
-    use, e.g. by a loaded program; generated names skip them.
+    use, e.g. by a loaded program; generated names skip them and join them,
+    so generators sharing one `taken` set never hand out the same name.
     """
 
-    def __init__(self, taken=()):
+    def __init__(self, taken):
         self._counts = {}
-        self._taken = set(taken)
+        self._taken = taken
 
     def __call__(self, prefix):
         """The next unused name starting with `prefix`."""
@@ -61,11 +62,13 @@ class NameGenerator:
         while f"{prefix}_{n}" in self._taken:
             n += 1
         self._counts[prefix] = n + 1
+        self._taken.add(f"{prefix}_{n}")
         return f"{prefix}_{n}"
 
 
 class Variable:
-    """A view of one `VarDesc` in a block; `name` is the variable's name (never changes)."""
+    """A view of one `VarDesc` in a block; `name` is the variable's name (fixed once the
+    layer that made it has returned)."""
 
     def __init__(self, block, desc, type_=None):
         self.block = block
@@ -338,8 +341,15 @@ class Block:
         return var._type or var._read_type()
 
     def _fresh_outputs(self, opdef, inferred, name):
-        """{slot: [names]} for every output the op produces, named after `name` or the op."""
-        base = self.program._names(name) if name else self.program._op_names(opdef.type)
+        """{slot: [names]} for every output the op produces, named after `name`, else after
+        the op inside the layer being built ('fc_0.matmul_0'), else after the op ('add_0')."""
+        layers = self.program._layers
+        if name:
+            base = self.program._names(name)
+        elif layers:
+            base = self.program._names(f"{layers[-1]}.{opdef.type}")
+        else:
+            base = self.program._op_names(opdef.type)
         outputs = {}
         for slot in opdef.outputs:
             produced = inferred.get(slot.name, ())
@@ -366,6 +376,33 @@ class Block:
         var.desc.ClearField("dims")
         var.desc.dims.extend(dims)
         var._type = (tuple(dims), dtype)
+
+    def _rename_output(self, var, base):
+        """Name `var` '<base>.out', and the other outputs of the block's last op that
+        share its generated prefix '<base>.<slot>'. `var` must be an output of that op,
+        which has no readers yet: a layer names its result this way."""
+        op = self.desc.ops[-1]
+        if not any(var.name in slot.arguments for slot in op.outputs):
+            raise ProgramError("is not an output of the block's last op", var=var.name)
+        old_base = var.name.rsplit(".", 1)[0]
+        renames = {var.name: f"{base}.out"}
+        for slot in op.outputs:
+            for a in slot.arguments:
+                v = self._vars.get(a)
+                if a not in renames and a.startswith(old_base + ".") and v is not None \
+                        and not v.persistable:
+                    renames[a] = f"{base}.{a[len(old_base) + 1:]}"
+        for new in renames.values():
+            if self.find_var(new) is not None:
+                raise ProgramError("a variable of this name already exists; give the layer "
+                                   "another name", var=new)
+        for slot in op.outputs:
+            slot.arguments[:] = [renames.get(a, a) for a in slot.arguments]
+        for old, new in renames.items():
+            v = self._vars.pop(old)
+            v.name = v.desc.name = new
+            self._vars[new] = v
+        self.program._touch()
 
     def _remove_op(self, index):
         del self.desc.ops[index]
@@ -540,6 +577,7 @@ class Program:
                  for part in (v.name, v.name.split(".", 1)[0])}
         self._names = NameGenerator(taken)       # layers, parameters, user-given names
         self._op_names = NameGenerator(taken)    # default names of op outputs
+        self._layers = []                        # prefixes of the layers being built
 
     def _touch(self):
         self._version += 1
@@ -597,6 +635,15 @@ class Program:
         """Every trainable-parameter Variable."""
         return [v for v in self.list_vars() if v.is_parameter]
 
+    @contextlib.contextmanager
+    def _layer_scope(self, prefix):
+        """Inside, ops appended without a name are named after the layer `prefix`."""
+        self._layers.append(prefix)
+        try:
+            yield
+        finally:
+            self._layers.pop()
+
     def _ensure_rng_var(self):
         self.global_block().create_var(RNG_VAR, (2,), "uint32", persistable=True,
                                        stop_gradient=True, kind=pb.RNG_STATE)
@@ -606,8 +653,6 @@ class Program:
         p = Program.from_desc(self.desc)
         p._names._counts = dict(self._names._counts)
         p._op_names._counts = dict(self._op_names._counts)
-        if hasattr(self, "_param_settings"):   # ParamAttr settings the optimizer reads
-            p._param_settings = dict(self._param_settings)
         if for_test:
             for block in p.blocks:
                 keep = [d for d in block.desc.ops

@@ -3,21 +3,37 @@
 `fc = add(matmul(x, W), b)`: every layer appends ordinary ops to the current
 block, and declares its parameters (named `<layer>_<n>.w_0`, `.b_0`, ...) in
 the main and startup programs with their initializer ops in the startup one.
-`param_attr` / `bias_attr` take a ParamAttr, a name, an Initializer, or
-False for no bias.
+The layer's result is `<layer>_<n>.out` (`fc_1.out`), its intermediate
+values `<layer>_<n>.<op>_<k>.out`. `param_attr` / `bias_attr` take a
+ParamAttr, a name, an Initializer, or False for no bias.
 """
+import contextlib
 import dataclasses
 import math
 
+from lowering import registry
 from lowering.errors import ProgramError
 from progdesc import initializer as init
 from progdesc import ops
-from progdesc.framework import default_main_program
+from progdesc.framework import _user_callsite, default_main_program
 from progdesc.param import ParamAttr, create_global_var, create_parameter
 
 
-def _prefix(layer, name):
-    return name or default_main_program()._names(layer)
+@contextlib.contextmanager
+def _layer(kind, name):
+    """Build one layer: yields its prefix (`name`, else 'fc_0', 'fc_1', ... for kind 'fc',
+    inside another layer 'multi_head_attention_0.dropout_0'); the ops appended inside are
+    named after it."""
+    program = default_main_program()
+    prefix = name or program._names(".".join(program._layers[-1:] + [kind]))
+    with program._layer_scope(prefix):
+        yield prefix
+
+
+def _output(var, prefix):
+    """`var`, the result of the layer's last op, renamed '<prefix>.out'."""
+    var.block._rename_output(var, prefix)
+    return var
 
 
 def _param(prefix, suffix, shape, attr, default_init, dtype="float32"):
@@ -28,13 +44,23 @@ def _param(prefix, suffix, shape, attr, default_init, dtype="float32"):
     return create_parameter(shape, dtype, attr=attr, default_initializer=default_init)
 
 
-def _act(x, act):
+def _takes_one_input(opdef):
+    return (len(opdef.inputs) == 1 and not opdef.inputs[0].many and len(opdef.outputs) == 1
+            and all(a.default is not registry.REQUIRED for a in opdef.attrs))
+
+
+def _activation(act, layer):
+    """The op function of activation `act` (identity for None), checked before `layer`
+    appends anything: any op with one input and one output (all attributes defaulted)."""
     if act is None:
-        return x
-    fn = getattr(ops, act, None)
-    if fn is None:
-        raise ProgramError(f"unknown activation '{act}'", var=x.name)
-    return fn(x)
+        return lambda x: x
+    if registry.is_registered(act) and _takes_one_input(registry.get(act)):
+        return getattr(ops, act)
+    known = sorted(o.type for o in registry.all_ops()
+                   if o.lower.__module__ == "lowering.ops.activation" and _takes_one_input(o))
+    raise ProgramError(f"unknown activation {act!r} for {layer}; the activations are "
+                       f"{', '.join(known)} (or any other op with one input and one output)",
+                       callsite=_user_callsite())
 
 
 def _known(dims, what, var):
@@ -55,47 +81,50 @@ def fc(input, size, num_flatten_dims=1, param_attr=None, bias_attr=None, act=Non
     feature dim; the leading ones are kept (so a [B, T, D] input with
     num_flatten_dims=2 gives [B, T, size]).
     """
-    prefix = _prefix("fc", name)
+    activation = _activation(act, "fc")
     features = _known(input.shape[num_flatten_dims:], "feature dims of fc's input", input)
     in_features = math.prod(features)
-    x = input
-    if len(input.shape) != num_flatten_dims + 1:
-        x = ops.reshape(input, shape=[0] * num_flatten_dims + [in_features])
-    w = _param(prefix, "w_0", [in_features, size], param_attr, init.XavierUniform(),
-               input.dtype)
-    out = ops.matmul(x, w)
-    if bias_attr is not False:
-        b = _param(prefix, "b_0", [size], bias_attr, init.Constant(0.0), input.dtype)
-        out = ops.add(out, b)
-    return _act(out, act)
+    with _layer("fc", name) as prefix:
+        x = input
+        if len(input.shape) != num_flatten_dims + 1:
+            x = ops.reshape(input, shape=[0] * num_flatten_dims + [in_features])
+        w = _param(prefix, "w_0", [in_features, size], param_attr, init.XavierUniform(),
+                   input.dtype)
+        out = ops.matmul(x, w)
+        if bias_attr is not False:
+            b = _param(prefix, "b_0", [size], bias_attr, init.Constant(0.0), input.dtype)
+            out = ops.add(out, b)
+        return _output(activation(out), prefix)
 
 
 def conv2d(input, num_filters, filter_size, stride=1, padding=0, dilation=1, groups=1,
            param_attr=None, bias_attr=None, act=None, name=None):
     """2-D convolution over NCHW input with a [num_filters, C/groups, kh, kw] filter."""
-    prefix = _prefix("conv2d", name)
+    activation = _activation(act, "conv2d")
     channels = _known(input.shape[1:2], "input channels of conv2d", input)[0]
     if channels % groups:
         raise ProgramError(f"{channels} input channels do not split into {groups} groups",
                            var=input.name)
     kh, kw = _pair(filter_size)
-    w = _param(prefix, "w_0", [num_filters, channels // groups, kh, kw], param_attr,
-               init.KaimingNormal(in_axis=1, out_axis=0), input.dtype)
-    out = ops.conv2d(input, w, strides=_pair(stride), paddings=_pair(padding),
-                     dilations=_pair(dilation), groups=groups)
-    if bias_attr is not False:
-        b = _param(prefix, "b_0", [num_filters], bias_attr, init.Constant(0.0), input.dtype)
-        out = ops.add(out, ops.reshape(b, shape=[num_filters, 1, 1]))
-    return _act(out, act)
+    with _layer("conv2d", name) as prefix:
+        w = _param(prefix, "w_0", [num_filters, channels // groups, kh, kw], param_attr,
+                   init.KaimingNormal(in_axis=1, out_axis=0), input.dtype)
+        out = ops.conv2d(input, w, strides=_pair(stride), paddings=_pair(padding),
+                         dilations=_pair(dilation), groups=groups)
+        if bias_attr is not False:
+            b = _param(prefix, "b_0", [num_filters], bias_attr, init.Constant(0.0), input.dtype)
+            out = ops.add(out, ops.reshape(b, shape=[num_filters, 1, 1]))
+        return _output(activation(out), prefix)
 
 
 def pool2d(input, pool_size=2, pool_type="max", pool_stride=None, pool_padding=0,
            global_pooling=False, name=None):
     """Max or average pooling over NCHW input (stride defaults to the window size)."""
     stride = pool_size if pool_stride is None else pool_stride
-    return ops.pool2d(input, pooling_type=pool_type, ksize=_pair(pool_size),
-                      strides=_pair(stride), paddings=_pair(pool_padding),
-                      global_pooling=global_pooling, name=name)
+    with _layer("pool2d", name) as prefix:
+        return _output(ops.pool2d(input, pooling_type=pool_type, ksize=_pair(pool_size),
+                                  strides=_pair(stride), paddings=_pair(pool_padding),
+                                  global_pooling=global_pooling), prefix)
 
 
 def batch_norm(input, act=None, is_test=False, momentum=0.9, epsilon=1e-5, param_attr=None,
@@ -106,39 +135,41 @@ def batch_norm(input, act=None, is_test=False, momentum=0.9, epsilon=1e-5, param
     running ones; `is_test` (or `Program.clone(for_test=True)`) uses the
     running statistics.
     """
-    prefix = _prefix("batch_norm", name)
+    activation = _activation(act, "batch_norm")
     c = _known(input.shape[1:2], "channels of batch_norm's input", input)[0]
-    scale = _param(prefix, "w_0", [c], param_attr, init.Constant(1.0), input.dtype)
-    bias = _param(prefix, "b_0", [c], bias_attr, init.Constant(0.0), input.dtype)
-    mean = create_global_var(f"{prefix}.w_1", [c], 0.0, input.dtype)
-    variance = create_global_var(f"{prefix}.w_2", [c], 1.0, input.dtype)
-    block = default_main_program().current_block()
-    y = block.create_var(f"{prefix}.tmp_0", input.shape, input.dtype)
-    block.append_op("batch_norm",
-                    {"X": input, "Scale": scale, "Bias": bias, "Mean": mean,
-                     "Variance": variance},
-                    {"Y": y, "MeanOut": mean, "VarianceOut": variance},
-                    {"momentum": momentum, "epsilon": epsilon, "is_test": is_test})
-    return _act(y, act)
+    with _layer("batch_norm", name) as prefix:
+        scale = _param(prefix, "w_0", [c], param_attr, init.Constant(1.0), input.dtype)
+        bias = _param(prefix, "b_0", [c], bias_attr, init.Constant(0.0), input.dtype)
+        mean = create_global_var(f"{prefix}.w_1", [c], 0.0, input.dtype)
+        variance = create_global_var(f"{prefix}.w_2", [c], 1.0, input.dtype)
+        block = default_main_program().current_block()
+        y = block.create_var(f"{prefix}.tmp_0", input.shape, input.dtype)
+        block.append_op("batch_norm",
+                        {"X": input, "Scale": scale, "Bias": bias, "Mean": mean,
+                         "Variance": variance},
+                        {"Y": y, "MeanOut": mean, "VarianceOut": variance},
+                        {"momentum": momentum, "epsilon": epsilon, "is_test": is_test})
+        return _output(activation(y), prefix)
 
 
 def layer_norm(input, begin_norm_axis=1, epsilon=1e-5, param_attr=None, bias_attr=None,
                act=None, name=None):
     """Layer normalization over the dims from `begin_norm_axis` on, with scale and bias."""
-    prefix = _prefix("layer_norm", name)
+    activation = _activation(act, "layer_norm")
     size = math.prod(_known(input.shape[begin_norm_axis:], "normalized dims", input))
-    inputs = {"X": input}
-    if param_attr is not False:
-        inputs["Scale"] = _param(prefix, "w_0", [size], param_attr, init.Constant(1.0),
-                                 input.dtype)
-    if bias_attr is not False:
-        inputs["Bias"] = _param(prefix, "b_0", [size], bias_attr, init.Constant(0.0),
-                                input.dtype)
-    block = default_main_program().current_block()
-    y = block.create_var(f"{prefix}.tmp_0", input.shape, input.dtype)
-    block.append_op("layer_norm", inputs, {"Y": y},
-                    {"begin_norm_axis": begin_norm_axis, "epsilon": epsilon})
-    return _act(y, act)
+    with _layer("layer_norm", name) as prefix:
+        inputs = {"X": input}
+        if param_attr is not False:
+            inputs["Scale"] = _param(prefix, "w_0", [size], param_attr, init.Constant(1.0),
+                                     input.dtype)
+        if bias_attr is not False:
+            inputs["Bias"] = _param(prefix, "b_0", [size], bias_attr, init.Constant(0.0),
+                                    input.dtype)
+        block = default_main_program().current_block()
+        y = block.create_var(f"{prefix}.tmp_0", input.shape, input.dtype)
+        block.append_op("layer_norm", inputs, {"Y": y},
+                        {"begin_norm_axis": begin_norm_axis, "epsilon": epsilon})
+        return _output(activation(y), prefix)
 
 
 def dropout(x, dropout_prob, is_test=False, dropout_implementation="upscale_in_train",
@@ -146,16 +177,18 @@ def dropout(x, dropout_prob, is_test=False, dropout_implementation="upscale_in_t
     """Zero each element with probability `dropout_prob` in training (identity in test)."""
     if dropout_prob == 0:
         return x
-    out, _mask = ops.dropout(x, dropout_prob=float(dropout_prob), is_test=is_test,
-                             dropout_implementation=dropout_implementation, name=name)
-    return out
+    with _layer("dropout", name) as prefix:
+        out, _mask = ops.dropout(x, dropout_prob=float(dropout_prob), is_test=is_test,
+                                 dropout_implementation=dropout_implementation)
+        return _output(out, prefix)
 
 
 def embedding(input, size, padding_idx=None, param_attr=None, name=None):
     """Rows of a [vocab, dim] table looked up by the integer ids in `input`."""
-    prefix = _prefix("embedding", name)
-    w = _param(prefix, "w_0", list(size), param_attr, init.Normal(0.0, 1.0))
-    return ops.lookup_table(w, input, padding_idx=-1 if padding_idx is None else padding_idx)
+    with _layer("embedding", name) as prefix:
+        w = _param(prefix, "w_0", list(size), param_attr, init.Normal(0.0, 1.0))
+        return _output(ops.lookup_table(
+            w, input, padding_idx=-1 if padding_idx is None else padding_idx), prefix)
 
 
 def _split_heads(x, num_heads, head_dim):
@@ -179,7 +212,6 @@ def multi_head_attention(queries, keys=None, values=None, num_heads=1, d_model=N
     `key_padding_mask` [B, S] holds 1 for real keys and 0 for padding.
     Keys and values default to the queries (self-attention).
     """
-    prefix = _prefix("multi_head_attention", name)
     keys = queries if keys is None else keys
     values = keys if values is None else values
     d_model = d_model or _known(queries.shape[-1:], "model dim", queries)[0]
@@ -193,24 +225,25 @@ def multi_head_attention(queries, keys=None, values=None, num_heads=1, d_model=N
             return attr
         return dataclasses.replace(attr, name=f"{attr.name}.{tag}")
 
-    def proj(x, tag):
-        return fc(x, d_model, num_flatten_dims=2, param_attr=tagged(param_attr, tag),
-                  bias_attr=tagged(bias_attr, tag), name=f"{prefix}.{tag}")
+    with _layer("multi_head_attention", name) as prefix:
+        def proj(x, tag):
+            return fc(x, d_model, num_flatten_dims=2, param_attr=tagged(param_attr, tag),
+                      bias_attr=tagged(bias_attr, tag), name=f"{prefix}.{tag}")
 
-    q = _split_heads(proj(queries, "query"), num_heads, head_dim)
-    k = _split_heads(proj(keys, "key"), num_heads, head_dim)
-    v = _split_heads(proj(values, "value"), num_heads, head_dim)
-    scores = ops.matmul(q, k, transpose_y=True, alpha=1.0 / math.sqrt(head_dim))  # [B,H,T,S]
-    if causal:
-        ones = ops.scale(ops.fill_zeros_like(scores), scale=1.0, bias=1.0)
-        scores = ops.add(scores, _mask_bias(ops.tril(ones)))
-    if key_padding_mask is not None:
-        bias = _mask_bias(key_padding_mask)
-        scores = ops.add(scores, ops.reshape(bias, shape=[0, 1, 1, -1]))
-    weights = dropout(ops.softmax(scores), dropout_rate, is_test=is_test)
-    context = ops.transpose(ops.matmul(weights, v), perm=[0, 2, 1, 3])
-    context = ops.reshape(context, shape=[0, 0, d_model])
-    return proj(context, "output")
+        q = _split_heads(proj(queries, "query"), num_heads, head_dim)
+        k = _split_heads(proj(keys, "key"), num_heads, head_dim)
+        v = _split_heads(proj(values, "value"), num_heads, head_dim)
+        scores = ops.matmul(q, k, transpose_y=True, alpha=1.0 / math.sqrt(head_dim))  # [B,H,T,S]
+        if causal:
+            ones = ops.scale(ops.fill_zeros_like(scores), scale=1.0, bias=1.0)
+            scores = ops.add(scores, _mask_bias(ops.tril(ones)))
+        if key_padding_mask is not None:
+            bias = _mask_bias(key_padding_mask)
+            scores = ops.add(scores, ops.reshape(bias, shape=[0, 1, 1, -1]))
+        weights = dropout(ops.softmax(scores), dropout_rate, is_test=is_test)
+        context = ops.transpose(ops.matmul(weights, v), perm=[0, 2, 1, 3])
+        context = ops.reshape(context, shape=[0, 0, d_model])
+        return _output(proj(context, "output"), prefix)
 
 
 def transformer_encoder_layer(x, num_heads, dim_feedforward, dropout_rate=0.1,
@@ -221,31 +254,32 @@ def transformer_encoder_layer(x, num_heads, dim_feedforward, dropout_rate=0.1,
     Post-norm by default (x = norm(x + sublayer(x))); `normalize_before`
     gives pre-norm (x = x + sublayer(norm(x))).
     """
-    prefix = _prefix("transformer_encoder", name)
+    _activation(activation, "transformer_encoder_layer")
     d_model = _known(x.shape[-1:], "model dim", x)[0]
 
-    def norm(h, tag):
-        return layer_norm(h, begin_norm_axis=len(h.shape) - 1, name=f"{prefix}.{tag}")
+    with _layer("transformer_encoder", name) as prefix:
+        def norm(h, tag):
+            return layer_norm(h, begin_norm_axis=len(h.shape) - 1, name=f"{prefix}.{tag}")
 
-    def residual(h, sublayer, tag):
-        inner = sublayer(norm(h, tag) if normalize_before else h)
-        out = ops.add(h, dropout(inner, dropout_rate, is_test=is_test))
-        return out if normalize_before else norm(out, tag)
+        def residual(h, sublayer, tag):
+            inner = sublayer(norm(h, tag) if normalize_before else h)
+            out = ops.add(h, dropout(inner, dropout_rate, is_test=is_test))
+            return out if normalize_before else norm(out, tag)
 
-    def attention(h):
-        return multi_head_attention(h, num_heads=num_heads, causal=causal,
-                                    key_padding_mask=key_padding_mask,
-                                    dropout_rate=dropout_rate, is_test=is_test,
-                                    name=f"{prefix}.attn")
+        def attention(h):
+            return multi_head_attention(h, num_heads=num_heads, causal=causal,
+                                        key_padding_mask=key_padding_mask,
+                                        dropout_rate=dropout_rate, is_test=is_test,
+                                        name=f"{prefix}.attn")
 
-    def feed_forward(h):
-        hidden = fc(h, dim_feedforward, num_flatten_dims=2, act=activation,
-                    name=f"{prefix}.ffn1")
-        hidden = dropout(hidden, dropout_rate, is_test=is_test)
-        return fc(hidden, d_model, num_flatten_dims=2, name=f"{prefix}.ffn2")
+        def feed_forward(h):
+            hidden = fc(h, dim_feedforward, num_flatten_dims=2, act=activation,
+                        name=f"{prefix}.ffn1")
+            hidden = dropout(hidden, dropout_rate, is_test=is_test)
+            return fc(hidden, d_model, num_flatten_dims=2, name=f"{prefix}.ffn2")
 
-    x = residual(x, attention, "norm1")
-    return residual(x, feed_forward, "norm2")
+        x = residual(x, attention, "norm1")
+        return _output(residual(x, feed_forward, "norm2"), prefix)
 
 
 # --- losses ---
@@ -253,30 +287,35 @@ def transformer_encoder_layer(x, num_heads, dim_feedforward, dropout_rate=0.1,
 def softmax_with_cross_entropy(logits, label, soft_label=False, ignore_index=-100,
                                return_softmax=False):
     """Per-example cross entropy of softmax(logits) (hard int labels [.., 1] or soft labels)."""
-    softmax, loss = ops.softmax_with_cross_entropy(logits, label, soft_label=soft_label,
-                                                   ignore_index=ignore_index)
+    with _layer("softmax_with_cross_entropy", None) as prefix:
+        softmax, loss = ops.softmax_with_cross_entropy(logits, label, soft_label=soft_label,
+                                                       ignore_index=ignore_index)
+        loss = _output(loss, prefix)
     return (loss, softmax) if return_softmax else loss
 
 
 def cross_entropy(input, label, soft_label=False):
     """Per-example -log(input[label]) for probabilities `input` (hard [.., 1] or soft labels)."""
-    log_p = ops.log(input)
-    if soft_label:
-        picked = ops.mul(label, log_p)
-    else:
-        depth = _known(input.shape[-1:], "number of classes", input)[0]
-        ids = ops.squeeze(label, axes=[-1]) if label.shape[-1:] == (1,) else label
-        picked = ops.mul(ops.one_hot(ids, depth=depth, dtype=input.dtype), log_p)
-    return ops.neg(ops.reduce_sum(picked, axis=[-1], keep_dim=True))
+    with _layer("cross_entropy", None) as prefix:
+        log_p = ops.log(input)
+        if soft_label:
+            picked = ops.mul(label, log_p)
+        else:
+            depth = _known(input.shape[-1:], "number of classes", input)[0]
+            ids = ops.squeeze(label, axes=[-1]) if label.shape[-1:] == (1,) else label
+            picked = ops.mul(ops.one_hot(ids, depth=depth, dtype=input.dtype), log_p)
+        return _output(ops.neg(ops.reduce_sum(picked, axis=[-1], keep_dim=True)), prefix)
 
 
 def mse_loss(input, label):
     """Mean of the squared differences."""
-    return ops.mean(ops.square(ops.sub(input, label)))
+    with _layer("mse_loss", None) as prefix:
+        return _output(ops.mean(ops.square(ops.sub(input, label))), prefix)
 
 
 def accuracy(input, label):
     """Fraction of rows whose arg-max over the last axis equals `label` ([N] or [N, 1])."""
-    pred = ops.argmax(input, axis=-1, dtype=label.dtype)
-    ids = ops.squeeze(label, axes=[-1]) if label.shape[-1:] == (1,) else label
-    return ops.mean(ops.cast(ops.equal(pred, ids), dtype="float32"))
+    with _layer("accuracy", None) as prefix:
+        pred = ops.argmax(input, axis=-1, dtype=label.dtype)
+        ids = ops.squeeze(label, axes=[-1]) if label.shape[-1:] == (1,) else label
+        return _output(ops.mean(ops.cast(ops.equal(pred, ids), dtype="float32")), prefix)

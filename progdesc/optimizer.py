@@ -17,7 +17,7 @@ from lowering import progdesc_pb2 as pb
 from progdesc import lr as lr_sched
 from progdesc.backward import append_backward
 from progdesc.framework import Variable, default_startup_program, program_guard
-from progdesc.param import ParamAttr, create_global_var, param_settings
+from progdesc.param import create_global_var, param_settings
 
 STEP_VAR = "@LR_STEP@"
 
@@ -86,9 +86,8 @@ class Optimizer:
             lr = self.lr_var = self._learning_rate(block, step)
             if self.grad_clip is not None:
                 params_grads = self.grad_clip.append(block, list(params_grads))
-            settings = param_settings(main)
             for param, grad in params_grads:
-                attr = settings.get(param.name, ParamAttr())
+                attr = param_settings(param)
                 grad = self._regularize(block, param, grad, attr)
                 param_lr = lr if attr.learning_rate == 1.0 else _op(
                     block, "scale", {"X": lr}, {"scale": attr.learning_rate},

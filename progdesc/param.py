@@ -17,7 +17,9 @@ class ParamAttr:
     """How a layer creates one parameter: name, initializer, trainable, regularizer.
 
     `regularizer` is an L2 coefficient added to the parameter's gradient by
-    the optimizer; `learning_rate` scales the optimizer's rate for it.
+    the optimizer; `learning_rate` scales the optimizer's rate for it. Both
+    are stored in the parameter's VarDesc (`param_settings`), so copies,
+    saved programs and inference models keep them.
     """
     name: Optional[str] = None
     initializer: Optional[init.Initializer] = None
@@ -39,13 +41,23 @@ class ParamAttr:
         raise TypeError(f"expected ParamAttr, name or Initializer, got {type(attr).__name__}")
 
 
-# per-parameter settings the optimizer reads back (kept beside the program, not in the desc)
-_SETTINGS_ATTR = "_param_settings"
+def _record_settings(var_desc, attr):
+    """Record `attr`'s optimizer settings in a new parameter's VarDesc (defaults leave it
+    unset, so such a description reads the same to older versions)."""
+    if attr.learning_rate != 1.0:
+        var_desc.param_settings.learning_rate = attr.learning_rate
+    if attr.regularizer:
+        var_desc.param_settings.regularizer.l2 = attr.regularizer
 
 
-def param_settings(program):
-    """{parameter name: ParamAttr} recorded by create_parameter for `program`."""
-    return getattr(program, _SETTINGS_ATTR, {})
+def param_settings(var):
+    """The ParamAttr of parameter Variable `var` as its description records it (its
+    initializer is an op of the startup program, so `initializer` is None)."""
+    settings = var.desc.param_settings
+    return ParamAttr(name=var.name, trainable=not var.stop_gradient,
+                     regularizer=settings.regularizer.l2,
+                     learning_rate=(settings.learning_rate
+                                    if settings.HasField("learning_rate") else 1.0))
 
 
 def create_parameter(shape, dtype="float32", *, attr=None, default_name="param",
@@ -69,8 +81,7 @@ def create_parameter(shape, dtype="float32", *, attr=None, default_name="param",
     svar = startup.global_block().create_parameter(name, shape, dtype, trainable=attr.trainable)
     (attr.initializer or default_initializer or init.XavierUniform()).append(
         startup.global_block(), svar)
-    settings = main.__dict__.setdefault(_SETTINGS_ATTR, {})
-    settings[name] = attr
+    _record_settings(var.desc, attr)
     return var
 
 

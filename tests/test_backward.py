@@ -319,3 +319,32 @@ def test_a_requested_intermediate_keeps_its_conventional_gradient_name():
     got, = run_eager(main, {"x": np.ones((2, 3), np.float32)}, [gh],
                      {"b": np.zeros(3, np.float32)})
     np.testing.assert_allclose(got, np.full((2, 3), 1 / 6, np.float32), rtol=1e-6)
+
+
+def test_concat_of_inputs_of_unknown_size_on_the_axis_has_gradients():
+    main, startup = pd.Program(), pd.Program()
+    with pd.program_guard(main, startup):
+        x = pd.data("x", [None, 3])
+        y = pd.data("y", [None, 3])
+        w = pd.create_parameter([3, 2], attr="w")
+        z = ops.concat([ops.tanh(ops.matmul(x, w)), ops.matmul(y, w)], axis=0)   # [-1, 2] twice
+        loss = ops.reduce_sum(ops.square(ops.matmul(z, w, transpose_y=True)))
+        (param, grad), = pd.append_backward(loss)
+        dx, dy = pd.gradients([loss], [x, y])
+    exe, scope = pd.Executor(), pd.Scope()
+    exe.run(startup, scope=scope)
+    rng = np.random.default_rng(0)
+    xv, yv = rng.normal(size=(2, 3)), rng.normal(size=(5, 3))   # sizes known only at run time
+    wv = np.asarray(scope.get("w"), np.float64)
+    got = exe.run(main, feed={"x": xv, "y": yv}, fetch_list=[grad, dx, dy], scope=scope)
+
+    # by hand: z = [tanh(x w); y w], out = z w^T, loss = sum(out^2)
+    h = np.tanh(xv @ wv)
+    z = np.concatenate([h, yv @ wv])
+    dout = 2 * (z @ wv.T)
+    dz = dout @ wv
+    dpre, dyw = dz[:2] * (1 - h ** 2), dz[2:]
+    want_w = dout.T @ z + xv.T @ dpre + yv.T @ dyw
+    want_x, want_y = dpre @ wv.T, dyw @ wv.T
+    for g, want in zip(got, (want_w, want_x, want_y)):
+        np.testing.assert_allclose(g, want, rtol=1e-4, atol=1e-5)

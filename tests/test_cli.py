@@ -37,10 +37,16 @@ def trained(tmp_path_factory):
     done = progdesc("demo", "--epochs", "1", "--save-dir", tmp / "model")
     assert done.returncode in (0, 1), done.stderr       # 1: accuracy under the 97% bar
     assert "test accuracy" in done.stdout and "saved the inference model" in done.stdout
+    (tmp / "demo.stderr").write_text(done.stderr)
     images = load_digits()[2]
     for batch in (3, 9):
         np.save(tmp / f"images{batch}.npy", images[:batch])
     return tmp
+
+
+def test_demo_draws_no_progress_bar_into_a_pipe(trained):
+    stderr = (trained / "demo.stderr").read_text()
+    assert "\r" not in stderr and "training" not in stderr, stderr   # no "training: 5/22 ..."
 
 
 def reference(model_dir, images):
@@ -68,12 +74,12 @@ def test_run_prints_or_saves_results(trained):
     want = reference(model, np.load(trained / "images3.npy"))
     done = progdesc("run", model, "--feed", f"image={trained / 'images3.npy'}")
     assert done.returncode == 0, done.stderr
-    assert "add_3.out: float32[3, 10]" in done.stdout
+    assert "fc_1.out: float32[3, 10]" in done.stdout
     done = progdesc("run", model, "--feed", f"image={trained / 'images3.npy'}",
                     "--out", trained / "results")
     assert done.returncode == 0, done.stderr
-    assert os.listdir(trained / "results") == ["add_3.out.npy"]
-    assert np.array_equal(np.load(trained / "results" / "add_3.out.npy"), want)
+    assert os.listdir(trained / "results") == ["fc_1.out.npy"]
+    assert np.array_equal(np.load(trained / "results" / "fc_1.out.npy"), want)
 
 
 def test_export_runs_in_plain_jax_with_any_batch_size(trained):
@@ -92,7 +98,7 @@ def test_export_runs_in_plain_jax_with_any_batch_size(trained):
                           env=_plain_env(), capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     for batch, stem in zip((3, 9), stems):
-        got = np.load(stem + ".out.npz")["add_3.out"]
+        got = np.load(stem + ".out.npz")["fc_1.out"]
         want = reference(trained / "model", np.load(trained / f"images{batch}.npy"))
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
     done = progdesc("export", trained / "model", "-o", trained / "p.pdx", "--platforms", "cpu",

@@ -83,7 +83,7 @@ def test_program_html_lists_ops_variables_shapes_and_attrs():
         for names in list(op.inputs.values()) + list(op.outputs.values()):
             for n in names:
                 assert html.escape(n) in row
-    first = op_rows[0]          # matmul(x, fc_0.w_0) -> matmul_0.out
+    first = op_rows[0]          # matmul(x, fc_0.w_0) -> fc_0.matmul_0.out
     assert "x</span>" in first and "float32[-1, 4]" in first
     assert "fc_0.w_0" in first and "float32[4, 16]" in first and "pd-param" in first
     assert "float32[-1, 16]" in first

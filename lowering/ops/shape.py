@@ -3,16 +3,16 @@ unsqueeze, expand, gather, one_hot, take_along_axis.
 
 Gradients move the incoming gradient back into the input's layout. Where the
 input's shape is only known at run time (a symbolic batch dim), they read it
-from the input itself: `reshape_as`, and the scatter ops `slice_grad`,
-`gather_grad` and `take_along_axis_grad` that write into zeros shaped like
-the forward input.
+from the input itself: `reshape_as`, `concat_grad`, and the scatter ops
+`slice_grad`, `gather_grad` and `take_along_axis_grad` that write into zeros
+shaped like the forward input.
 """
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
 from lowering import dtypes
-from lowering.errors import BackwardError
+from lowering.errors import ShapeError
 from lowering.registry import REQUIRED, Attr, In, Out, op
 
 _AXIS = Attr("axis", "int", 0)
@@ -64,15 +64,45 @@ def concat(X, *, axis):
 
 @concat.gradient
 def _(g):
-    xs = g.input_list("X")
-    rank = len(g.var(xs[0])[0])
-    axis = g.attr("axis") % rank
-    sizes = [g.var(x)[0][axis] for x in xs]
-    if sizes.count(-1) > 1:
-        raise BackwardError(f"concat: the gradient needs the sizes along axis {axis}, "
-                            f"but more than one is unknown ({sizes})", op_type="concat")
     outs = [t or g.tmp("concat.grad") for t in g.in_grad_list("X")]
-    g.op("split", {"X": g.out_grad("Out")}, {"Out": outs}, sections=sizes, axis=axis)
+    g.op("concat_grad", {"X": g.input_list("X"), "DOut": g.out_grad("Out")}, {"Out": outs},
+         axis=g.attr("axis"))
+
+
+@op("concat_grad",
+    inputs=[In("X", many=True, differentiable=False, doc="concat's inputs; only their shapes "
+                                                         "are used"), In("DOut")],
+    outputs=[Out("Out", many=True)], attrs={"axis": _AXIS})
+def concat_grad(X, DOut, *, axis):
+    """Cut `DOut`, the gradient of concat's output, along `axis` into parts the sizes of the
+    arrays of `X` (read at run time, so any number of them may be unknown when building)."""
+    axis = axis % DOut.ndim
+    parts, start = [], 0
+    for x in X:
+        parts.append(lax.slice_in_dim(DOut, start, start + x.shape[axis], axis=axis))
+        start = start + x.shape[axis]
+    return parts
+
+
+@concat_grad.shape_rule
+def _(inputs, attrs):   # the parts are shaped like X; tracing could not tell apart two -1 sizes
+    (dout, dtype), = inputs["DOut"]
+    xs = [dims for dims, _ in inputs["X"]]
+    if any(len(dims) != len(dout) for dims in xs) or not dout:
+        raise ShapeError(f"X={[list(d) for d in xs]} and DOut={list(dout)} must be of one "
+                         "rank, at least 1", op_type="concat_grad")
+    axis = attrs["axis"] % len(dout)
+    sizes = [dims[axis] for dims in xs]
+    if -1 not in sizes and dout[axis] != -1 and sum(sizes) != dout[axis]:
+        raise ShapeError(f"the sizes of X along axis {axis} ({sizes}) do not add up to "
+                         f"DOut's {dout[axis]}", op_type="concat_grad")
+    return {"Out": [(tuple(dims), dtype) for dims in xs]}
+
+
+@concat_grad.gradient
+def _(g):   # linear in DOut: the parts' gradients, put back together
+    grads = [g.out_grad("Out", i) for i in range(len(g.output_list("Out")))]
+    g.call("concat", grads, axis=g.attr("axis"), out=g.in_grad("DOut"))
 
 
 def _split_bounds(sizes):

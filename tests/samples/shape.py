@@ -30,6 +30,10 @@ def _split_ref(X, num=0, sections=(), axis=0):
     return np.split(X, np.cumsum(sections)[:-1], axis=axis)
 
 
+def _concat_grad_ref(X, DOut, axis=0):
+    return np.split(DOut, np.cumsum([x.shape[axis] for x in X])[:-1], axis=axis)
+
+
 def _expand_ref(X, shape):
     lead = len(shape) - X.ndim
     return np.broadcast_to(X, [X.shape[i - lead] if d == -1 else d for i, d in enumerate(shape)])
@@ -73,6 +77,14 @@ SAMPLES = [
            lambda X, axis: np.concatenate(X, axis=-1), {"axis": -1}, name="neg_axis"),
     Sample("concat", {"X": [rand(2, 3), rand(1, 3, seed=1)]},
            lambda X: np.concatenate(X, axis=0), name="axis0"),
+    Sample("concat_grad", {"X": [rand(2, 3), rand(2, 2, seed=1), rand(2, 1, seed=2)],
+                           "DOut": rand(2, 6, seed=3)}, _concat_grad_ref, {"axis": 1}),
+    Sample("concat_grad", {"X": [rand(2, 3), rand(1, 3, seed=1)], "DOut": rand(3, 3, seed=2)},
+           _concat_grad_ref, name="axis0"),
+    Sample("concat_grad", {"X": [rand(2, 3, 1), rand(2, 3, 2, seed=1)],
+                           "DOut": rand(2, 3, 3, seed=2)},
+           lambda X, DOut, axis: _concat_grad_ref(X, DOut, axis=2), {"axis": -1},
+           name="neg_axis"),
     Sample("split", {"X": rand(3, 6)}, _split_ref, {"num": 3, "axis": 1}, name="num"),
     Sample("split", {"X": rand(3, 6)}, _split_ref, {"sections": [2, -1, 1], "axis": 1},
            name="sections_infer"),
