@@ -11,8 +11,11 @@ import subprocess
 import sys
 import textwrap
 
+import numpy as np
 import pytest
 
+import progdesc as pd
+from progdesc import layers, ops
 from test_notebooks import kernel_env, monkeypatch_module  # noqa: F401  (fixtures)
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -134,3 +137,45 @@ def test_notebook_cell_names_its_cell_and_line(kernel_env, tmp_path):  # noqa: F
     errors = [o for c in nb.cells for o in c.outputs if o.output_type == "error"]
     assert [e.ename for e in errors] == ["ShapeError"]
     assert "op #0 'add', created at In[2]:3" in errors[0].evalue, errors[0].evalue
+
+
+def _regression(main, startup):
+    """x [-1, 4] and y [-1, 1] combined by an mse loss trained with SGD; returns the loss."""
+    with pd.program_guard(main, startup):
+        x, y = pd.data("x", [None, 4]), pd.data("y", [None, 1])
+        loss = layers.mse_loss(layers.fc(x, 1), y)
+        pd.optimizer.SGD(0.1).minimize(loss)
+    return loss
+
+
+@pytest.mark.parametrize("steps", [None, 2])
+def test_feeds_that_disagree_leave_the_scope_as_it_was(steps):
+    main, startup = pd.Program(), pd.Program()
+    loss = _regression(main, startup)
+    exe, scope = pd.Executor(), pd.Scope()
+    exe.run(startup, scope=scope)
+    before = {n: np.array(scope.get(n)) for n in scope.local_var_names()}
+    lead = () if steps is None else (steps,)
+    bad = {"x": np.ones(lead + (8, 4), "float32"), "y": np.ones(lead + (3, 1), "float32")}
+    for _ in range(2):   # the second run finds the failed signature in the Executor's cache
+        with pytest.raises(pd.FeedError, match=r"feeds 'x' \[8, 4\] and 'y' \[3, 1\] differ on "
+                                               r"dim 0 \(8 vs 3\)"):
+            exe.run(main, feed=bad, fetch_list=[loss], scope=scope, steps=steps)
+    for name, value in before.items():
+        np.testing.assert_array_equal(scope.get(name), value, err_msg=name)
+    good = {"x": np.ones(lead + (3, 4), "float32"), "y": np.ones(lead + (3, 1), "float32")}
+    exe.run(main, feed=good, fetch_list=[loss], scope=scope, steps=steps)
+
+
+def test_feeds_of_different_batch_sizes_run_where_no_op_combines_them():
+    main = pd.Program()
+    with pd.program_guard(main):
+        x, y = pd.data("x", [None, 4]), pd.data("y", [None, 4])
+        sums = ops.reduce_sum(x, axis=[1]), ops.reduce_sum(y, axis=[1])
+        both = ops.concat([x, y], axis=0)    # stacks the batches: sizes may differ
+    x_value, y_value = np.arange(32.0).reshape(8, 4), np.arange(12.0).reshape(3, 4)
+    got = pd.Executor().run(main, feed={"x": x_value, "y": y_value},
+                            fetch_list=[*sums, both], scope=pd.Scope())
+    np.testing.assert_allclose(got[0], x_value.sum(1))
+    np.testing.assert_allclose(got[1], y_value.sum(1))
+    np.testing.assert_allclose(got[2], np.concatenate([x_value, y_value]))
