@@ -87,12 +87,12 @@ def _infer(opdef, inputs, attrs):
         raise type(e)(e.detail, op_type=opdef.type, var=e.var, slot=e.slot) from None
     except Exception as e:  # noqa: BLE001  (any failure of the rule is the user's shapes)
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise ShapeError(f"{described(opdef, inputs, attrs)} rejected: {msg}",
+        raise ShapeError(f"{_described(opdef, inputs, attrs)} rejected: {msg}",
                          op_type=opdef.type) from None
     return split_outputs(opdef, result, lambda a: (_dims(a.shape), dtypes.name_of(a.dtype)))
 
 
-def described(opdef, inputs, attrs):
+def _described(opdef, inputs, attrs):
     """'X float32[4, 5], Y float32[4, 3]': an op's inputs by slot (its attributes if none)."""
     parts = []
     for slot in opdef.inputs:

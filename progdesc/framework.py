@@ -24,8 +24,8 @@ ROLE_NAMES = {pb.FORWARD: "forward", pb.BACKWARD: "backward", pb.OPTIMIZE: "opti
               pb.LR_SCHED: "lr_sched", pb.LOSS: "loss"}
 
 
-_USER_FILES = {}   # code file name -> its base name, "" if it belongs to progdesc or lowering,
-_CELL = object()   # or _CELL for an IPython cell (named by its execution count, which changes)
+_USER_FILES = {}   # code file name -> its base name, "" (progdesc's or lowering's code) or _CELL
+_CELL = object()   # an IPython cell: named by its execution count, which a rerun changes
 _GENERATED_PREFIX = "<progdesc."   # code compiled by progdesc itself (the functions in progdesc.ops)
 
 
