@@ -9,12 +9,14 @@ class ProgdescError(Exception):
     """Base class of every error progdesc raises on bad input."""
 
     def __init__(self, message, *, op_type=None, op_index=None, block_idx=None,
-                 var=None, callsite=None):
+                 var=None, callsite=None, slot=None, during=None):
         self.op_type = op_type
         self.op_index = op_index
         self.block_idx = block_idx
         self.var = var
         self.callsite = callsite
+        self.slot = slot        # the input slot at fault ('X', or 'X[1]' in a list slot)
+        self.during = during    # the user's call that failed, e.g. "run called at train.py:12"
         self.detail = message
         super().__init__(self._format(message))
 
@@ -29,6 +31,8 @@ class ProgdescError(Exception):
             where.append(op)
         if self.callsite:
             where.append(f"created at {self.callsite}")
+        if self.during:
+            where.append(f"in {self.during}")
         if self.var is not None:
             where.append(f"variable '{self.var}'")
         return f"{', '.join(where)}: {message}" if where else message

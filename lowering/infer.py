@@ -11,7 +11,7 @@ import numpy as np
 from jax import export
 
 from lowering import dtypes
-from lowering.errors import ShapeError
+from lowering.errors import ProgdescError, ShapeError
 
 RNG_KEY_AVAL = jax.ShapeDtypeStruct((2,), np.uint32)
 
@@ -83,12 +83,25 @@ def _infer(opdef, inputs, attrs):
     try:
         with jax.enable_x64(True):
             result = jax.eval_shape(rule, **args)
+    except ProgdescError as e:   # the rule's own check, in the op's terms
+        raise type(e)(e.detail, op_type=opdef.type, var=e.var, slot=e.slot) from None
     except Exception as e:  # noqa: BLE001  (any failure of the rule is the user's shapes)
-        shapes = ", ".join(f"{k}={[list(d) for d, _ in v]}/{v[0][1] if v else ''}"
-                           for k, v in inputs.items())
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise ShapeError(f"inputs {shapes} rejected: {msg}", op_type=opdef.type) from None
+        raise ShapeError(f"{_described(opdef, inputs, attrs)} rejected: {msg}",
+                         op_type=opdef.type) from None
     return split_outputs(opdef, result, lambda a: (_dims(a.shape), dtypes.name_of(a.dtype)))
+
+
+def _described(opdef, inputs, attrs):
+    """'X float32[4, 5], Y float32[4, 3]': an op's inputs by slot (its attributes if none)."""
+    parts = []
+    for slot in opdef.inputs:
+        for i, (dims, dtype) in enumerate(inputs.get(slot.name) or ()):
+            parts.append(f"{slot.name}[{i}]" if slot.many else slot.name)
+            parts[-1] += f" {dtype}{list(dims)}"
+    if not parts:
+        return "attributes " + ", ".join(f"{k}={v!r}" for k, v in attrs.items())
+    return ", ".join(parts)
 
 
 def split_outputs(opdef, result, convert=lambda a: a):

@@ -17,9 +17,10 @@ import numpy as np
 
 from lowering import dtypes, registry
 from lowering import progdesc_pb2 as pb
-from lowering.errors import FeedError, FetchError, ScopeError
+from lowering.errors import FeedError, FetchError, ProgramError, ScopeError
 from lowering.lower import FEED_VAR, FETCH_VAR, RNG_VAR, lower_block
-from progdesc.framework import Program, Variable, default_main_program, dims_compatible
+from progdesc.framework import (Program, Variable, _user_callsite, default_main_program,
+                                dims_compatible)
 from progdesc.scope import Scope, global_scope
 
 _CACHE_SIZE = 64
@@ -46,6 +47,7 @@ class _Compiled:
     write_holders: tuple = ()
     checked: bool = False      # whether a run checked what the holders hold
     hot_scope: object = None   # `scope`, once checked, when calls need no 64-bit context
+    feeds: tuple = ()          # (name, shape of one step's value) per feed, for error messages
 
     def __call__(self, args, device, compiler_options=None):
         """Run the executable on flat `args`, compiling it on the first call."""
@@ -176,7 +178,11 @@ class Executor:
         if cached is None:
             if not isinstance(program, Program):
                 raise TypeError(f"Executor.run expects a Program, got {type(program).__name__}")
-            entry, values, casts = self._prepare(program, feed, _fetch_names(fetch_list), steps)
+            try:
+                entry, values, casts = self._prepare(program, feed, _fetch_names(fetch_list),
+                                                     steps)
+            except FeedError as e:
+                raise _in_run(e) from None
             if key is not None:
                 _remember(self._cache, key, (entry, casts))
         else:
@@ -210,7 +216,13 @@ class Executor:
             state = tuple(map(_VALUE, entry.read_holders))
         else:
             state = self._check_state(program, entry)
-        outs = entry(values + state, self.device, self.compiler_options)
+        try:
+            outs = entry(values + state, self.device, self.compiler_options)
+        except ProgramError as e:   # tracing with the fed sizes failed: feeds that disagree?
+            mismatch = _disagreeing_feeds(program, entry.feeds, e)
+            if mismatch is None:
+                raise
+            raise _in_run(mismatch) from None
         entry.checked = True
         entry.hot_scope = None if entry.needs_x64 else scope
         return outs
@@ -250,6 +262,8 @@ class Executor:
         if entry is None:
             entry = _remember(self._entries, key,
                               self._compile(program, tuple(names), fetch_names, steps))
+            entry.feeds = tuple((n, v.shape if steps is None else v.shape[1:])
+                                for n, v in zip(names, values))
         casts = None if all(c is None for c in casts) else tuple(casts)
         return entry, tuple(values), casts
 
@@ -312,6 +326,63 @@ class Executor:
                          donate_argnums=tuple(range(n_feeds, n_feeds + n_mutable)))
         return _Compiled(jitted, lowered.fetch_names, mutable + readonly, n_mutable,
                          mutable + only_written, len(lowered.fetch_names))
+
+
+def _in_run(error):
+    """`error` again, naming the line of the user's code that called `run`."""
+    site = _user_callsite()
+    return type(error)(error.detail, op_type=error.op_type, op_index=error.op_index,
+                       block_idx=error.block_idx, var=error.var, callsite=error.callsite,
+                       slot=error.slot, during=f"run called at {site}" if site else None)
+
+
+def _disagreeing_feeds(program, feeds, error):
+    """A FeedError if the op that `error` (from tracing block 0) names combines two feeds
+    whose sizes differ on a dim both declare unknown (-1); else None.
+
+    Shape inference gives every -1 dim one symbolic size, so an op that combines two
+    such dims passes when it is appended and fails only once fed sizes differ.
+    """
+    if error.block_idx or error.op_index is None:
+        return None
+    block, fed = program.global_block(), dict(feeds)
+    reached = _feeds_into(block.desc.ops, error.op_index, fed)
+    for i, (input_a, a) in enumerate(reached):
+        for input_b, b in reached[i + 1:]:
+            if a == b or input_a == input_b:
+                continue
+            for d, (da, db) in enumerate(zip(block.var(a).shape, block.var(b).shape)):
+                if da < 0 and db < 0 and fed[a][d] != fed[b][d]:
+                    return FeedError(
+                        f"feeds '{a}' {list(fed[a])} and '{b}' {list(fed[b])} differ on dim {d} "
+                        f"({fed[a][d]} vs {fed[b][d]}): both declare it -1 and this op combines "
+                        f"them ('{a}' reaches input {input_a}, '{b}' input {input_b}). Feed "
+                        "equal sizes", op_type=error.op_type, op_index=error.op_index,
+                        callsite=error.callsite, var=b)
+    return None
+
+
+def _feeds_into(ops, index, feed_names):
+    """[(input label, feed name)] for each feed whose value flows into an input of op `index`."""
+    writer = {}
+    for i, op_desc in enumerate(ops[:index]):
+        for slot in op_desc.outputs:
+            writer.update(dict.fromkeys(slot.arguments, i))
+    reached = []
+    for slot in ops[index].inputs:
+        for k, name in enumerate(slot.arguments):
+            label = f"{slot.parameter}[{k}]" if len(slot.arguments) > 1 else slot.parameter
+            todo, seen = [name], set()
+            while todo:
+                n = todo.pop()
+                if n in seen:
+                    continue
+                seen.add(n)
+                if n in feed_names:
+                    reached.append((label, n))
+                elif n in writer:
+                    todo.extend(a for s in ops[writer[n]].inputs for a in s.arguments)
+    return reached
 
 
 def _remember(cache, key, value):

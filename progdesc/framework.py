@@ -24,12 +24,13 @@ ROLE_NAMES = {pb.FORWARD: "forward", pb.BACKWARD: "backward", pb.OPTIMIZE: "opti
               pb.LR_SCHED: "lr_sched", pb.LOSS: "loss"}
 
 
-_USER_FILES = {}   # code file name -> its base name, or "" if it belongs to progdesc or lowering
+_USER_FILES = {}   # code file name -> its base name, "" (progdesc's or lowering's code) or _CELL
+_CELL = object()   # an IPython cell: named by its execution count, which a rerun changes
 _GENERATED_PREFIX = "<progdesc."   # code compiled by progdesc itself (the functions in progdesc.ops)
 
 
 def _user_callsite():
-    """'file:line' of the innermost frame outside progdesc and lowering."""
+    """'file:line' of the innermost frame outside progdesc and lowering ('In[3]:2' in a cell)."""
     frame = sys._getframe(1)
     while frame is not None:
         path = frame.f_code.co_filename
@@ -37,11 +38,23 @@ def _user_callsite():
         if shown is None:
             internal = (path.startswith(_GENERATED_PREFIX)
                         or os.path.abspath(path).startswith(_PACKAGE_DIRS))
-            shown = _USER_FILES[path] = "" if internal else os.path.basename(path)
+            shown = "" if internal else _CELL if _cell_name(path) else os.path.basename(path)
+            _USER_FILES[path] = shown
+        if shown is _CELL:
+            shown = _cell_name(path) or os.path.basename(path)
         if shown:
             return f"{shown}:{frame.f_lineno}"
         frame = frame.f_back
     return ""
+
+
+def _cell_name(path):
+    """'In[3]' for code compiled from an IPython cell, as IPython's tracebacks name it."""
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None else None
+    named = getattr(getattr(shell, "compile", None), "format_code_name", None)
+    label = named(path) if named is not None else None
+    return label[1] if label else None
 
 
 class NameGenerator:
@@ -286,8 +299,9 @@ class Block:
         except ProgdescError as e:
             if e.op_type is not None and e.op_index is not None:
                 raise
-            raise type(e)(e.detail, var=e.var, op_type=op_type, op_index=index,
-                          block_idx=self.idx, callsite=callsite) from None
+            var = e.var if e.var is not None or e.slot is None else _slot_var(inputs, e.slot)
+            raise type(e)(e.detail, var=var, op_type=op_type, op_index=index,
+                          block_idx=self.idx, callsite=callsite, slot=e.slot) from None
         if index == len(self.desc.ops):
             desc = self.desc.ops.add()
             fill_op_desc(desc, opdef, in_map, out_map, encoded_attrs, role, callsite)
@@ -443,6 +457,16 @@ def _bind_slots(declared, given, what, required=True):
             if not slot.optional and not out.get(slot.name):
                 raise ProgramError(f"required {what} slot '{slot.name}' is not bound")
     return out
+
+
+def _slot_var(inputs, label):
+    """The name of the variable an op's `inputs` bind to slot `label` ('X', or 'X[1]')."""
+    slot, _, index = label.partition("[")
+    values = (inputs or {}).get(slot)
+    if not isinstance(values, (list, tuple)):
+        values = [values]
+    i = int(index.rstrip("]") or 0)
+    return _single_name(values[i]) if i < len(values) and values[i] is not None else None
 
 
 def _single_name(value):

@@ -13,7 +13,7 @@ class Initializer:
         """Append the initializing op for `var` to `block`."""
         op_type, attrs = self.op()
         attrs = dict(attrs, shape=var.shape, dtype=var.dtype)
-        return block.append_op(op_type, {}, {"Out": [var.name]}, attrs, callsite="")
+        return block.append_op(op_type, {}, {"Out": [var.name]}, attrs)
 
     def op(self):
         """(op type, attributes other than shape and dtype)."""

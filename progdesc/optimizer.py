@@ -14,6 +14,7 @@ schedules (progdesc.lr) and Adam read the shared step counter '@LR_STEP@',
 which one `increment` op at the end of the program advances once per run.
 """
 from lowering import progdesc_pb2 as pb
+from lowering.errors import ProgramError
 from progdesc import lr as lr_sched
 from progdesc.backward import append_backward
 from progdesc.framework import Variable, default_startup_program, program_guard
@@ -66,15 +67,30 @@ class Optimizer:
 
         `params_grads` are the [(parameter, gradient)] pairs of the backward
         pass, before clipping and regularization. Raises BackwardError when
-        the loss depends on no trainable parameter.
+        the loss depends on no trainable parameter, and ProgramError (leaving the
+        program as it was) when an earlier `minimize` already updates one of them.
         """
+        block = getattr(loss, "block", None)
+        sizes = (len(block.desc.ops), len(block.desc.vars)) if block is not None else None
         params_grads = append_backward(loss, parameter_list, no_grad_set)
-        ops = self.apply_gradients(params_grads, startup_program)
+        try:
+            ops = self.apply_gradients(params_grads, startup_program)
+        except ProgramError:   # take the backward pass out again
+            del block.desc.ops[sizes[0]:]
+            del block.desc.vars[sizes[1]:]
+            block._reindex()
+            block.program._touch()
+            raise
         return ops, params_grads
 
     def apply_gradients(self, params_grads, startup_program=None):
-        """Append clipping, regularization and update ops for [(param, grad)]; returns the ops."""
+        """Append clipping, regularization and update ops for [(param, grad)]; returns the ops.
+
+        Raises ProgramError if an update op of the program already writes one of the
+        parameters: two optimizers must train disjoint sets of parameters.
+        """
         block = params_grads[0][0].block
+        _check_not_updated(block, params_grads)
         main = block.program
         startup = startup_program or default_startup_program()
         with program_guard(main, startup):
@@ -125,6 +141,19 @@ class Optimizer:
         if self.uses_step:
             inputs["Step"] = step
         return block.append_op(self.op_type, inputs, outputs, self.attrs(), role=pb.OPTIMIZE)
+
+
+def _check_not_updated(block, params_grads):
+    """ProgramError naming the parameters of `params_grads` an update op already writes."""
+    updated = {name for op_desc in block.desc.ops if op_desc.role == pb.OPTIMIZE
+               for slot in op_desc.outputs if slot.parameter == "ParamOut"
+               for name in slot.arguments}
+    clash = [p.name for p, _ in params_grads if p.name in updated]
+    if clash:
+        raise ProgramError(
+            f"parameters {', '.join(clash)} are already updated by an optimizer of this "
+            "program: a second minimize would update them twice per run. Give each optimizer "
+            "its own parameters (minimize's parameter_list), or minimize the sum of the losses")
 
 
 def _op(block, op_type, inputs, attrs, name):

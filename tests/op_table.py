@@ -3,6 +3,7 @@
 Every registered op type has entries in `tests/samples/<family>.py` (a list
 `SAMPLES` of `Sample`). Each entry gives inputs, attributes and an
 independent NumPy reference; the tests in test_op_table.py run all entries.
+A module's `INVALID` list of `Invalid` gives inputs its ops must refuse.
 """
 import importlib
 import pkgutil
@@ -10,6 +11,8 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 import numpy as np
+
+from lowering.errors import ShapeError
 
 
 @dataclass
@@ -44,13 +47,47 @@ class Sample:
         return f"{self.op}-{self.name}" if self.name else self.op
 
 
+@dataclass
+class Invalid:
+    """Inputs an op must refuse when it is appended, with a typed error in the op's terms.
+
+    `inputs` maps input slot names to `spec(...)` results (a list of them for a
+    many slot); `expect` lists fragments the message must hold: the slot, and
+    the expected and actual shapes or dtypes. `error` is the ProgdescError
+    subclass raised.
+    """
+    op: str
+    inputs: dict
+    expect: tuple
+    attrs: dict = field(default_factory=dict)
+    name: str = ""
+    error: type = ShapeError
+
+    @property
+    def id(self):
+        """Test id: 'op-name'."""
+        return f"{self.op}-{self.name}" if self.name else self.op
+
+
+def spec(*dims, dtype="float32"):
+    """An input of an Invalid case: (dims, dtype name); -1 for an unknown dim."""
+    return list(dims), dtype
+
+
+def _sample_modules():
+    import samples  # tests/ is on sys.path under pytest
+    return [importlib.import_module(f"samples.{mod.name}")
+            for mod in pkgutil.iter_modules(samples.__path__)]
+
+
+def all_invalid():
+    """Every Invalid case of every module in tests/samples (their `INVALID` lists)."""
+    return [case for mod in _sample_modules() for case in getattr(mod, "INVALID", ())]
+
+
 def all_samples():
     """Every Sample of every module in tests/samples."""
-    import samples  # tests/ is on sys.path under pytest
-    out = []
-    for mod in pkgutil.iter_modules(samples.__path__):
-        out.extend(importlib.import_module(f"samples.{mod.name}").SAMPLES)
-    return out
+    return [sample for mod in _sample_modules() for sample in mod.SAMPLES]
 
 
 def rand(*shape, dtype="float32", low=-1.0, high=1.0, seed=0):

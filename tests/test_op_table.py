@@ -12,10 +12,15 @@ import pytest
 
 import progdesc as pd
 from lowering import dtypes, registry
-from op_table import all_samples
+from op_table import all_invalid, all_samples
 from progdesc.backward import emit_grad_ops
 
 SAMPLES = all_samples()
+INVALID = all_invalid()
+# ops users often misuse: each has Invalid cases (wrong rank, dtype or mismatched dims)
+COMMON_MISTAKES = {"add", "sub", "mul", "div", "matmul", "conv2d", "pool2d", "concat", "reshape",
+                   "softmax_with_cross_entropy", "lookup_table", "batch_norm", "layer_norm",
+                   "where", "stack", "sigmoid_cross_entropy_with_logits"}
 # feed and fetch are inserted by the Executor into every run: every test here exercises them.
 EXECUTOR_OPS = {"feed", "fetch"}
 
@@ -65,6 +70,32 @@ def test_every_registered_op_has_samples():
 def test_every_sample_names_a_registered_op():
     unknown = sorted({s.op for s in SAMPLES if not registry.is_registered(s.op)})
     assert not unknown
+
+
+def test_common_mistakes_have_invalid_cases():
+    assert not COMMON_MISTAKES - {c.op for c in INVALID}
+
+
+@pytest.mark.parametrize("case", INVALID, ids=lambda c: c.id)
+def test_invalid_inputs_are_refused_in_the_ops_terms(case):
+    main = pd.Program()
+    block = main.global_block()
+    bound = {}
+    for slot, value in case.inputs.items():
+        names = [block.create_var(f"in_{slot}_{i}", dims, dtype).name
+                 for i, (dims, dtype) in enumerate(value if isinstance(value, list) else [value])]
+        bound[slot] = names if isinstance(value, list) else names[0]
+    before = main.to_bytes()
+    with pytest.raises(case.error) as info:
+        block.append_op(case.op, inputs=bound, attrs=case.attrs)
+    message = str(info.value)
+    assert message.startswith(f"op #0 '{case.op}', created at test_op_table.py:"), message
+    assert "rejected:" not in message, f"JAX's words, not the op's: {message}"
+    for fragment in case.expect:
+        assert fragment in message, message
+    if bound:   # the variable at fault is named
+        assert info.value.var in {n for v in bound.values() for n in _as_list(v)}, message
+    assert main.to_bytes() == before
 
 
 @pytest.mark.parametrize("sample", SAMPLES, ids=lambda s: s.id)

@@ -269,3 +269,36 @@ def test_invalid_schedules_are_rejected():
     step = main.global_block().create_var("step", [1], "int64", persistable=True)
     with pytest.raises(pd.ProgramError, match="unknown schedule kind"):
         main.global_block().append_op("lr_schedule", {"Step": step}, None, {"kind": "magic"})
+
+
+def test_minimize_twice_on_the_same_parameters_raises_and_changes_nothing():
+    main, startup = pd.Program(), pd.Program()
+    with pd.program_guard(main, startup):
+        loss = quadratic(("w", "b"))
+        O.SGD(0.1).minimize(loss)
+        before, startup_before = main.to_bytes(), startup.to_bytes()
+        with pytest.raises(pd.ProgramError, match=r"parameters w, b are already updated"):
+            O.Adam(0.1).minimize(loss)
+        with pytest.raises(pd.ProgramError, match=r"parameters b are already updated"):
+            O.Adam(0.1).minimize(loss, parameter_list=["b"])
+    assert main.to_bytes() == before and startup.to_bytes() == startup_before
+    assert sorted(main.global_block().vars) == sorted(
+        pd.Program.from_bytes(before).global_block().vars)
+
+
+def test_two_optimizers_on_disjoint_parameters_each_train_their_own():
+    main, startup = pd.Program(), pd.Program()
+    with pd.program_guard(main, startup):
+        loss = quadratic(("w", "b"))
+        O.SGD(0.1).minimize(loss, parameter_list=["w"])
+        O.Adam(0.1).minimize(loss, parameter_list=["b"])
+    scope, exe = pd.Scope(), pd.Executor()
+    exe.run(startup, scope=scope)
+    got = []
+    for _ in range(STEPS):
+        exe.run(main, feed={f"{n}_target": TARGETS[n] for n in ("w", "b")}, scope=scope)
+        got.append({n: np.asarray(scope.get(n)) for n in ("w", "b")})
+    tx = optax.multi_transform({"sgd": optax.sgd(0.1), "adam": optax.adam(0.1)},
+                               {"w": "sgd", "b": "adam"})
+    want, _ = reference(tx, params=("w", "b"))
+    assert_same_trajectory(got, want)

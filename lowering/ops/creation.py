@@ -7,7 +7,7 @@ from the program's RNG state (seeded by `Program.random_seed`).
 import jax
 import jax.numpy as jnp
 
-from lowering import dtypes
+from lowering import checks, dtypes
 from lowering.registry import Attr, In, Out, op
 
 _SHAPE = Attr("shape", "ints", doc="dims of the result")
@@ -32,6 +32,7 @@ def fill_zeros_like(X):
     random=True, differentiable=False)
 def uniform_random(*, key, shape, dtype, min, max):  # noqa: A002  (the attributes' names)
     """Samples drawn uniformly from [min, max)."""
+    checks.float_dtype(dtype, "random draws are floats")
     return jax.random.uniform(key, shape, dtypes.to_numpy(dtype), minval=min, maxval=max)
 
 
@@ -40,4 +41,5 @@ def uniform_random(*, key, shape, dtype, min, max):  # noqa: A002  (the attribut
     random=True, differentiable=False)
 def gaussian_random(*, key, shape, dtype, mean, std):
     """Samples drawn from the normal distribution N(mean, std**2)."""
+    checks.float_dtype(dtype, "random draws are floats")
     return mean + std * jax.random.normal(key, shape, dtypes.to_numpy(dtype))

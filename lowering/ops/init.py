@@ -5,6 +5,7 @@ uniform_random, gaussian_random); these add the scaled families.
 """
 import jax
 
+from lowering import checks
 from lowering.registry import Attr, Out, op
 
 _SHAPE = Attr("shape", "ints", doc="shape of the tensor")
@@ -16,6 +17,7 @@ _DTYPE = Attr("dtype", "dtype", "float32")
     random=True, differentiable=False)
 def truncated_gaussian_random(*, shape, dtype, mean, std, key):
     """Normal(mean, std) samples truncated to two standard deviations."""
+    checks.float_dtype(dtype, "random draws are floats")
     return mean + jax.nn.initializers.truncated_normal(std, dtype, lower=-2.0, upper=2.0)(
         key, tuple(shape), dtype)
 
@@ -29,6 +31,7 @@ def truncated_gaussian_random(*, shape, dtype, mean, std, key):
     random=True, differentiable=False)
 def variance_scaling_random(*, shape, dtype, scale, mode, distribution, in_axis, out_axis, key):
     """jax.nn.initializers.variance_scaling: Glorot/Xavier, He/Kaiming and LeCun initializers."""
+    checks.float_dtype(dtype, "random draws are floats")
     init = jax.nn.initializers.variance_scaling(scale, mode, distribution, in_axis=in_axis,
                                                 out_axis=out_axis, dtype=dtype)
     return init(key, tuple(shape), dtype)

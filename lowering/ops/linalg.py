@@ -9,11 +9,21 @@ which both undoes batch broadcasting and drops the added axis.
 """
 import jax.numpy as jnp
 
+from lowering import checks
 from lowering.registry import In, Out, op
 
 
 def _maybe_t(a, flag):
     return jnp.swapaxes(a, -1, -2) if flag and a.ndim >= 2 else a
+
+
+def _check_operands(X, Y, transpose_x, transpose_y):
+    """Operands of rank 1 or more whose contracted dims agree."""
+    checks.min_rank("X", X, 1)
+    checks.min_rank("Y", Y, 1)
+    kx = X.ndim - (2 if transpose_x and X.ndim >= 2 else 1)
+    ky = Y.ndim - (1 if transpose_y or Y.ndim == 1 else 2)
+    checks.dim("Y", Y, ky, X.shape[kx], f"matmul contracts it with dim {kx} of X {checks.typed(X)}")
 
 
 @op("matmul", inputs=[In("X", "number"), In("Y", "number")], outputs=[Out("Out")],
@@ -24,6 +34,7 @@ def matmul(X, Y, *, transpose_x, transpose_y, alpha):
     op() swaps the last two axes of an operand whose transpose flag is set;
     the flag of a 1-D operand is ignored.
     """
+    _check_operands(X, Y, transpose_x, transpose_y)
     out = jnp.matmul(_maybe_t(X, transpose_x), _maybe_t(Y, transpose_y))
     return out if alpha == 1.0 else (out * alpha).astype(out.dtype)
 

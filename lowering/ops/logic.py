@@ -6,11 +6,13 @@ summed back to that input's shape with `reduce_as`.
 """
 import jax.numpy as jnp
 
+from lowering import checks
 from lowering.registry import In, Out, op
 
 
 def _comparison(op_type, fn, dtype_family, summary):
     def compare(X, Y):
+        checks.broadcast(X=X, Y=Y)
         return fn(X, Y)
     compare.__doc__ = summary
     return op(op_type, inputs=[In("X", dtype_family), In("Y", dtype_family)],
@@ -33,6 +35,7 @@ greater_equal = _comparison("greater_equal", jnp.greater_equal, "number",
     differentiable=False)
 def logical_and(X, Y):
     """X and Y elementwise, broadcasting."""
+    checks.broadcast(X=X, Y=Y)
     return jnp.logical_and(X, Y)
 
 
@@ -40,6 +43,7 @@ def logical_and(X, Y):
     differentiable=False)
 def logical_or(X, Y):
     """X or Y elementwise, broadcasting."""
+    checks.broadcast(X=X, Y=Y)
     return jnp.logical_or(X, Y)
 
 
@@ -53,6 +57,7 @@ def logical_not(X):
     same_dtype=("X", "Y"))
 def where(Condition, X, Y):
     """X where Condition holds, else Y; the three broadcast together."""
+    checks.broadcast(Condition=Condition, X=X, Y=Y)
     return jnp.where(Condition, X, Y)
 
 

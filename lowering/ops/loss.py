@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from lowering import checks
 from lowering.errors import ShapeError
 from lowering.ops.activation import softmax_grad
 from lowering.ops.unary import full_like
@@ -16,10 +17,19 @@ from lowering.registry import In, Out, op
 _SWCE_ATTRS = {"soft_label": False, "ignore_index": -100, "axis": -1}
 
 
-def _check_hard_label(Label):
+def _check_label(Label, Logits, soft_label, axis):
+    """Hard labels: integers shaped like Logits with size 1 on `axis`; soft: Logits' shape."""
+    checks.axis("Logits", Logits, axis)
+    if soft_label:
+        checks.shape("Label", Label, Logits.shape, "soft labels have the logits' shape")
+        return
     if not jnp.issubdtype(Label.dtype, jnp.integer):
-        raise ShapeError(f"hard labels must be integers, got {Label.dtype} "
-                         "(set soft_label=True for label distributions)")
+        raise ShapeError(f"hard labels must be integers, got Label {checks.typed(Label)} "
+                         "(set soft_label=True for label distributions)", slot="Label")
+    expected = list(Logits.shape)
+    expected[axis] = 1
+    checks.shape("Label", Label, expected,
+                 f"hard labels have the logits' shape with size 1 on axis {axis}")
 
 
 @op("softmax_with_cross_entropy",
@@ -31,11 +41,11 @@ def softmax_with_cross_entropy(Logits, Label, *, soft_label, ignore_index, axis)
     Hard labels (ints) have the logits' shape with size 1 on `axis`; soft labels
     (floats) have the logits' shape. Loss has the logits' shape with size 1 on `axis`.
     """
+    _check_label(Label, Logits, soft_label, axis)
     logp = jax.nn.log_softmax(Logits, axis=axis)
     if soft_label:
         loss = -jnp.sum(Label.astype(logp.dtype) * logp, axis=axis, keepdims=True)
     else:
-        _check_hard_label(Label)
         kept = Label != ignore_index
         picked = jnp.take_along_axis(logp, jnp.where(kept, Label, 0), axis=axis)
         loss = jnp.where(kept, -picked, 0)
@@ -73,9 +83,9 @@ def softmax_with_cross_entropy_grad(Label, Softmax, DLoss, *, soft_label, ignore
     Hard labels are one-hot encoded along `axis`; entries whose label is
     `ignore_index` get zero.
     """
+    _check_label(Label, Softmax, soft_label, axis)
     if soft_label:
         return (Softmax - Label.astype(Softmax.dtype)) * DLoss
-    _check_hard_label(Label)
     onehot = lax.broadcasted_iota(Label.dtype, Softmax.shape, axis % Softmax.ndim) == Label
     return jnp.where(Label != ignore_index, (Softmax - onehot.astype(Softmax.dtype)) * DLoss, 0)
 
@@ -106,6 +116,7 @@ def sigmoid_cross_entropy_with_logits(X, Label, *, ignore_index, normalize):
     Computed stably as max(x, 0) - x * z + log(1 + exp(-|x|)). With `normalize`
     the losses are divided by the number of entries not ignored.
     """
+    checks.shape("Label", Label, X.shape, "labels have the logits' shape")
     loss = jnp.maximum(X, 0) - X * Label + jnp.log1p(jnp.exp(-jnp.abs(X)))
     kept = Label != ignore_index
     loss = jnp.where(kept, loss, 0)

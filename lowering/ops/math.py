@@ -5,6 +5,7 @@ shape with `reduce_as`; its own gradient broadcasts with `expand_as`.
 """
 import jax.numpy as jnp
 
+from lowering import checks
 from lowering.registry import In, Out, op
 
 _BINARY = dict(inputs=[In("X", "number"), In("Y", "number")], outputs=[Out("Out")],
@@ -64,6 +65,7 @@ def _to_input(g, grad, slot):
 @op("add", **_BINARY)
 def add(X, Y):
     """X + Y, broadcasting."""
+    checks.broadcast(X=X, Y=Y)
     return jnp.add(X, Y)
 
 
@@ -77,6 +79,7 @@ def _(g):
 @op("sub", **_BINARY)
 def sub(X, Y):
     """X - Y, broadcasting."""
+    checks.broadcast(X=X, Y=Y)
     return jnp.subtract(X, Y)
 
 
@@ -91,6 +94,7 @@ def _(g):
 @op("mul", **_BINARY)
 def mul(X, Y):
     """X * Y elementwise, broadcasting."""
+    checks.broadcast(X=X, Y=Y)
     return jnp.multiply(X, Y)
 
 
@@ -106,6 +110,7 @@ def _(g):
 @op("div", **_BINARY)
 def div(X, Y):
     """X / Y elementwise, broadcasting (true division)."""
+    checks.broadcast(X=X, Y=Y)
     return jnp.true_divide(X, Y)
 
 
@@ -122,6 +127,7 @@ def _(g):
     same_dtype=("X", "Y"))
 def pow_(X, Y):
     """X ** Y elementwise, broadcasting."""
+    checks.broadcast(X=X, Y=Y)
     return jnp.power(X, Y)
 
 
@@ -149,6 +155,7 @@ def _select_grad(g, first_wins):
 @op("maximum", **_BINARY)
 def maximum(X, Y):
     """Elementwise maximum, broadcasting (ties send the gradient to X)."""
+    checks.broadcast(X=X, Y=Y)
     return jnp.maximum(X, Y)
 
 
@@ -160,6 +167,7 @@ def _(g):
 @op("minimum", **_BINARY)
 def minimum(X, Y):
     """Elementwise minimum, broadcasting (ties send the gradient to X)."""
+    checks.broadcast(X=X, Y=Y)
     return jnp.minimum(X, Y)
 
 

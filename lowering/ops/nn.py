@@ -14,7 +14,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from lowering.errors import BackwardError
+from lowering import checks
+from lowering.errors import BackwardError, ShapeError
 from lowering.registry import REQUIRED, Attr, In, Out, op
 
 
@@ -63,13 +64,38 @@ def _conv_geometry(spatial, kernel, strides, paddings, dilations, algorithm):
     raise ValueError(f"padding_algorithm must be EXPLICIT, SAME or VALID, got {algorithm!r}")
 
 
+def _check_window(slot, x, window, pads):
+    """The (dilated) window fits in the padded spatial dims of NCHW input `slot`."""
+    for name, n, k, (lo, hi) in zip("HW", x.shape[2:], window, pads):
+        if isinstance(n, int) and k > n + lo + hi:
+            raise ShapeError(f"the {window[0]}x{window[1]} window is larger than {slot} "
+                             f"{checks.typed(x)}'s {name} of {n} (padded: {n + lo + hi})",
+                             slot=slot)
+
+
+def _check_conv(Input, Filter, groups):
+    checks.rank("Input", Input, 4, "N, C, H, W")
+    checks.rank("Filter", Filter, 4, "O, C / groups, kh, kw")
+    channels, filters = Input.shape[1], Filter.shape[0]
+    if groups < 1 or any(isinstance(n, int) and n % groups for n in (channels, filters)):
+        raise ShapeError(f"Input {checks.typed(Input)}'s channels and Filter "
+                         f"{checks.typed(Filter)}'s filters must split into groups={groups}",
+                         slot="Filter")
+    if isinstance(channels, int):
+        checks.dim("Filter", Filter, 1, channels // groups,
+                   f"Input {checks.typed(Input)}'s {channels} channels / groups={groups}")
+
+
 @op("conv2d", inputs=[In("Input", "float", doc="[N, C, H, W]"),
                       In("Filter", "float", doc="[O, C / groups, kh, kw]")],
     outputs=[Out("Output")], attrs=_CONV_ATTRS, same_dtype=("Input", "Filter"))
 def conv2d(Input, Filter, *, strides, paddings, dilations, groups, padding_algorithm):
     """2-D convolution (cross-correlation) of NCHW `Input` with OIHW `Filter`."""
+    _check_conv(Input, Filter, groups)
     pads, dilation = _conv_geometry(Input.shape[2:], Filter.shape[2:], strides, paddings,
                                     dilations, padding_algorithm)
+    _check_window("Input", Input, [(k - 1) * d + 1 for k, d in zip(Filter.shape[2:], dilation)],
+                  pads)
     return lax.conv_general_dilated(Input, Filter, tuple(strides), pads, rhs_dilation=dilation,
                                     dimension_numbers=_CONV_DIMS, feature_group_count=groups)
 
@@ -149,7 +175,9 @@ def _pool_geometry(spatial, ksize, strides, paddings, global_pooling, ceil_mode)
     attrs=_POOL_ATTRS)
 def pool2d(X, *, pooling_type, ksize, strides, paddings, global_pooling, exclusive, ceil_mode):
     """Max or average pooling over the H and W dims of NCHW `X` (padding never wins a max)."""
+    checks.rank("X", X, 4, "N, C, H, W")
     k, s, pads = _pool_geometry(X.shape[2:], ksize, strides, paddings, global_pooling, ceil_mode)
+    _check_window("X", X, k, pads)
     window, stride, padding = (1, 1) + k, (1, 1) + s, ((0, 0), (0, 0)) + pads
     if pooling_type == "max":
         return lax.reduce_window(X, np.array(-np.inf, X.dtype), lax.max, window, stride, padding)
@@ -275,7 +303,11 @@ def batch_norm(X, Scale, Bias, Mean, Variance, *, momentum, epsilon, is_test, da
     not PaddlePaddle's inverse standard deviation. With is_test the running statistics
     normalize and pass through unchanged.
     """
+    checks.min_rank("X", X, 2)
     channel = _channel_axis(X.ndim, data_layout)
+    for slot, v in (("Scale", Scale), ("Bias", Bias), ("Mean", Mean), ("Variance", Variance)):
+        checks.shape(slot, v, [X.shape[channel]], f"one per channel of X {checks.typed(X)}, "
+                     f"{data_layout}")
     axes = tuple(a for a in range(X.ndim) if a != channel)
     shape = tuple(-1 if a == channel else 1 for a in range(X.ndim))
     if is_test:
@@ -341,7 +373,13 @@ def _(g):
     same_dtype=("X", "Scale", "Bias"))
 def layer_norm(X, Scale=None, Bias=None, *, begin_norm_axis, epsilon):
     """Layer normalization over the trailing dims of X from `begin_norm_axis` on."""
-    x = X.reshape(-1, math.prod(X.shape[begin_norm_axis % X.ndim:]))
+    checks.axis("X", X, begin_norm_axis, "begin_norm_axis")
+    width = math.prod(X.shape[begin_norm_axis % X.ndim:])
+    for slot, v in (("Scale", Scale), ("Bias", Bias)):
+        if v is not None:
+            checks.shape(slot, v, [width], f"one per element of X {checks.typed(X)}'s dims from "
+                         f"begin_norm_axis={begin_norm_axis} on")
+    x = X.reshape(-1, width)
     mean = jnp.mean(x, axis=1)
     var = jnp.mean(jnp.square(x - mean[:, None]), axis=1)
     y = (x - mean[:, None]) * lax.rsqrt(var + epsilon)[:, None]
@@ -446,6 +484,7 @@ def _drop_padding(rows, Ids, pad):
     outputs=[Out("Out")], attrs={"padding_idx": _PADDING_IDX})
 def lookup_table(W, Ids, *, padding_idx):
     """Rows of W at Ids (any shape): Out has shape Ids.shape + [D]."""
+    checks.rank("W", W, 2, "vocabulary size, embedding size")
     return _drop_padding(W[Ids], Ids, _padding_row(W.shape[0], padding_idx))
 
 

@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from lowering import dtypes
+from lowering import checks, dtypes
 from lowering.registry import REQUIRED, Attr, In, Out, op
 
 _REDUCE_ATTRS = {"axis": Attr("axis", "ints", ()), "keep_dim": False}
@@ -125,6 +125,7 @@ def _(g):
     differentiable=False)
 def argmax(X, *, axis, keep_dim, dtype):
     """Index of the first maximum of `X` along `axis`."""
+    checks.axis("X", X, axis)
     return jnp.argmax(X, axis=axis, keepdims=keep_dim).astype(dtypes.to_numpy(dtype))
 
 

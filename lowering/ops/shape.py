@@ -7,11 +7,13 @@ from the input itself: `reshape_as`, `concat_grad`, and the scatter ops
 `slice_grad`, `gather_grad` and `take_along_axis_grad` that write into zeros
 shaped like the forward input.
 """
+import math
+
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from lowering import dtypes
+from lowering import checks, dtypes
 from lowering.errors import ShapeError
 from lowering.registry import REQUIRED, Attr, In, Out, op
 
@@ -23,7 +25,28 @@ _LIKE = In("X", differentiable=False, doc="only its shape (and dtype) is used")
     attrs={"shape": Attr("shape", "ints", REQUIRED)})
 def reshape(X, *, shape):
     """Reshape `X`; a 0 in `shape` copies the input dim at that position, one -1 is inferred."""
-    return jnp.reshape(X, tuple(X.shape[i] if d == 0 else d for i, d in enumerate(shape)))
+    target = tuple(X.shape[i] if d == 0 and i < X.ndim else d for i, d in enumerate(shape))
+    _check_reshape(X, shape, target)
+    return jnp.reshape(X, target)
+
+
+def _check_reshape(X, shape, target):
+    """`shape` has one -1 at most, no 0 beyond X's rank, and as many elements as X."""
+    size = math.prod(d for d in target if d != -1)
+    wrong = None
+    if shape.count(-1) > 1 or any(d < -1 for d in shape):
+        wrong = "it may hold one -1 (inferred) and sizes >= 0"
+    elif any(d == 0 for d in shape[X.ndim:]):
+        wrong = f"a 0 copies X's dim at its position, and X has only {X.ndim} dims"
+    elif all(isinstance(d, int) for d in X.shape + (size,)):
+        total = math.prod(X.shape)
+        if -1 not in shape and size != total:
+            wrong = f"{size} elements, X has {total}"
+        elif -1 in shape and (size == 0 or total % size):
+            wrong = f"X's {total} elements do not divide into rows of {size}"
+    if wrong:
+        raise ShapeError(f"cannot reshape X {checks.typed(X)} to shape {list(shape)}: {wrong}",
+                         slot="X")
 
 
 @reshape.gradient
@@ -59,6 +82,7 @@ def _(g):
 @op("concat", inputs=[In("X", many=True)], outputs=[Out("Out")], attrs={"axis": _AXIS})
 def concat(X, *, axis):
     """Concatenate the arrays of `X` along `axis`."""
+    _check_same_shapes(X, axis, f"concat along axis {axis}")
     return jnp.concatenate(X, axis=axis)
 
 
@@ -103,6 +127,18 @@ def _(inputs, attrs):   # the parts are shaped like X; tracing could not tell ap
 def _(g):   # linear in DOut: the parts' gradients, put back together
     grads = [g.out_grad("Out", i) for i in range(len(g.output_list("Out")))]
     g.call("concat", grads, axis=g.attr("axis"), out=g.in_grad("DOut"))
+
+
+def _check_same_shapes(X, axis, what):
+    """The arrays of list slot X have X[0]'s shape, except on `axis` (None: on every dim)."""
+    if axis is not None:
+        checks.axis("X[0]", X[0], axis)
+        axis %= X[0].ndim
+    for i, x in enumerate(X[1:], 1):
+        expected = [x.shape[k] if k == axis and x.ndim == X[0].ndim else d
+                    for k, d in enumerate(X[0].shape)]
+        checks.shape(f"X[{i}]", x, expected, f"{what} needs the shape of X[0] "
+                     f"{checks.typed(X[0])}" + ("" if axis is None else f" except on axis {axis}"))
 
 
 def _split_bounds(sizes):
@@ -153,6 +189,8 @@ def _(g):
 @op("stack", inputs=[In("X", many=True)], outputs=[Out("Out")], attrs={"axis": _AXIS})
 def stack(X, *, axis):
     """Stack the same-shaped arrays of `X` along a new axis `axis`."""
+    _check_same_shapes(X, None, "stack")
+    checks.axis("X[0]", X[0], axis, extra=1)
     return jnp.stack(X, axis=axis)
 
 
@@ -182,6 +220,8 @@ _SLICE_ATTRS = {"axes": Attr("axes", "ints", REQUIRED), "starts": Attr("starts",
 @op("slice", inputs=[In("X")], outputs=[Out("Out")], attrs=_SLICE_ATTRS)
 def slice_(X, *, axes, starts, ends, strides):
     """X[starts:ends:strides] along each of `axes`, indices clamped as in NumPy."""
+    for a in axes:
+        checks.axis("X", X, a, "axes")
     return X[_slices(X.ndim, axes, starts, ends, strides)]
 
 

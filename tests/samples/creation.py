@@ -1,7 +1,7 @@
 """Samples of lowering/ops/creation.py."""
 import numpy as np
 
-from op_table import Sample, rand
+from op_table import Invalid, Sample, rand
 
 
 def _fill(shape, dtype="float32", value=0.0):
@@ -50,4 +50,9 @@ SAMPLES = [
     Sample("gaussian_random", {}, attrs={"shape": [40, 100], "dtype": "float64", "mean": 3.0,
                                          "std": 0.5},
            check=_random_check([40, 100], "float64", 3.0, 0.5), name="mean_std_float64"),
+]
+
+INVALID = [
+    Invalid("uniform_random", {}, attrs={"shape": [2, 3], "dtype": "int64"}, name="int",
+            expect=["attribute dtype='int64' must be a float type"]),
 ]

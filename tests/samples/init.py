@@ -1,7 +1,7 @@
 """Samples of lowering/ops/init.py (random: checked by their statistics)."""
 import numpy as np
 
-from op_table import Sample
+from op_table import Invalid, Sample
 
 
 def _moments(mean, std, bound=None, shape=(64, 64)):
@@ -29,4 +29,9 @@ SAMPLES = [
            attrs={"shape": [32, 16, 3, 3], "scale": 2.0, "distribution": "normal",
                   "in_axis": 1, "out_axis": 0},
            check=_moments(0.0, np.sqrt(2 / (16 * 9)), shape=(32, 16, 3, 3))),
+]
+
+INVALID = [
+    Invalid("variance_scaling_random", {}, attrs={"shape": [2, 3], "dtype": "int32"},
+            name="int", expect=["attribute dtype='int32' must be a float type"]),
 ]

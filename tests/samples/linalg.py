@@ -6,7 +6,8 @@ cannot trace that way, so they are `symbolic=False` ('fixed_dims').
 """
 import numpy as np
 
-from op_table import Sample, rand
+from lowering.errors import ProgramError
+from op_table import Invalid, Sample, rand, spec
 
 
 def _matmul(X, Y, transpose_x=False, transpose_y=False, alpha=1.0):
@@ -48,4 +49,16 @@ SAMPLES = [
         alpha=3.0),
     Sample("matmul", {"X": np.arange(6, dtype=np.int32).reshape(2, 3),
                       "Y": np.arange(3, dtype=np.int32)}, _matmul, name="int32"),
+]
+
+INVALID = [
+    Invalid("matmul", {"X": spec(4, 5), "Y": spec(3, 6)}, name="contracted_dims",
+            expect=["dim 0 of Y float32[3, 6] must be 5",
+                    "matmul contracts it with dim 1 of X float32[4, 5]", "got 3"]),
+    Invalid("matmul", {"X": spec(-1, 4, 5), "Y": spec(6, 4)}, attrs={"transpose_y": True},
+            name="transposed", expect=["dim 1 of Y float32[6, 4] must be 5", "got 4"]),
+    Invalid("matmul", {"X": spec(), "Y": spec(3)}, name="scalar",
+            expect=["X must have rank 1 or more, got float32[]"]),
+    Invalid("matmul", {"X": spec(4, 5), "Y": spec(5, 6, dtype="float64")}, name="dtypes_differ",
+            error=ProgramError, expect=["slot 'X' is float32 but slot 'Y' is float64"]),
 ]

@@ -1,7 +1,7 @@
 """Samples of lowering/ops/logic.py."""
 import numpy as np
 
-from op_table import Sample, rand
+from op_table import Invalid, Sample, rand, spec
 
 
 def _ints(*shape, seed=0):
@@ -58,4 +58,13 @@ SAMPLES = [
                      "Y": rand(1, 4, seed=1)}, _where, name="bcast_cond_widest"),
     Sample("where", {"Condition": _bools(2, 3, seed=2), "X": np.arange(6).reshape(2, 3),
                      "Y": -np.ones(3, np.int64)}, _where, name="int64"),
+]
+
+INVALID = [
+    Invalid("equal", {"X": spec(4), "Y": spec(3)}, name="no_broadcast",
+            expect=["X float32[4] and Y float32[3] do not broadcast"]),
+    Invalid("where", {"Condition": spec(4, dtype="bool"), "X": spec(3), "Y": spec(3)},
+            name="condition_shape",
+            expect=["Condition bool[4] and X float32[3] do not broadcast",
+                    "dim 0 of Condition is 4 and dim 0 of X is 3"]),
 ]

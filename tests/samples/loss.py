@@ -1,7 +1,7 @@
 """Samples of lowering/ops/loss.py."""
 import numpy as np
 
-from op_table import Sample, rand
+from op_table import Invalid, Sample, rand, spec
 
 
 def _log_softmax(x, axis):
@@ -93,4 +93,25 @@ SAMPLES = [
     Sample("sigmoid_cross_entropy_with_logits", {"X": rand(2, 3, low=-40, high=40),
                                                   "Label": rand(2, 3, low=0, high=1, seed=2)},
            _sce_ref, {"ignore_index": -100, "normalize": False}, name="large_logits"),
+]
+
+INVALID = [
+    Invalid("softmax_with_cross_entropy", {"Logits": spec(4, 3), "Label": spec(4, dtype="int64")},
+            name="label_without_class_axis",
+            expect=["Label must have shape [4, 1]", "hard labels have the logits' shape with "
+                    "size 1 on axis -1", "got int64[4]"]),
+    Invalid("softmax_with_cross_entropy",
+            {"Logits": spec(-1, 3), "Label": spec(-1, dtype="int64")}, name="unknown_batch",
+            expect=["Label must have shape [-1, 1]", "got int64[-1]"]),
+    Invalid("softmax_with_cross_entropy",
+            {"Logits": spec(4, 3), "Label": spec(5, 1, dtype="int64")}, name="label_batch",
+            expect=["Label must have shape [4, 1]", "got int64[5, 1]"]),
+    Invalid("softmax_with_cross_entropy", {"Logits": spec(4, 3), "Label": spec(4, 1)},
+            name="float_hard_label", expect=["hard labels must be integers, got Label float32"]),
+    Invalid("softmax_with_cross_entropy", {"Logits": spec(4, 3), "Label": spec(4, 2)},
+            attrs={"soft_label": True}, name="soft_label_shape",
+            expect=["Label must have shape [4, 3] (soft labels have the logits' shape), "
+                    "got float32[4, 2]"]),
+    Invalid("sigmoid_cross_entropy_with_logits", {"X": spec(4, 3), "Label": spec(4)},
+            name="label_shape", expect=["Label must have shape [4, 3]", "got float32[4]"]),
 ]

@@ -1,7 +1,8 @@
 """Samples of lowering/ops/math.py."""
 import numpy as np
 
-from op_table import Sample, positive, rand
+from lowering.errors import ProgramError
+from op_table import Invalid, Sample, positive, rand, spec
 
 
 def _binary(op, ref):
@@ -29,4 +30,21 @@ SAMPLES = [
            lambda X, Target: X.sum(axis=(0, 2)).reshape(3, 1)),
     Sample("expand_as", {"X": rand(3, 1), "Target": rand(2, 3, 4, seed=1)},
            lambda X, Target: np.broadcast_to(X, (2, 3, 4))),
+]
+
+INVALID = [
+    Invalid("add", {"X": spec(4, 5), "Y": spec(4, 3)}, name="no_broadcast",
+            expect=["X float32[4, 5] and Y float32[4, 3] do not broadcast",
+                    "dim 1 of X is 5 and dim 1 of Y is 3"]),
+    Invalid("sub", {"X": spec(-1, 5), "Y": spec(2, 1, 3)}, name="unknown_batch",
+            expect=["X float32[-1, 5] and Y float32[2, 1, 3] do not broadcast",
+                    "dim 1 of X is 5 and dim 2 of Y is 3"]),
+    Invalid("mul", {"X": spec(4), "Y": spec(4, dtype="int64")}, name="dtypes_differ",
+            error=ProgramError, expect=["slot 'X' is float32 but slot 'Y' is int64"]),
+    Invalid("div", {"X": spec(4, dtype="bool"), "Y": spec(4, dtype="bool")}, name="bool",
+            error=ProgramError, expect=["input slot 'X' expects a number dtype, got bool"]),
+    Invalid("pow", {"X": spec(3), "Y": spec(2)}, name="no_broadcast",
+            expect=["X float32[3] and Y float32[2] do not broadcast"]),
+    Invalid("maximum", {"X": spec(2, 3), "Y": spec(3, 2)}, name="no_broadcast",
+            expect=["X float32[2, 3] and Y float32[3, 2] do not broadcast"]),
 ]

@@ -3,7 +3,8 @@ import itertools
 
 import numpy as np
 
-from op_table import Sample, positive, rand
+from lowering.errors import ProgramError
+from op_table import Invalid, Sample, positive, rand, spec
 
 
 # --- convolution ---
@@ -330,3 +331,40 @@ LOOKUP = [
 
 
 SAMPLES = CONV + POOL + NORM + DROPOUT + LOOKUP
+
+_BN_STATS = {"Bias": spec(3), "Mean": spec(3), "Variance": spec(3)}
+
+INVALID = [
+    Invalid("conv2d", {"Input": spec(-1, 64), "Filter": spec(8, 1, 3, 3)}, name="flat_input",
+            expect=["Input must have rank 4 (N, C, H, W), got float32[-1, 64]"]),
+    Invalid("conv2d", {"Input": spec(2, 3, 8, 8), "Filter": spec(4, 2, 3, 3)}, name="channels",
+            expect=["dim 1 of Filter float32[4, 2, 3, 3] must be 3",
+                    "Input float32[2, 3, 8, 8]'s 3 channels / groups=1", "got 2"]),
+    Invalid("conv2d", {"Input": spec(2, 4, 8, 8), "Filter": spec(3, 2, 3, 3)}, attrs={"groups": 2},
+            name="groups", expect=["Filter float32[3, 2, 3, 3]'s filters must split into groups=2"]),
+    Invalid("conv2d", {"Input": spec(2, 3, 2, 2), "Filter": spec(4, 3, 3, 3)}, name="window",
+            expect=["the 3x3 window is larger than Input float32[2, 3, 2, 2]'s H of 2"]),
+    Invalid("conv2d", {"Input": spec(2, 3, 8, 8, dtype="int32"), "Filter": spec(4, 3, 3, 3)},
+            name="int_input", error=ProgramError,
+            expect=["input slot 'Input' expects a float dtype, got int32"]),
+    Invalid("pool2d", {"X": spec(2, 3, 8)}, attrs={"ksize": [2, 2]}, name="rank",
+            expect=["X must have rank 4 (N, C, H, W), got float32[2, 3, 8]"]),
+    Invalid("pool2d", {"X": spec(-1, 3, 2, 2)}, attrs={"ksize": [3, 3]}, name="window",
+            expect=["the 3x3 window is larger than X float32[-1, 3, 2, 2]'s H of 2"]),
+    Invalid("batch_norm", {"X": spec(-1, 3, 4, 4), "Scale": spec(4), **_BN_STATS},
+            name="scale_size",
+            expect=["Scale must have shape [3] (one per channel of X float32[-1, 3, 4, 4]",
+                    "got float32[4]"]),
+    Invalid("batch_norm", {"X": spec(2, 4, 3), "Scale": spec(3), **_BN_STATS},
+            name="layout", expect=["Scale must have shape [4] (one per channel of X "
+                                   "float32[2, 4, 3], NCHW), got float32[3]"]),
+    Invalid("layer_norm", {"X": spec(-1, 3, 4), "Scale": spec(4)}, name="scale_size",
+            expect=["Scale must have shape [12] (one per element of X float32[-1, 3, 4]'s dims "
+                    "from begin_norm_axis=1 on), got float32[4]"]),
+    Invalid("layer_norm", {"X": spec(2, 3, 4)}, attrs={"begin_norm_axis": 3}, name="axis",
+            expect=["attribute begin_norm_axis=3 is out of range for X float32[2, 3, 4]"]),
+    Invalid("lookup_table", {"W": spec(10), "Ids": spec(4, dtype="int64")}, name="flat_table",
+            expect=["W must have rank 2 (vocabulary size, embedding size), got float32[10]"]),
+    Invalid("lookup_table", {"W": spec(10, 3), "Ids": spec(4)}, name="float_ids",
+            error=ProgramError, expect=["input slot 'Ids' expects a int dtype, got float32"]),
+]

@@ -1,7 +1,7 @@
 """Samples of lowering/ops/reduce.py."""
 import numpy as np
 
-from op_table import Sample, positive, rand
+from op_table import Invalid, Sample, positive, rand, spec
 
 
 def _reduce_ref(fn):
@@ -66,4 +66,9 @@ SAMPLES = [
            name="middle_axis_smallest"),
     Sample("top_k", {"X": np.array([[3, 1, 3, 2]], np.int32)}, _top_k_ref, {"k": 3},
            name="int32_ties"),
+]
+
+INVALID = [
+    Invalid("argmax", {"X": spec(4, 3)}, attrs={"axis": 2}, name="axis",
+            expect=["attribute axis=2 is out of range for X float32[4, 3] (valid: -2 to 1)"]),
 ]

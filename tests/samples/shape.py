@@ -1,7 +1,7 @@
 """Samples of lowering/ops/shape.py."""
 import numpy as np
 
-from op_table import Sample, rand
+from op_table import Invalid, Sample, rand, spec
 
 
 def _slice_ref(X, axes, starts, ends, strides=()):
@@ -140,4 +140,25 @@ SAMPLES = [
     Sample("one_hot", {"X": np.array([[0, 2], [3, 1]])}, _one_hot_ref, {"depth": 4}),
     Sample("one_hot", {"X": np.array([1, -1, 5, 0], np.int32)}, _one_hot_ref,
            {"depth": 3, "dtype": "int32"}, name="out_of_range_int32"),
+]
+
+INVALID = [
+    Invalid("concat", {"X": [spec(-1, 4), spec(-1, 5)]}, name="other_dim",
+            expect=["X[1] must have shape [-1, 4]", "got float32[-1, 5]",
+                    "concat along axis 0 needs the shape of X[0] float32[-1, 4] except on axis 0"]),
+    Invalid("concat", {"X": [spec(2, 4), spec(2, 4, 1)]}, attrs={"axis": 1}, name="rank",
+            expect=["X[1] must have shape [2, 4]", "got float32[2, 4, 1]"]),
+    Invalid("concat", {"X": [spec(2, 4), spec(2, 4)]}, attrs={"axis": 2}, name="axis",
+            expect=["attribute axis=2 is out of range for X[0] float32[2, 4] (valid: -2 to 1)"]),
+    Invalid("stack", {"X": [spec(2, 4), spec(2, 5)]}, name="shapes",
+            expect=["X[1] must have shape [2, 4]", "got float32[2, 5]"]),
+    Invalid("reshape", {"X": spec(4, 6)}, attrs={"shape": [5, 5]}, name="size",
+            expect=["cannot reshape X float32[4, 6] to shape [5, 5]: 25 elements, X has 24"]),
+    Invalid("reshape", {"X": spec(4, 6)}, attrs={"shape": [-1, 5]}, name="not_divisible",
+            expect=["cannot reshape X float32[4, 6] to shape [-1, 5]",
+                    "24 elements do not divide into rows of 5"]),
+    Invalid("reshape", {"X": spec(-1, 6)}, attrs={"shape": [-1, -1]}, name="two_unknown",
+            expect=["cannot reshape X float32[-1, 6] to shape [-1, -1]", "one -1"]),
+    Invalid("slice", {"X": spec(4, 3)}, attrs={"axes": [2], "starts": [0], "ends": [1]},
+            name="axis", expect=["attribute axes=2 is out of range for X float32[4, 3]"]),
 ]
