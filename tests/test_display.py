@@ -4,7 +4,6 @@ import re
 import shutil
 
 import numpy as np
-import pydot
 import pytest
 
 import progdesc as pd
@@ -38,6 +37,8 @@ def _tiny():
 
 
 def _graph(dot_text):
+    """The one digraph parsed from `dot_text` by pydot (a test extra: skips without it)."""
+    pydot = pytest.importorskip("pydot")
     graphs = pydot.graph_from_dot_data(dot_text)
     assert graphs is not None and len(graphs) == 1, dot_text
     g = graphs[0]
