@@ -67,6 +67,12 @@ def test_default_leaves_every_dot_and_convolution_at_default():
     _assert_all(text, "DEFAULT")
 
 
+def test_default_follows_jaxs_own_setting():
+    main, loss, scope = _model()
+    with jax.default_matmul_precision("highest"):
+        _assert_all(_stablehlo(main, loss, scope), "HIGHEST")
+
+
 def test_an_explicit_precision_overrides_the_programs():
     main, loss, scope = _model("highest")
     assert "HIGHEST" not in _stablehlo(main, loss, scope, precision="default")

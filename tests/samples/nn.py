@@ -342,10 +342,17 @@ def attention_ref(Q, K, V, Bias=None, Mask=None, is_causal=False, scale=0.0):
         keep &= Mask
     if is_causal:
         keep &= np.tril(np.ones(logits.shape[-2:], bool))
-    logits = np.where(keep, logits, -np.inf)
-    weights = np.exp(logits - logits.max(-1, keepdims=True))
-    weights /= weights.sum(-1, keepdims=True)
+    weights = _softmax_or_uniform(logits, keep)
     return np.einsum("bnts,bnsh->bnth", weights, v).transpose(0, 2, 1, 3).astype(Q.dtype)
+
+
+def _softmax_or_uniform(logits, keep):
+    """Softmax over the kept logits of each row; uniform weights in a row that keeps none."""
+    logits = np.where(keep, logits, -np.inf)
+    top = logits.max(-1, keepdims=True)
+    weights = np.exp(logits - np.where(np.isfinite(top), top, 0))
+    total = weights.sum(-1, keepdims=True)
+    return np.where(total > 0, weights / np.where(total > 0, total, 1), 1 / logits.shape[-1])
 
 
 def attention_grad_ref(Q, K, V, OutGrad, Bias=None, Mask=None, is_causal=False, scale=0.0):
@@ -357,11 +364,11 @@ def attention_grad_ref(Q, K, V, OutGrad, Bias=None, Mask=None, is_causal=False, 
     keep = np.ones(logits.shape, bool) & (True if Mask is None else Mask)
     if is_causal:
         keep &= np.tril(np.ones(logits.shape[-2:], bool))
-    p = np.exp(np.where(keep, logits, -np.inf) - logits.max(-1, keepdims=True))
-    p /= p.sum(-1, keepdims=True)
+    p = _softmax_or_uniform(logits, keep)
     dv = np.einsum("bnts,bnth->bnsh", p, do)
     dp = np.einsum("bnth,bnsh->bnts", do, v)
-    dlogits = p * (dp - (dp * p).sum(-1, keepdims=True))
+    # a row that keeps no key has uniform weights, whatever its logits
+    dlogits = p * (dp - (dp * p).sum(-1, keepdims=True)) * keep.any(-1, keepdims=True)
     dq, dk = s * np.einsum("bnts,bnsh->bnth", dlogits, k), s * np.einsum("bnts,bnth->bnsh",
                                                                           dlogits, q)
     back = [a.transpose(0, 2, 1, 3).astype(Q.dtype) for a in (dq, dk, dv)]
@@ -389,12 +396,14 @@ def _attention(name, b, t, s, n, h, bias=None, mask=None, dtype="float32", **att
 
 
 _KEY_PADDING = np.array([[True, True, True, False, False], [True, True, True, True, True]])
+_NO_KEY_FOR_QUERY_1 = np.array([True, False, True])[None, None, :, None] & np.ones(5, bool)
 ATTENTION = [
     *_attention("self", 2, 4, 4, 2, 3),
     *_attention("cross_scale", 2, 3, 5, 2, 4, scale=0.3),
     *_attention("causal", 1, 4, 4, 2, 3, is_causal=True),
     *_attention("key_padding_mask", 2, 3, 5, 1, 4, mask=_KEY_PADDING[:, None, None, :]),
     *_attention("causal_bias_per_head", 2, 4, 4, 2, 3, bias=(1, 2, 4, 4), is_causal=True),
+    *_attention("query_with_every_key_masked", 1, 3, 5, 2, 2, mask=_NO_KEY_FOR_QUERY_1),
     *_attention("bias_and_mask_float64", 2, 3, 5, 2, 2, bias=(2, 1, 3, 5), dtype="float64",
                 mask=_KEY_PADDING[:, None, None, :]),
 ]
