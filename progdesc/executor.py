@@ -2,9 +2,9 @@
 
 `run` inserts feed and fetch ops into a cached clone of the program, lowers
 that clone to one function and compiles it ahead of time with `jax.jit`,
-once per (program, program version, feed shapes and dtypes, fetch list). Persistable
-values come from the Scope and go back to it; the ones the program
-overwrites are donated, so on an accelerator the update is in place.
+once per (program, program version, feed shapes and dtypes, fetch list, precision
+policy). Persistable values come from the Scope and go back to it; the ones the
+program overwrites are donated, so on an accelerator the update is in place.
 Nothing is written to the Scope unless the whole run succeeds.
 """
 import contextlib
