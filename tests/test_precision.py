@@ -131,7 +131,7 @@ def test_clone_save_load_and_inference_models_keep_it(tmp_path):
 def test_export_traces_it_into_the_artifact(tmp_path):
     main, loss, scope = _model("highest")
     header = export.export_compiled(tmp_path / "m.pdx", main, ["image", "tokens"], [loss], scope,
-                                    platforms=(jax.default_backend(),))
+                                    platforms=(jax.export.default_export_platform(),))
     assert header["precision"] == "highest"
     text = str(export.load_compiled(tmp_path / "m.pdx").exported.mlir_module())
     dots = re.findall(r"stablehlo\.dot_general .*", text)
