@@ -75,13 +75,15 @@ def test_attention_matches_a_numpy_reference(causal, padding, dropout_rate):
     np.testing.assert_allclose(got, proj(context, "output"), rtol=1e-5, atol=1e-6)
 
 
-def test_transformer_encoder_trains():
+@pytest.mark.parametrize("dropout_rate", [0.0, 0.1], ids=["fused_attention", "dropout_ops"])
+def test_transformer_encoder_trains(dropout_rate):
     main, startup = pd.Program(random_seed=0), pd.Program(random_seed=0)
     with pd.program_guard(main, startup):
         tokens = pd.data("tokens", [None, 6], "int64")
         label = pd.data("label", [None, 1], "int64")
         h = layers.embedding(tokens, [10, 16])
-        h = layers.transformer_encoder_layer(h, num_heads=2, dim_feedforward=32, dropout_rate=0.1)
+        h = layers.transformer_encoder_layer(h, num_heads=2, dim_feedforward=32,
+                                             dropout_rate=dropout_rate)
         logits = layers.fc(ops.reduce_mean(h, axis=[1]), 2)
         loss = ops.mean(layers.softmax_with_cross_entropy(logits, label))
         Adam(3e-3).minimize(loss)

@@ -66,7 +66,8 @@ def reference():
 def run_op(sample, unknown_batch=False):
     main, op, feed = build(sample, unknown_batch)
     out_names = [n for names in op.outputs.values() for n in names]
-    values = pd.Executor(precision="highest").run(main, feed=feed, fetch_list=out_names, scope=pd.Scope())
+    values = pd.Executor(precision="highest").run(main, feed=feed, fetch_list=out_names,
+                                                   scope=pd.Scope())
     got = dict(zip(out_names, values))
     return main, op, {slot: [got[n] for n in names] for slot, names in op.outputs.items()}
 
