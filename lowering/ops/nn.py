@@ -212,7 +212,7 @@ _ATTENTION_INPUTS = [
     In("K", "float", doc="keys [B, S, N, H]"),
     In("V", "float", doc="values [B, S, N, H]"),
     In("Bias", "float", optional=True, doc="added to the logits, broadcastable to [B, N, T, S]"),
-    In("Mask", "bool", optional=True, differentiable=False,
+    In("Mask", "bool", optional=True,
        doc="True where query t may attend to key s, broadcastable to [B, N, T, S]"),
 ]
 

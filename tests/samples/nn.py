@@ -331,47 +331,45 @@ LOOKUP = [
 
 # --- attention ---
 
-def attention_ref(Q, K, V, Bias=None, Mask=None, is_causal=False, scale=0.0):
-    """softmax(scale * Q K^T + Bias) V per head, over [B, T, N, H] arrays, in float64."""
-    q, k, v = (np.asarray(a, np.float64).transpose(0, 2, 1, 3) for a in (Q, K, V))  # BNTH
-    logits = (scale or 1 / np.sqrt(Q.shape[-1])) * np.einsum("bnth,bnsh->bnts", q, k)
-    if Bias is not None:
-        logits = logits + Bias
-    keep = np.ones(logits.shape, bool)
-    if Mask is not None:
-        keep &= Mask
-    if is_causal:
-        keep &= np.tril(np.ones(logits.shape[-2:], bool))
-    weights = _softmax_or_uniform(logits, keep)
-    return np.einsum("bnts,bnsh->bnth", weights, v).transpose(0, 2, 1, 3).astype(Q.dtype)
+def _heads(a):   # [B, T, N, H] <-> [B, N, T, H]
+    return np.asarray(a, np.float64).transpose(0, 2, 1, 3)
 
 
-def _softmax_or_uniform(logits, keep):
-    """Softmax over the kept logits of each row; uniform weights in a row that keeps none."""
-    logits = np.where(keep, logits, -np.inf)
-    top = logits.max(-1, keepdims=True)
-    weights = np.exp(logits - np.where(np.isfinite(top), top, 0))
-    total = weights.sum(-1, keepdims=True)
-    return np.where(total > 0, weights / np.where(total > 0, total, 1), 1 / logits.shape[-1])
-
-
-def attention_grad_ref(Q, K, V, OutGrad, Bias=None, Mask=None, is_causal=False, scale=0.0):
-    """Hand-derived gradients of attention_ref: dV = P^T dO, dP = dO V^T,
-    dLogits = P * (dP - rowsum(dP * P)), dQ = scale dLogits K, dK = scale dLogits^T Q."""
-    q, k, v, do = (np.asarray(a, np.float64).transpose(0, 2, 1, 3) for a in (Q, K, V, OutGrad))
+def _attention_weights(Q, K, Bias, Mask, is_causal, scale):
+    """(q, k as [B, N, T or S, H] float64, the logit scale, kept [B, N, T, S], the weights)."""
+    q, k = _heads(Q), _heads(K)
     s = scale or 1 / np.sqrt(Q.shape[-1])
     logits = s * np.einsum("bnth,bnsh->bnts", q, k) + (0 if Bias is None else Bias)
     keep = np.ones(logits.shape, bool) & (True if Mask is None else Mask)
     if is_causal:
         keep &= np.tril(np.ones(logits.shape[-2:], bool))
-    p = _softmax_or_uniform(logits, keep)
+    # softmax over the kept logits of each row; uniform weights in a row that keeps none
+    logits = np.where(keep, logits, -np.inf)
+    top = logits.max(-1, keepdims=True)
+    weights = np.exp(logits - np.where(np.isfinite(top), top, 0))
+    total = weights.sum(-1, keepdims=True)
+    weights = np.where(total > 0, weights / np.where(total > 0, total, 1), 1 / logits.shape[-1])
+    return q, k, s, keep, weights
+
+
+def attention_ref(Q, K, V, Bias=None, Mask=None, is_causal=False, scale=0.0):
+    """softmax(scale * Q K^T + Bias) V per head, over [B, T, N, H] arrays, in float64."""
+    p = _attention_weights(Q, K, Bias, Mask, is_causal, scale)[-1]
+    return _heads(np.einsum("bnts,bnsh->bnth", p, _heads(V))).astype(Q.dtype)
+
+
+def attention_grad_ref(Q, K, V, OutGrad, Bias=None, Mask=None, is_causal=False, scale=0.0):
+    """Hand-derived gradients of attention_ref: dV = P^T dO, dP = dO V^T,
+    dLogits = P * (dP - rowsum(dP * P)), dQ = scale dLogits K, dK = scale dLogits^T Q."""
+    q, k, s, keep, p = _attention_weights(Q, K, Bias, Mask, is_causal, scale)
+    v, do = _heads(V), _heads(OutGrad)
     dv = np.einsum("bnts,bnth->bnsh", p, do)
     dp = np.einsum("bnth,bnsh->bnts", do, v)
     # a row that keeps no key has uniform weights, whatever its logits
     dlogits = p * (dp - (dp * p).sum(-1, keepdims=True)) * keep.any(-1, keepdims=True)
-    dq, dk = s * np.einsum("bnts,bnsh->bnth", dlogits, k), s * np.einsum("bnts,bnth->bnsh",
-                                                                          dlogits, q)
-    back = [a.transpose(0, 2, 1, 3).astype(Q.dtype) for a in (dq, dk, dv)]
+    dq = s * np.einsum("bnts,bnsh->bnth", dlogits, k)
+    dk = s * np.einsum("bnts,bnth->bnsh", dlogits, q)
+    back = [_heads(a).astype(Q.dtype) for a in (dq, dk, dv)]
     dbias = None
     if Bias is not None:   # summed over the axes Bias was broadcast along
         axes = tuple(i for i, n in enumerate(Bias.shape) if n == 1 and dlogits.shape[i] != 1)
