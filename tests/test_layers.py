@@ -75,6 +75,15 @@ def test_attention_matches_a_numpy_reference(causal, padding, dropout_rate):
     np.testing.assert_allclose(got, proj(context, "output"), rtol=1e-5, atol=1e-6)
 
 
+def test_attention_has_no_second_order_gradient_and_says_so():
+    main = pd.Program()
+    with pd.program_guard(main):
+        q = pd.data("q", [2, 3, 1, 4], stop_gradient=False)
+        (g,) = pd.gradients([ops.mean(ops.scaled_dot_product_attention(q, q, q))], [q])
+        with pytest.raises(pd.BackwardError, match="scaled_dot_product_attention_grad"):
+            pd.gradients([ops.reduce_sum(ops.square(g))], [q])
+
+
 @pytest.mark.parametrize("dropout_rate", [0.0, 0.1], ids=["fused_attention", "dropout_ops"])
 def test_transformer_encoder_trains(dropout_rate):
     main, startup = pd.Program(random_seed=0), pd.Program(random_seed=0)
