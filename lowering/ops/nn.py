@@ -222,10 +222,10 @@ _ATTENTION_INPUTS = [
 def scaled_dot_product_attention(Q, K, V, Bias=None, Mask=None, *, is_causal, scale):
     """softmax(scale * Q K^T + Bias, masked) V for every head, as `jax.nn.dot_product_attention`.
 
-    Out is [B, T, N, H]. JAX picks the implementation: XLA's fused dots and
-    softmax everywhere in jax 0.10 (cuDNN's fused kernel where JAX selects it).
-    JAX's softmax runs in float32, so float64 attention is written out here in
-    float64. A query row whose keys are all masked gets uniform weights.
+    Out is [B, T, N, H]. JAX picks the implementation (`implementation=None`:
+    XLA's in jax 0.10). JAX's softmax runs in float32, so float64 attention is
+    written out here in float64. A query row whose keys are all masked gets
+    uniform weights.
     """
     if Q.dtype != jnp.float64:
         return jax.nn.dot_product_attention(Q, K, V, bias=Bias, mask=Mask, is_causal=is_causal,
