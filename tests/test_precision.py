@@ -12,7 +12,9 @@ from lowering.lower import lower_block
 from progdesc import export, io, layers, ops
 from progdesc.executor import with_feed_fetch
 
-FEED = {"image": np.ones((2, 1, 6, 6), np.float32), "tokens": np.ones((2, 4, 8), np.float32)}
+_RNG = np.random.default_rng(0)
+FEED = {"image": _RNG.normal(size=(2, 1, 6, 6)).astype(np.float32),
+        "tokens": _RNG.normal(size=(2, 4, 8)).astype(np.float32)}
 
 
 def _model(precision="default"):
@@ -150,3 +152,15 @@ def test_programs_without_the_field_read_as_default_and_bad_values_are_refused()
         pd.Program().precision = "fast"
     with pytest.raises(ValueError, match="precision must be one of"):
         pd.Executor(precision="float32")
+
+
+@pytest.mark.skipif(jax.default_backend() != "cpu", reason="what the README promises for CPUs")
+def test_on_the_cpu_both_policies_give_the_same_numbers():
+    results = []
+    for precision in ("default", "highest"):
+        main, loss, scope = _model()
+        exe = pd.Executor(precision=precision)
+        losses = [exe.run(main, feed=FEED, fetch_list=[loss], scope=scope)[0] for _ in range(3)]
+        results.append((losses, np.asarray(scope.get("conv2d_0.w_0"))))
+    np.testing.assert_array_equal(results[0][0], results[1][0])
+    np.testing.assert_array_equal(results[0][1], results[1][1])
