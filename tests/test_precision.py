@@ -85,11 +85,12 @@ def test_an_explicit_precision_overrides_the_programs():
 @pytest.fixture
 def compiled_modules(tmp_path):
     """A function returning the text of every module JAX lowered since the fixture began."""
+    before = jax.config.values["jax_dump_ir_to"]
     jax.config.update("jax_dump_ir_to", str(tmp_path))
     try:
         yield lambda: "\n".join(p.read_text() for p in sorted(tmp_path.glob("*.mlir")))
     finally:
-        jax.config.update("jax_dump_ir_to", "")
+        jax.config.update("jax_dump_ir_to", before)
 
 
 @pytest.mark.parametrize("program_precision, executor_precision, level", [
