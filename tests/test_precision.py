@@ -124,9 +124,7 @@ def test_clone_save_load_and_inference_models_keep_it(tmp_path):
     io.save_program(main, tmp_path / "main.pb")
     assert io.load_program(tmp_path / "main.pb").precision == "highest"
     exe = pd.Executor()
-    test_program = main.clone(for_test=True)
-    io.save_inference_model(tmp_path / "model", ["image", "tokens"], [loss], exe, test_program,
-                            scope)
+    io.save_inference_model(tmp_path / "model", ["image", "tokens"], [loss], exe, main, scope)
     program, _, _ = io.load_inference_model(tmp_path / "model", exe, pd.Scope())
     assert program.precision == "highest"
 
