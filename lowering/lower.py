@@ -11,11 +11,19 @@ value of every persistable the block writes, the RNG state included.
 Ops whose results reach neither a fetch nor a persistable variable are
 dropped before tracing. Random ops draw `fold_in(rng_state, op_index + 1)`;
 the state advances to `fold_in(rng_state, 0)` after each run.
+
+The program's precision policy (`ProgramDesc.precision`) is applied to the
+whole traced block as `jax.default_matmul_precision`, so it reaches every
+float32 dot and convolution: those of gradient ops and of ops lowered through
+`jax.vjp` or library calls (attention), and those of custom ops, which would
+each need their own `precision=` argument otherwise.
 """
+import contextlib
 from dataclasses import dataclass
 
 import jax
 
+from lowering import progdesc_pb2 as pb
 from lowering import registry
 from lowering.desc import read_attrs, slot_map
 from lowering.errors import FeedError, FetchError, ProgdescError, ProgramError
@@ -25,6 +33,34 @@ from lowering.infer import split_outputs
 RNG_VAR = "@RNG_STATE@"
 FEED_VAR = "feed"
 FETCH_VAR = "fetch"
+PRECISIONS = ("default", "highest")
+"""Precision policies: "default" leaves float32 dots and convolutions to JAX's
+`jax_default_matmul_precision` (unset: the backend's fast default, TF32 on NVIDIA
+GPUs, one bfloat16 pass on TPU); "highest" runs them in true float32 everywhere."""
+
+
+def check_precision(precision):
+    """`precision` if it is one of PRECISIONS, else ValueError."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {', '.join(map(repr, PRECISIONS))}, "
+                         f"got {precision!r}")
+    return precision
+
+
+def precision_of(program_desc):
+    """The precision policy of a `ProgramDesc`, as a name in PRECISIONS."""
+    return PRECISIONS[program_desc.precision]
+
+
+def precision_value(precision):
+    """The `ProgramDesc.Precision` enum value of a policy name."""
+    return pb.ProgramDesc.Precision.Value(check_precision(precision).upper())
+
+
+def _precision_scope(precision):
+    if precision == "default":
+        return contextlib.nullcontext()
+    return jax.default_matmul_precision(precision)
 
 
 @dataclass
@@ -105,8 +141,12 @@ def draws_random(opdef, attrs):
     return opdef.random and not attrs.get("is_test", False)
 
 
-def lower_block(program_desc, block_idx=0):
-    """Lower block `block_idx` of a `ProgramDesc` (with feed/fetch ops) to a `LoweredBlock`."""
+def lower_block(program_desc, block_idx=0, precision=None):
+    """Lower block `block_idx` of a `ProgramDesc` (with feed/fetch ops) to a `LoweredBlock`.
+
+    `precision` (a name in PRECISIONS) overrides the program's precision policy.
+    """
+    precision = check_precision(precision or precision_of(program_desc))
     with gc_paused():
         steps, var_index, persistable = _plan(program_desc, block_idx)
     fetch_names = {}
@@ -146,8 +186,9 @@ def lower_block(program_desc, block_idx=0):
         env = {**readonly, **mutable, FEED_VAR: list(feeds)}
         fetches = [None] * n_fetch
         rng = env.get(RNG_VAR)
-        for step in steps:
-            _run_step(step, env, rng, fetches, block_idx)
+        with _precision_scope(precision):
+            for step in steps:
+                _run_step(step, env, rng, fetches, block_idx)
         if uses_rng:
             env[RNG_VAR] = jax.random.fold_in(rng, 0)
         return tuple(fetches), {name: env[name] for name in write_names}

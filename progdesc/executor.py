@@ -2,9 +2,9 @@
 
 `run` inserts feed and fetch ops into a cached clone of the program, lowers
 that clone to one function and compiles it ahead of time with `jax.jit`,
-once per (program, program version, feed shapes and dtypes, fetch list). Persistable
-values come from the Scope and go back to it; the ones the program
-overwrites are donated, so on an accelerator the update is in place.
+once per (program, program version, feed shapes and dtypes, fetch list, precision
+policy). Persistable values come from the Scope and go back to it; the ones the
+program overwrites are donated, so on an accelerator the update is in place.
 Nothing is written to the Scope unless the whole run succeeds.
 """
 import contextlib
@@ -18,7 +18,7 @@ import numpy as np
 from lowering import dtypes, registry
 from lowering import progdesc_pb2 as pb
 from lowering.errors import FeedError, FetchError, ProgramError, ScopeError
-from lowering.lower import FEED_VAR, FETCH_VAR, RNG_VAR, lower_block
+from lowering.lower import FEED_VAR, FETCH_VAR, RNG_VAR, check_precision, lower_block
 from progdesc.framework import (Program, Variable, _user_callsite, default_main_program,
                                 dims_compatible)
 from progdesc.scope import Scope, global_scope
@@ -139,17 +139,25 @@ class Executor:
     `device` is None (JAX's default device), a `jax.Device`, or a platform
     name such as 'cpu' or 'gpu'. `compiler_options` are XLA debug options
     applied to every program this Executor compiles (see bench/RESULTS.md
-    for what the CPU ones gave).
+    for what the CPU ones gave). `precision` ("default" or "highest")
+    overrides the precision policy of every program it runs; None keeps
+    each program's own (`Program.precision`).
     """
 
-    def __init__(self, device=None, compiler_options=None):
+    def __init__(self, device=None, compiler_options=None, precision=None):
         self.device = _device(device)
+        self._precision = None if precision is None else check_precision(precision)
         self.compiler_options = dict(compiler_options or {})
         """XLA options for every compilation, e.g. {"xla_cpu_use_onednn": True}."""
         self._cache = OrderedDict()     # raw feed signature -> (entry, feed casts)
         self._entries = OrderedDict()   # converted feed signature -> entry
         self.trace_count = 0
         """How many times a program was traced (each trace is a compilation)."""
+
+    @property
+    def precision(self):
+        """The precision policy this Executor imposes, or None for each program's own."""
+        return self._precision
 
     def run(self, program=None, feed=None, fetch_list=None, scope=None, return_numpy=True,
             steps=None):
@@ -257,7 +265,8 @@ class Executor:
             values.append(arr)
             casts.append(None if raw_dtype == arr.dtype else arr.dtype)
         key = (program._serial, program.version, registry.GENERATION[0],
-               tuple((n, v.shape, v.dtype) for n, v in zip(names, values)), fetch_names, steps)
+               tuple((n, v.shape, v.dtype) for n, v in zip(names, values)), fetch_names, steps,
+               self._precision or program.precision)
         entry = self._entries.get(key)
         if entry is None:
             entry = _remember(self._entries, key,
@@ -294,7 +303,7 @@ class Executor:
 
     def _compile(self, program, feed_names, fetch_names, steps):
         desc = with_feed_fetch(program, feed_names, fetch_names)
-        lowered = lower_block(desc, 0)
+        lowered = lower_block(desc, 0, self._precision)
         written, read = set(lowered.writes), set(lowered.reads)
         mutable = tuple(n for n in lowered.reads if n in written)
         readonly = tuple(n for n in lowered.reads if n not in written)

@@ -14,7 +14,9 @@ The header promises: "feeds", "fetches" (in call and result order) and
 "params" (only when "params_as_inputs"), each a list of {"name", "dtype",
 "shape", "program_dtype"}, where "dtype" is the dtype at the artifact
 boundary and "shape" holds ints and symbol names ("batch" for leading -1
-dims); "platforms"; "x64"; "payload_sha256" of the serialized bytes.
+dims); "platforms"; "x64"; "precision" (the program's precision policy, traced
+into every dot and convolution of the payload); "payload_sha256" of the
+serialized bytes.
 
 Programs are traced with 64-bit types on, but a process calling the artifact
 usually has x64 off. Unless `keep_64bit=True`, every int64/float64 value
@@ -148,7 +150,8 @@ def export_compiled(path, program, feed_vars, fetch_vars, scope=None, *,
     header = {"format": "progdesc.compiled", "format_version": FORMAT_VERSION,
               "feeds": feeds, "fetches": fetches, "params": params,
               "params_as_inputs": not embed_params, "platforms": list(exported.platforms),
-              "x64": bool(keep_64bit), "jax_version": jax.__version__,
+              "x64": bool(keep_64bit), "precision": pruned.precision,
+              "jax_version": jax.__version__,
               "payload_sha256": hashlib.sha256(payload).hexdigest()}
     head = json.dumps(header).encode("utf-8")
     atomic_write(path, _PREFIX.pack(MAGIC, FORMAT_VERSION, len(head)) + head + payload)

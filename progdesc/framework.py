@@ -15,7 +15,7 @@ from lowering import dtypes, infer, registry
 from lowering import progdesc_pb2 as pb
 from lowering.desc import fill_op_desc, read_attrs, slot_map
 from lowering.errors import FormatError, ProgdescError, ProgramError
-from lowering.lower import RNG_VAR
+from lowering.lower import PRECISIONS, RNG_VAR, precision_of, precision_value
 
 FORMAT_VERSION = 1
 _PACKAGE_DIRS = tuple(os.path.dirname(os.path.abspath(m)) + os.sep for m in (
@@ -587,8 +587,9 @@ _program_serials = itertools.count()
 class Program:
     """A program description: blocks of variables and ops (block 0 is the root)."""
 
-    def __init__(self, random_seed=0):
-        self.desc = pb.ProgramDesc(format_version=FORMAT_VERSION, random_seed=random_seed)
+    def __init__(self, random_seed=0, precision="default"):
+        self.desc = pb.ProgramDesc(format_version=FORMAT_VERSION, random_seed=random_seed,
+                                   precision=precision_value(precision))
         self.desc.blocks.add(idx=0, parent_idx=-1)
         self._rebuild()
 
@@ -624,6 +625,23 @@ class Program:
     @random_seed.setter
     def random_seed(self, seed):
         self.desc.random_seed = int(seed)
+        self._touch()
+
+    @property
+    def precision(self):
+        """How float32 matrix products, convolutions and attention run: "default" or "highest".
+
+        "default" (the default) is the backend's fast default (JAX's
+        `jax_default_matmul_precision` when set): TF32 on NVIDIA GPUs, one
+        bfloat16 pass on TPU, true float32 on CPU. "highest" is true float32
+        everywhere. Part of the program: clone, save, load and export keep it;
+        `Executor(precision=...)` overrides it.
+        """
+        return precision_of(self.desc)
+
+    @precision.setter
+    def precision(self, precision):
+        self.desc.precision = precision_value(precision)
         self._touch()
 
     def global_block(self):
@@ -741,6 +759,8 @@ class Program:
         if desc.format_version > FORMAT_VERSION or desc.format_version < 1:
             raise FormatError(f"format version {desc.format_version} is not supported "
                               f"(this progdesc reads 1..{FORMAT_VERSION})")
+        if not 0 <= desc.precision < len(PRECISIONS):
+            raise FormatError(f"precision {desc.precision} is not one of {list(PRECISIONS)}")
         for i, block in enumerate(desc.blocks):
             parent_ok = block.parent_idx == -1 if i == 0 else 0 <= block.parent_idx < i
             if block.idx != i or not parent_ok:

@@ -191,16 +191,22 @@ def embedding(input, size, padding_idx=None, param_attr=None, name=None):
             w, input, padding_idx=-1 if padding_idx is None else padding_idx), prefix)
 
 
-def _split_heads(x, num_heads, head_dim):
-    # [B, T, H * dh] -> [B, H, T, dh]
-    return ops.transpose(ops.reshape(x, shape=[0, 0, num_heads, head_dim]), perm=[0, 2, 1, 3])
+def _attention_with_dropout(q, k, v, causal, key_padding_mask, dropout_rate):
+    """Attention over [B, T, N, H] heads, composed of ops, with dropout on its weights.
 
-
-def _mask_bias(mask):
-    """Additive attention bias from a keep-mask of 1 (attend) / 0 (ignore): 0 or -1e9."""
-    if mask.dtype != "float32":
-        mask = ops.cast(mask, dtype="float32")
-    return ops.scale(mask, scale=1e9, bias=-1e9)
+    Only training with attention dropout takes this path: the fused op never forms
+    the weights that dropout would zero."""
+    q, k, v = (ops.transpose(h, perm=[0, 2, 1, 3]) for h in (q, k, v))   # [B, N, T, H]
+    scores = ops.matmul(q, k, transpose_y=True, alpha=1.0 / math.sqrt(q.shape[-1]))
+    if causal:
+        ones = ops.scale(ops.fill_zeros_like(scores), scale=1.0, bias=1.0)
+        scores = ops.add(scores, ops.scale(ops.tril(ones), scale=1e9, bias=-1e9))
+    if key_padding_mask is not None:
+        keep = ops.cast(ops.cast(key_padding_mask, dtype="bool"), dtype=scores.dtype)
+        scores = ops.add(scores, ops.reshape(ops.scale(keep, scale=1e9, bias=-1e9),
+                                             shape=[0, 1, 1, -1]))
+    weights = dropout(ops.softmax(scores), dropout_rate)
+    return ops.transpose(ops.matmul(weights, v), perm=[0, 2, 1, 3])
 
 
 def multi_head_attention(queries, keys=None, values=None, num_heads=1, d_model=None,
@@ -209,8 +215,11 @@ def multi_head_attention(queries, keys=None, values=None, num_heads=1, d_model=N
     """Scaled dot-product attention over [B, T, D] inputs, with input and output projections.
 
     `causal` lets position t attend to positions <= t only;
-    `key_padding_mask` [B, S] holds 1 for real keys and 0 for padding.
-    Keys and values default to the queries (self-attention).
+    `key_padding_mask` [B, S] holds 1 (or True) for real keys and 0 for padding.
+    Keys and values default to the queries (self-attention). The attention itself
+    is one `scaled_dot_product_attention` op (`jax.nn.dot_product_attention`),
+    except in training with `dropout_rate` > 0, where dropout on the attention
+    weights needs them as a variable and ops compose it.
     """
     keys = queries if keys is None else keys
     values = keys if values is None else values
@@ -230,20 +239,19 @@ def multi_head_attention(queries, keys=None, values=None, num_heads=1, d_model=N
             return fc(x, d_model, num_flatten_dims=2, param_attr=tagged(param_attr, tag),
                       bias_attr=tagged(bias_attr, tag), name=f"{prefix}.{tag}")
 
-        q = _split_heads(proj(queries, "query"), num_heads, head_dim)
-        k = _split_heads(proj(keys, "key"), num_heads, head_dim)
-        v = _split_heads(proj(values, "value"), num_heads, head_dim)
-        scores = ops.matmul(q, k, transpose_y=True, alpha=1.0 / math.sqrt(head_dim))  # [B,H,T,S]
-        if causal:
-            ones = ops.scale(ops.fill_zeros_like(scores), scale=1.0, bias=1.0)
-            scores = ops.add(scores, _mask_bias(ops.tril(ones)))
-        if key_padding_mask is not None:
-            bias = _mask_bias(key_padding_mask)
-            scores = ops.add(scores, ops.reshape(bias, shape=[0, 1, 1, -1]))
-        weights = dropout(ops.softmax(scores), dropout_rate, is_test=is_test)
-        context = ops.transpose(ops.matmul(weights, v), perm=[0, 2, 1, 3])
-        context = ops.reshape(context, shape=[0, 0, d_model])
-        return _output(proj(context, "output"), prefix)
+        def heads(x, tag):   # [B, T, D] -> [B, T, N, H]
+            return ops.reshape(proj(x, tag), shape=[0, 0, num_heads, head_dim])
+
+        q, k, v = heads(queries, "query"), heads(keys, "key"), heads(values, "value")
+        if dropout_rate and not is_test:
+            context = _attention_with_dropout(q, k, v, causal, key_padding_mask, dropout_rate)
+        else:
+            mask = None
+            if key_padding_mask is not None:   # [B, S] -> [B, 1, 1, S]
+                mask = ops.reshape(ops.cast(key_padding_mask, dtype="bool"),
+                                   shape=[0, 1, 1, -1])
+            context = ops.scaled_dot_product_attention(q, k, v, mask=mask, is_causal=causal)
+        return _output(proj(ops.reshape(context, shape=[0, 0, d_model]), "output"), prefix)
 
 
 def transformer_encoder_layer(x, num_heads, dim_feedforward, dropout_rate=0.1,

@@ -89,11 +89,11 @@ def test_printed_program_shows_the_casts(bf16_mlp):
     text = str(main)
     assert "fc_0.w_0.cast_bf16: bfloat16[64, 64] = cast(X=fc_0.w_0) {dtype='bfloat16'}" in text
     assert "x.cast_bf16: bfloat16[-1, 64] = cast(X=x) {dtype='bfloat16'}" in text
-    assert "matmul_0.out: bfloat16[-1, 64] = matmul(X=x.cast_bf16, Y=fc_0.w_0.cast_bf16)" in text
+    assert "fc_0.matmul_0.out: bfloat16[-1, 64] = matmul(X=x.cast_bf16, Y=fc_0.w_0.cast_bf16)" in text
     # the logits go back to float32 for the loss
-    assert "cast(X=add_1.out) {dtype='float32'}" in text
+    assert "fc_1.out.cast_fp32: float32[-1, 10] = cast(X=fc_1.out) {dtype='float32'}" in text
     assert reader_dtypes(main, "softmax_with_cross_entropy", "Logits") == ["float32"]
-    assert main.global_block().var("relu_0.out").dtype == "bfloat16"   # relu follows its input
+    assert main.global_block().var("fc_0.out").dtype == "bfloat16"   # relu follows its input
 
 
 def test_master_weights_and_optimizer_state_stay_float32(bf16_mlp):

@@ -50,7 +50,8 @@ def test_demo_draws_no_progress_bar_into_a_pipe(trained):
 
 
 def reference(model_dir, images):
-    exe, scope = pd.Executor(), pd.Scope()
+    """The model's outputs computed in this process on the CPU, where the commands run."""
+    exe, scope = pd.Executor(device="cpu"), pd.Scope()
     program, feeds, fetches = io.load_inference_model(model_dir, exe, scope)
     return exe.run(program, feed={feeds[0]: images}, fetch_list=fetches, scope=scope)[0]
 

@@ -6,6 +6,7 @@ so the registry-wide table tests never see it.
 import inspect
 import itertools
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -98,7 +99,8 @@ def test_gradient_against_numpy_and_finite_differences(softsign):
 
 
 def _model(name):
-    main, startup = pd.Program(random_seed=3), pd.Program(random_seed=3)
+    # "highest": its results are compared across the Executor, an inference model and an export
+    main, startup = pd.Program(random_seed=3, precision="highest"), pd.Program(random_seed=3)
     with pd.program_guard(main, startup):
         x = pd.data("x", [None, 4])
         y = pd.data("y", [None, 1])
@@ -154,7 +156,8 @@ def test_trains_with_optimizer_and_round_trips_bytes(softsign, tmp_path):
     from progdesc.io import load_inference_model, save_inference_model
     save_inference_model(tmp_path / "model", [x], [pred], exe, main, scope)
     artifact = tmp_path / "model.pdx"
-    export_compiled(artifact, main, [x], [pred], scope, platforms=("cpu",))
+    export_compiled(artifact, main, [x], [pred], scope,
+                    platforms=(jax.export.default_export_platform(),))   # called here below
     inf_scope = pd.Scope()
     program, feeds, fetches = load_inference_model(tmp_path / "model", scope=inf_scope)
     (inferred,) = pd.Executor().run(program, feed={feeds[0]: data}, fetch_list=fetches,

@@ -7,7 +7,6 @@ import shutil
 import xml.etree.ElementTree as ET
 
 import numpy as np
-import pydot
 import pytest
 
 import progdesc as pd
@@ -41,6 +40,8 @@ def _tiny():
 
 
 def _graph(dot_text):
+    """The one digraph parsed from `dot_text` by pydot (a test extra: skips without it)."""
+    pydot = pytest.importorskip("pydot")
     graphs = pydot.graph_from_dot_data(dot_text)
     assert graphs is not None and len(graphs) == 1, dot_text
     g = graphs[0]

@@ -203,9 +203,9 @@ def test_many_steps_in_one_call_match_separate_calls():
     xs = rng.normal(size=(5, 6, 4)).astype(np.float32)
     ys = rng.integers(0, 3, size=(5, 6, 1))
     results = []
-    for stacked in (False, True):
+    for stacked in (False, True):   # one program compiled two ways: float32 products in both
         main, startup, loss = build()
-        scope, exe = pd.Scope(), pd.Executor()
+        scope, exe = pd.Scope(), pd.Executor(precision="highest")
         exe.run(startup, scope=scope)
         if stacked:
             losses, = exe.run(main, feed={"x": xs, "label": ys}, fetch_list=[loss],

@@ -14,8 +14,11 @@ from progdesc import export, io, layers, ops
 
 
 def model():
-    """Float and int64 feeds, a float and an int64 fetch, an embedding and dropout."""
-    main, startup = pd.Program(random_seed=3), pd.Program(random_seed=3)
+    """Float and int64 feeds, a float and an int64 fetch, an embedding and dropout.
+
+    At the "highest" precision policy: the artifact's results are compared with the
+    Executor's, and on a GPU both would otherwise round their products to TF32."""
+    main, startup = pd.Program(random_seed=3, precision="highest"), pd.Program(random_seed=3)
     with pd.program_guard(main, startup):
         x = pd.data("x", [None, 4])
         ids = pd.data("ids", [None, 3], "int64")
@@ -128,9 +131,10 @@ def test_load_compiled_returns_a_callable(exported):
 def test_parameters_as_inputs(tmp_path):
     main, scope, exe, out, pred = built = model()
     path = tmp_path / "p.pdx"
+    here = jax.export.default_export_platform()   # the artifact is called in this process
     header = export.export_compiled(path, main, ["x", "ids"], [out], scope,
-                                    platforms=("cpu",), embed_params=False)
-    assert header["params_as_inputs"] and header["platforms"] == ["cpu"]
+                                    platforms=(here,), embed_params=False)
+    assert header["params_as_inputs"] and header["platforms"] == [here]
     names = [p["name"] for p in header["params"]]
     assert "embedding_0.w_0" in names and all(n in scope for n in names)
     io.save_checkpoint(tmp_path / "ck", main, scope)
@@ -144,7 +148,8 @@ def test_parameters_as_inputs(tmp_path):
 def test_fixed_batch_and_64bit_boundary(tmp_path):
     main, scope, exe, out, pred = built = model()
     header = export.export_compiled(tmp_path / "f.pdx", main, ["x", "ids"], [pred], scope,
-                                    platforms=("cpu",), batch_polymorphic=False, batch_size=5,
+                                    platforms=(jax.export.default_export_platform(),),
+                                    batch_polymorphic=False, batch_size=5,
                                     keep_64bit=True)
     assert header["feeds"][1] == {"name": "ids", "dtype": "int64", "shape": [5, 3],
                                   "program_dtype": "int64"}

@@ -7,13 +7,14 @@ from progdesc import initializer, layers, ops, reader
 from progdesc.optimizer import SGD, Adam
 
 
-def _attention_program(causal=False, padding=False, seq=5, d_model=8):
+def _attention_program(causal=False, padding=False, seq=5, d_model=8, dropout_rate=0.0):
     main, startup = pd.Program(random_seed=2), pd.Program(random_seed=2)
     with pd.program_guard(main, startup):
         x = pd.data("x", [None, seq, d_model])
         mask = pd.data("mask", [None, seq]) if padding else None
-        out = layers.multi_head_attention(x, num_heads=2, causal=causal, key_padding_mask=mask)
-    scope, exe = pd.Scope(), pd.Executor()
+        out = layers.multi_head_attention(x, num_heads=2, causal=causal, key_padding_mask=mask,
+                                          dropout_rate=dropout_rate)
+    scope, exe = pd.Scope(), pd.Executor(precision="highest")   # compared with NumPy
     exe.run(startup, scope=scope)
     return main, exe, scope, out
 
@@ -42,30 +43,56 @@ def test_key_padding_mask_hides_padded_keys():
     np.testing.assert_allclose(a[:, :4], b[:, :4], rtol=1e-5, atol=1e-6)
 
 
-def test_attention_matches_a_numpy_reference():
-    main, exe, scope, out = _attention_program(causal=True)
-    x = np.random.default_rng(2).normal(size=(2, 5, 8)).astype(np.float32)
-    got, = exe.run(main, feed={"x": x}, fetch_list=[out], scope=scope)
-    p = lambda name: np.asarray(scope.get(name))            # noqa: E731
+@pytest.mark.parametrize("causal, padding, dropout_rate", [
+    (False, False, 0.0), (True, False, 0.0), (False, True, 0.0), (True, True, 0.0),
+    (True, True, 0.5),   # built with attention dropout (composed ops), run as clone(for_test)
+], ids=["plain", "causal", "key_padding", "causal_key_padding", "dropout_ops_for_test"])
+def test_attention_matches_a_numpy_reference(causal, padding, dropout_rate):
+    main, exe, scope, out = _attention_program(causal, padding, dropout_rate=dropout_rate)
+    fused = any(op.type == "scaled_dot_product_attention" for op in main.global_block().ops)
+    assert fused == (dropout_rate == 0)
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=(2, 5, 8)).astype(np.float32)
+    keep = np.ones((2, 5), np.float32)
+    keep[0, 3:] = 0                                         # the last two keys of row 0: padding
+    feed = {"x": x, "mask": keep} if padding else {"x": x}
+    got, = exe.run(main.clone(for_test=True), feed=feed, fetch_list=[out], scope=scope)
+    p = lambda name: np.asarray(scope.get(name), np.float64)  # noqa: E731
     proj = lambda h, tag: h @ p(f"multi_head_attention_0.{tag}.w_0") + p(  # noqa: E731
         f"multi_head_attention_0.{tag}.b_0")
     heads = lambda h: h.reshape(2, 5, 2, 4).transpose(0, 2, 1, 3)  # noqa: E731
     q, k, v = (heads(proj(x, t)) for t in ("query", "key", "value"))
-    scores = q @ k.transpose(0, 1, 3, 2) / np.sqrt(4)
-    scores = np.where(np.tril(np.ones((5, 5))) > 0, scores, -1e9)
+    scores = q @ k.transpose(0, 1, 3, 2) / np.sqrt(4)     # [B, N, T, S]
+    allowed = np.ones((2, 1, 5, 5), bool)
+    if causal:
+        allowed &= np.tril(np.ones((5, 5), bool))
+    if padding:
+        allowed &= keep[:, None, None, :] > 0
+    scores = np.where(allowed, scores, -np.inf)
     weights = np.exp(scores - scores.max(-1, keepdims=True))
     weights /= weights.sum(-1, keepdims=True)
     context = (weights @ v).transpose(0, 2, 1, 3).reshape(2, 5, 8)
-    np.testing.assert_allclose(got, proj(context, "output"), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(got, proj(context, "output"), rtol=1e-5, atol=1e-6)
 
 
-def test_transformer_encoder_trains():
+def test_attention_has_no_second_order_gradient_and_says_so():
+    main = pd.Program()
+    with pd.program_guard(main):
+        q = pd.data("q", [2, 3, 1, 4], stop_gradient=False)
+        (g,) = pd.gradients([ops.mean(ops.scaled_dot_product_attention(q, q, q))], [q])
+        with pytest.raises(pd.BackwardError, match="scaled_dot_product_attention_grad"):
+            pd.gradients([ops.reduce_sum(ops.square(g))], [q])
+
+
+@pytest.mark.parametrize("dropout_rate", [0.0, 0.1], ids=["fused_attention", "dropout_ops"])
+def test_transformer_encoder_trains(dropout_rate):
     main, startup = pd.Program(random_seed=0), pd.Program(random_seed=0)
     with pd.program_guard(main, startup):
         tokens = pd.data("tokens", [None, 6], "int64")
         label = pd.data("label", [None, 1], "int64")
         h = layers.embedding(tokens, [10, 16])
-        h = layers.transformer_encoder_layer(h, num_heads=2, dim_feedforward=32, dropout_rate=0.1)
+        h = layers.transformer_encoder_layer(h, num_heads=2, dim_feedforward=32,
+                                             dropout_rate=dropout_rate)
         logits = layers.fc(ops.reduce_mean(h, axis=[1]), 2)
         loss = ops.mean(layers.softmax_with_cross_entropy(logits, label))
         Adam(3e-3).minimize(loss)

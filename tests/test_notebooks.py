@@ -37,8 +37,8 @@ def test_committed_without_outputs(path):
 
 @pytest.fixture(scope="module")
 def kernel_env(tmp_path_factory, monkeypatch_module):
-    pytest.importorskip("nbclient")
-    pytest.importorskip("ipykernel")
+    for extra in ("nbclient", "nbformat", "ipykernel", "matplotlib"):   # the notebooks plot
+        pytest.importorskip(extra)
     jupyter = tmp_path_factory.mktemp("jupyter")
     spec = jupyter / "kernels" / KERNEL
     spec.mkdir(parents=True)

@@ -5,7 +5,15 @@ against the actual results (with known and with unknown batch dims);
 serialize -> parse -> identical bytes; and the registered gradient
 composition against `jax.vjp` of the forward rule (float32) and against
 central finite differences (float64).
+
+Ops run at the "highest" precision policy, so that float32 products are float32
+on every backend (not TF32 or bfloat16 passes). The references (`jax.vjp` and
+the finite differences) are computed on the CPU, where JAX computes every op in
+the precision of its dtype (on GPUs, the float64 derivative of max pooling is
+computed at reduced precision, which finite differences magnify into noise).
 """
+import contextlib
+
 import jax
 import numpy as np
 import pytest
@@ -53,10 +61,18 @@ def build(sample, unknown_batch=False, dtype_map=None):
     return main, op, feed
 
 
+@contextlib.contextmanager
+def reference():
+    """Where references are computed: on the CPU, float32 products in float32."""
+    with jax.default_device(jax.devices("cpu")[0]), jax.default_matmul_precision("highest"):
+        yield
+
+
 def run_op(sample, unknown_batch=False):
     main, op, feed = build(sample, unknown_batch)
     out_names = [n for names in op.outputs.values() for n in names]
-    values = pd.Executor().run(main, feed=feed, fetch_list=out_names, scope=pd.Scope())
+    values = pd.Executor(precision="highest").run(main, feed=feed, fetch_list=out_names,
+                                                   scope=pd.Scope())
     got = dict(zip(out_names, values))
     return main, op, {slot: [got[n] for n in names] for slot, names in op.outputs.items()}
 
@@ -191,7 +207,8 @@ def registered_grads(sample, dtype):
                 targets[(slot, i)] = f"d_{slot}_{i}"
         emit_grad_ops(block, op.desc, 0, targets, out_grads)
     names = list(targets.values())
-    got = pd.Executor().run(main, feed=feed, fetch_list=names, scope=pd.Scope())
+    got = pd.Executor(precision="highest").run(main, feed=feed, fetch_list=names,
+                                                scope=pd.Scope())
     return dict(zip(targets, got)), cotangents, feed, main
 
 
@@ -227,7 +244,7 @@ def test_gradient_matches_jax_vjp(sample):
     wrt = list(grads)
     fn = _forward_fn(sample, main, feed, wrt)
     primals = [feed[f"in_{s}_{i}"] for s, i in wrt]
-    with jax.enable_x64(True):
+    with jax.enable_x64(True), reference():
         outs, vjp = jax.vjp(fn, *primals)
         opdef = registry.get(sample.op)
         cot_tree = []
@@ -257,7 +274,7 @@ def test_gradient_matches_finite_differences(sample):
     primals = [np.array(feed[f"in_{s}_{i}"], dtype=np.float64) for s, i in wrt]
 
     def objective(values):
-        with jax.enable_x64(True):
+        with jax.enable_x64(True), reference():
             outs = fn(*values)
         total = 0.0
         for k, slot in enumerate(opdef.outputs):

@@ -1,4 +1,7 @@
-"""Training end to end: parity with hand-written Flax + optax, test-mode clones, convergence."""
+"""Training end to end: parity with hand-written Flax + optax, test-mode clones, convergence.
+
+Parity runs both sides at the "highest" precision: on a GPU, default float32
+products are TF32, and the two programs would round them differently."""
 import os
 import re
 import subprocess
@@ -23,7 +26,7 @@ def _train_progdesc(build, batches, lr=1e-3):
     with pd.program_guard(main, startup):
         x, label, loss = build()
         Adam(lr).minimize(loss)
-    scope, exe = pd.Scope(), pd.Executor()
+    scope, exe = pd.Scope(), pd.Executor(precision="highest")
     exe.run(startup, scope=scope)
     params = {p.name: np.asarray(scope.get(p.name)) for p in main.all_parameters()}
     losses = [float(exe.run(main, feed={x: bx, label: by}, fetch_list=[loss], scope=scope)[0])
@@ -46,9 +49,10 @@ def _train_flax(model, params, batches, lr=1e-3):
 
     state = tx.init(params)
     losses = []
-    for bx, by in batches:
-        params, state, value = step(params, state, bx, by)
-        losses.append(float(value))
+    with jax.default_matmul_precision("highest"):
+        for bx, by in batches:
+            params, state, value = step(params, state, bx, by)
+            losses.append(float(value))
     return losses
 
 
@@ -127,7 +131,7 @@ def test_clone_for_test_is_deterministic_and_uses_running_statistics():
         test_program = main.clone(for_test=True)
         Adam(1e-2).minimize(loss)
     assert not any(op.role in ("backward", "optimize") for op in test_program.global_block().ops)
-    scope, exe = pd.Scope(), pd.Executor()
+    scope, exe = pd.Scope(), pd.Executor(precision="highest")   # compared with NumPy below
     exe.run(startup, scope=scope)
     rng = np.random.default_rng(0)
     batch = (rng.normal(size=(16, 3, 4, 4)) * 3 + 2).astype(np.float32)

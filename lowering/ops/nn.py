@@ -1,9 +1,12 @@
-"""Neural-network layers: conv2d, pool2d, batch_norm, layer_norm, dropout, lookup_table.
+"""Neural-network layers: conv2d, pool2d, scaled_dot_product_attention, batch_norm,
+layer_norm, dropout, lookup_table.
 
 Convolution and pooling differentiate through dedicated ops lowered with
 `jax.vjp` / `jax.jvp` of the forward rule (XLA's transposed convolutions,
 select-and-scatter): `conv2d_grad`, `pool2d_grad` and `pool2d_jvp`, whose own
-gradient makers close the loop, so every order of derivative works. The
+gradient makers close the loop, so every order of derivative works. Attention
+differentiates once, through `scaled_dot_product_attention_grad` (the VJP of
+the same `jax.nn.dot_product_attention` call). The
 normalizations differentiate by composing reductions and elementwise ops;
 `lookup_table` scatters into `lookup_table_grad`, whose gradient is a lookup.
 """
@@ -224,6 +227,72 @@ def _(g):
     if g.wants("Tangent"):
         g.call("pool2d_grad", x, g.out_grad("Out"), out=g.in_grad("Tangent"), **g.attrs)
     _zeros_into(g, x, "X")
+
+
+# --- attention ---
+
+_ATTENTION_ATTRS = {
+    "is_causal": Attr("is_causal", "bool", False, "query t attends to keys s <= t only"),
+    "scale": Attr("scale", "float", 0.0, "multiplies Q K^T; 0 means 1 / sqrt(H)"),
+}
+_ATTENTION_INPUTS = [
+    In("Q", "float", doc="queries [B, T, N, H] (N heads of size H)"),
+    In("K", "float", doc="keys [B, S, N, H]"),
+    In("V", "float", doc="values [B, S, N, H]"),
+    In("Bias", "float", optional=True, doc="added to the logits, broadcastable to [B, N, T, S]"),
+    In("Mask", "bool", optional=True,
+       doc="True where query t may attend to key s, broadcastable to [B, N, T, S]"),
+]
+
+
+@op("scaled_dot_product_attention", inputs=_ATTENTION_INPUTS, outputs=[Out("Out")],
+    attrs=_ATTENTION_ATTRS, same_dtype=("Q", "K", "V", "Bias"))
+def scaled_dot_product_attention(Q, K, V, Bias=None, Mask=None, *, is_causal, scale):
+    """softmax(scale * Q K^T + Bias, masked) V for every head, as `jax.nn.dot_product_attention`.
+
+    Out is [B, T, N, H]. JAX picks the implementation (`implementation=None`:
+    XLA's in jax 0.10). JAX's softmax runs in float32, so float64 attention is
+    written out here in float64. A query row whose keys are all masked gets
+    uniform weights.
+    """
+    if Q.dtype != jnp.float64:
+        return jax.nn.dot_product_attention(Q, K, V, bias=Bias, mask=Mask, is_causal=is_causal,
+                                            scale=scale or None)
+    logits = jnp.einsum("btnh,bsnh->bnts", Q, K) * (scale or 1 / math.sqrt(Q.shape[-1]))
+    if Bias is not None:
+        logits = logits + Bias
+    keep = jnp.ones(logits.shape[-2:], bool) if Mask is None else Mask
+    if is_causal:
+        keep = keep & jnp.tril(jnp.ones(logits.shape[-2:], bool))
+    logits = jnp.where(keep, logits, jnp.finfo(logits.dtype).min)
+    return jnp.einsum("bnts,bsnh->btnh", jax.nn.softmax(logits, axis=-1), V)
+
+
+@scaled_dot_product_attention.gradient
+def _(g):
+    bias = g.input("Bias")
+    g.op("scaled_dot_product_attention_grad",
+         {"Q": g.input("Q"), "K": g.input("K"), "V": g.input("V"), "Bias": bias,
+          "Mask": g.input("Mask"), "OutGrad": g.out_grad("Out")},
+         {"QGrad": g.in_grad("Q"), "KGrad": g.in_grad("K"), "VGrad": g.in_grad("V"),
+          "BiasGrad": g.in_grad("Bias") if bias else None}, **g.attrs)
+
+
+@op("scaled_dot_product_attention_grad",
+    inputs=_ATTENTION_INPUTS + [In("OutGrad", "float", doc="gradient of Out [B, T, N, H]")],
+    outputs=[Out("QGrad", optional=True), Out("KGrad", optional=True),
+             Out("VGrad", optional=True), Out("BiasGrad", optional=True)],
+    attrs=_ATTENTION_ATTRS, same_dtype=("Q", "K", "V", "Bias", "OutGrad"))
+def scaled_dot_product_attention_grad(Q, K, V, OutGrad, Bias=None, Mask=None, **attrs):
+    """Gradients of scaled_dot_product_attention's Q, K, V (and Bias) from that of its Out.
+
+    No gradient maker: attention differentiates once (append_backward names this op
+    when asked for a second order)."""
+    def forward(q, k, v, bias):
+        return scaled_dot_product_attention.lower(q, k, v, bias, Mask, **attrs)
+
+    _, vjp = jax.vjp(forward, Q, K, V, Bias)
+    return vjp(OutGrad)
 
 
 # --- normalization ---

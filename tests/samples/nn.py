@@ -330,7 +330,84 @@ LOOKUP = [
 ]
 
 
-SAMPLES = CONV + POOL + NORM + DROPOUT + LOOKUP
+# --- attention ---
+
+def _heads(a):   # [B, T, N, H] <-> [B, N, T, H]
+    return np.asarray(a, np.float64).transpose(0, 2, 1, 3)
+
+
+def _attention_weights(Q, K, Bias, Mask, is_causal, scale):
+    """(q, k as [B, N, T or S, H] float64, the logit scale, kept [B, N, T, S], the weights)."""
+    q, k = _heads(Q), _heads(K)
+    s = scale or 1 / np.sqrt(Q.shape[-1])
+    logits = s * np.einsum("bnth,bnsh->bnts", q, k) + (0 if Bias is None else Bias)
+    keep = np.ones(logits.shape, bool) & (True if Mask is None else Mask)
+    if is_causal:
+        keep &= np.tril(np.ones(logits.shape[-2:], bool))
+    # softmax over the kept logits of each row; uniform weights in a row that keeps none
+    logits = np.where(keep, logits, -np.inf)
+    top = logits.max(-1, keepdims=True)
+    weights = np.exp(logits - np.where(np.isfinite(top), top, 0))
+    total = weights.sum(-1, keepdims=True)
+    weights = np.where(total > 0, weights / np.where(total > 0, total, 1), 1 / logits.shape[-1])
+    return q, k, s, keep, weights
+
+
+def attention_ref(Q, K, V, Bias=None, Mask=None, is_causal=False, scale=0.0):
+    """softmax(scale * Q K^T + Bias) V per head, over [B, T, N, H] arrays, in float64."""
+    p = _attention_weights(Q, K, Bias, Mask, is_causal, scale)[-1]
+    return _heads(np.einsum("bnts,bnsh->bnth", p, _heads(V))).astype(Q.dtype)
+
+
+def attention_grad_ref(Q, K, V, OutGrad, Bias=None, Mask=None, is_causal=False, scale=0.0):
+    """Hand-derived gradients of attention_ref: dV = P^T dO, dP = dO V^T,
+    dLogits = P * (dP - rowsum(dP * P)), dQ = scale dLogits K, dK = scale dLogits^T Q."""
+    q, k, s, keep, p = _attention_weights(Q, K, Bias, Mask, is_causal, scale)
+    v, do = _heads(V), _heads(OutGrad)
+    dv = np.einsum("bnts,bnth->bnsh", p, do)
+    dp = np.einsum("bnth,bnsh->bnts", do, v)
+    # a row that keeps no key has uniform weights, whatever its logits
+    dlogits = p * (dp - (dp * p).sum(-1, keepdims=True)) * keep.any(-1, keepdims=True)
+    dq = s * np.einsum("bnts,bnsh->bnth", dlogits, k)
+    dk = s * np.einsum("bnts,bnth->bnsh", dlogits, q)
+    back = [_heads(a).astype(Q.dtype) for a in (dq, dk, dv)]
+    dbias = None
+    if Bias is not None:   # summed over the axes Bias was broadcast along
+        axes = tuple(i for i, n in enumerate(Bias.shape) if n == 1 and dlogits.shape[i] != 1)
+        dbias = dlogits.sum(axes, keepdims=True).astype(Bias.dtype)
+    return (*back, dbias)
+
+
+def _attention(name, b, t, s, n, h, bias=None, mask=None, dtype="float32", **attrs):
+    """A scaled_dot_product_attention sample and its _grad sample on the same inputs."""
+    inputs = {"Q": rand(b, t, n, h, dtype=dtype), "K": rand(b, s, n, h, dtype=dtype, seed=1),
+              "V": rand(b, s, n, h, dtype=dtype, seed=2)}
+    if bias is not None:
+        inputs["Bias"] = rand(*bias, dtype=dtype, seed=3)
+    if mask is not None:
+        inputs["Mask"] = mask
+    out_grad = rand(b, t, n, h, dtype=dtype, seed=4)
+    return [Sample("scaled_dot_product_attention", inputs, attention_ref, attrs, name=name,
+                   atol=1e-5),
+            Sample("scaled_dot_product_attention_grad", {**inputs, "OutGrad": out_grad},
+                   attention_grad_ref, attrs, name=f"{name}_first_order_only", atol=1e-5,
+                   grad=False)]
+
+
+_KEY_PADDING = np.array([[True, True, True, False, False], [True, True, True, True, True]])
+_NO_KEY_FOR_QUERY_1 = np.array([True, False, True])[None, None, :, None] & np.ones(5, bool)
+ATTENTION = [
+    *_attention("self", 2, 4, 4, 2, 3),
+    *_attention("cross_scale", 2, 3, 5, 2, 4, scale=0.3),
+    *_attention("causal", 1, 4, 4, 2, 3, is_causal=True),
+    *_attention("key_padding_mask", 2, 3, 5, 1, 4, mask=_KEY_PADDING[:, None, None, :]),
+    *_attention("causal_bias_per_head", 2, 4, 4, 2, 3, bias=(1, 2, 4, 4), is_causal=True),
+    *_attention("query_with_every_key_masked", 1, 3, 5, 2, 2, mask=_NO_KEY_FOR_QUERY_1),
+    *_attention("bias_and_mask_float64", 2, 3, 5, 2, 2, bias=(2, 1, 3, 5), dtype="float64",
+                mask=_KEY_PADDING[:, None, None, :]),
+]
+
+SAMPLES = CONV + POOL + NORM + DROPOUT + LOOKUP + ATTENTION
 
 _BN_STATS = {"Bias": spec(3), "Mean": spec(3), "Variance": spec(3)}
 
