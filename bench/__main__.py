@@ -5,7 +5,8 @@ Sections (all by default; pick with --only):
              step with donated state, interleaved A/B in this process; plus XLA's cost and
              memory analysis of both compiled steps;
   first      per workload and implementation, in a fresh subprocess: model definition to
-             first finished step (compile included), and peak RSS;
+             first finished step (compile included), and peak RSS; then again in a second
+             process that finds the first one's compilation cache;
   overhead   Executor.run on a one-op program vs a raw jitted call;
   build      build + append_backward + lowering of 1k..10k-op programs, growth exponent;
   multistep  Executor.run(..., steps=K) vs K calls (skipped without a `steps` argument).
@@ -20,6 +21,7 @@ import os
 import platform
 import subprocess
 import sys
+import tempfile
 import time
 
 from bench import build_scaling, multistep, overhead
@@ -122,41 +124,65 @@ def run_steps(names, steps, warmup, block, analyze):
 
 
 def run_first(names, repeats, timeout=300):
+    """First step of each implementation in fresh subprocesses, a first and a second process.
+
+    Each repeat gives each implementation an empty compilation cache directory and runs
+    bench.firststep twice on it: the first process compiles (and writes the cache, as
+    progdesc does by default), the second finds the executables there.
+    """
     results = {}
     env = dict(os.environ)
     env["PYTHONPATH"] = ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+
+    def first_step(name, impl, cache):
+        proc = subprocess.run(
+            [sys.executable, "-m", "bench.firststep", name, impl, "--cache", cache], cwd=ROOT,
+            env=env, capture_output=True, text=True, timeout=timeout)
+        lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+        if proc.returncode or not lines:
+            log(f"  {name}/{impl}: first-step subprocess failed:\n{proc.stderr[-2000:]}")
+            return None
+        return json.loads(lines[-1])
+
     for name in names:
         runs = {"progdesc": [], "flax": []}
+        second = {"progdesc": [], "flax": []}
         for r in range(repeats):
             for impl in (("progdesc", "flax") if r % 2 == 0 else ("flax", "progdesc")):
-                proc = subprocess.run(
-                    [sys.executable, "-m", "bench.firststep", name, impl], cwd=ROOT, env=env,
-                    capture_output=True, text=True, timeout=timeout)
-                lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
-                if proc.returncode or not lines:
-                    log(f"  {name}/{impl}: first-step subprocess failed:\n"
-                        f"{proc.stderr[-2000:]}")
-                    continue
-                runs[impl].append(json.loads(lines[-1]))
+                with tempfile.TemporaryDirectory(prefix="bench-xla-cache-") as cache:
+                    cold = first_step(name, impl, cache)
+                    warm = cold and first_step(name, impl, cache)
+                if cold and warm:
+                    runs[impl].append(cold)
+                    second[impl].append(warm)
         if not runs["progdesc"] or not runs["flax"]:
             results[name] = {"error": "subprocess failed", "runs": runs}
             continue
         best = {impl: min(rs, key=lambda d: d["first_step_s"]) for impl, rs in runs.items()}
-        row = {"runs": runs}
+        row = {"runs": runs, "second_runs": second}
         for impl in ("progdesc", "flax"):
+            warm = min(second[impl], key=lambda d: d["first_step_s"])
             row[impl] = {
                 "first_step_s": best[impl]["first_step_s"],
                 "define_s": best[impl]["define_s"], "first_run_s": best[impl]["first_run_s"],
                 "peak_rss_mb": max(d["peak_rss_mb"] for d in runs[impl]),
-                "peak_rss_delta_mb": max(d["peak_rss_delta_mb"] for d in runs[impl])}
+                "peak_rss_delta_mb": max(d["peak_rss_delta_mb"] for d in runs[impl]),
+                "second_process_s": warm["first_step_s"],
+                "second_process_hits": warm["cache_hits"],
+                "second_process_misses": warm["cache_misses"]}
         row["ratio"] = row["progdesc"]["first_step_s"] / row["flax"]["first_step_s"]
         row["rss_delta_ratio"] = (row["progdesc"]["peak_rss_delta_mb"]
                                   / row["flax"]["peak_rss_delta_mb"])
+        row["second_ratio"] = row["progdesc"]["second_process_s"] / row["progdesc"]["first_step_s"]
         p, f = row["progdesc"], row["flax"]
         log(f"  {name}: first step progdesc {p['first_step_s']:.2f} s (define "
             f"{p['define_s']:.2f} + run {p['first_run_s']:.2f}), flax {f['first_step_s']:.2f} s "
             f"(define {f['define_s']:.2f} + run {f['first_run_s']:.2f}) x{row['ratio']:.2f}; "
             f"peak RSS +{p['peak_rss_delta_mb']:.0f} vs +{f['peak_rss_delta_mb']:.0f} MB")
+        log(f"    second process (compilation cache): progdesc {p['second_process_s']:.2f} s "
+            f"({p['second_process_hits']} hits, {p['second_process_misses']} misses), flax "
+            f"{f['second_process_s']:.2f} s ({f['second_process_hits']} hits, "
+            f"{f['second_process_misses']} misses)")
         results[name] = row
     return results
 
@@ -180,6 +206,10 @@ def table(res):
             add(f"{name}: first step progdesc/flax",
                 f"{r['progdesc']['first_step_s']:.2f} s / {r['flax']['first_step_s']:.2f} s",
                 "first", r["ratio"])
+            rows.append(("  (progdesc, second process / first)",
+                         f"{r['progdesc']['second_process_s']:.2f} s / "
+                         f"{r['progdesc']['first_step_s']:.2f} s", f"x{r['second_ratio']:.3f}",
+                         "reference", ""))
     for name in W.SPECS:
         s = res.get("steps", {}).get(name, {})
         if "xla_memory_ratio" in s:
