@@ -1,9 +1,16 @@
 """`python -m bench` (`make bench`): progdesc against hand-written Flax + optax (issue 6).
 
+Workloads: mlp, cnn, transformer (bench/workloads.py), plus their large shapes
+(mlp_large, cnn_large, transformer_large) on a GPU or with --large.
+
 Sections (all by default; pick with --only):
+  torch      when torch can be imported (or with --torch-python): bench/torch_reference.py
+             in a subprocess, run before this process's JAX takes the device's memory:
+             PyTorch eager, torch.compile and torch.compile with bf16 autocast;
   steps      per workload, median step time of progdesc's Executor.run vs a jitted Flax
              step with donated state, interleaved A/B in this process; plus XLA's cost and
-             memory analysis of both compiled steps;
+             memory analysis of both compiled steps, and the TFLOP/s achieved (XLA's
+             flop count over the step time) with the fraction of the device's peak;
   first      per workload and implementation, in a fresh subprocess: model definition to
              first finished step (compile included), and peak RSS; then again in a second
              process that finds the first one's compilation cache;
@@ -16,6 +23,7 @@ bench/results.json (--json to change). --quick is a smoke run (a minute or two).
 """
 import argparse
 import datetime
+import importlib.util
 import json
 import os
 import platform
@@ -24,13 +32,13 @@ import sys
 import tempfile
 import time
 
-from bench import build_scaling, multistep, overhead
+from bench import build_scaling, multistep, overhead, peaks
 from bench import workloads as W
 from bench.common import fmt_s, hlo_summary, interleaved
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-SECTIONS = ("steps", "first", "overhead", "build", "multistep")
+SECTIONS = ("torch", "steps", "first", "overhead", "build", "multistep")
 TARGETS = {
     "step": ("<=", 1.05), "first": ("<=", 1.0), "memory": ("<=", 1.2),
     "overhead": ("<=", 1.5), "exponent": ("<=", 1.1), "build10k": ("<", 2.0),
@@ -78,6 +86,8 @@ def _cpu_model():
 # --- sections ---
 
 def run_steps(names, steps, warmup, block, analyze):
+    import jax
+    device_kind, math = jax.devices()[0].device_kind, peaks.float32_math()
     results = {}
     for name in names:
         spec = W.SPECS[name]
@@ -118,6 +128,11 @@ def run_steps(names, steps, warmup, block, analyze):
                     f"bytes accessed {hp['bytes_accessed'] / 2**20:.0f} vs "
                     f"{hf['bytes_accessed'] / 2**20:.0f} MB, top-level HLO ops "
                     f"{hp.get('n_entry_ops')} vs {hf.get('n_entry_ops')}")
+                for impl, h in (("progdesc", hp), ("flax", hf)):
+                    row[impl]["achieved"] = peaks.achieved(
+                        h["flops"], row[impl]["median_s"], device_kind, math)
+                log(f"    achieved: progdesc {peaks.describe(row['progdesc']['achieved'])}, "
+                    f"flax {peaks.describe(row['flax']['achieved'])}")
         results[name] = row
         del trainers, fns
     return results
@@ -187,6 +202,31 @@ def run_first(names, repeats, timeout=300):
     return results
 
 
+def run_torch(workloads, large, steps, warmup, python=None):
+    """bench/torch_reference.py in a subprocess; its JSON, or None where torch is missing."""
+    if python is None:
+        if importlib.util.find_spec("torch") is None:
+            log("  skipped: torch cannot be imported here (--torch-python names a Python with it)")
+            return None
+        python = sys.executable
+    cmd = [python, os.path.join(HERE, "torch_reference.py"), "--steps", str(steps),
+           "--warmup", str(warmup)]
+    cmd += ["--workloads", workloads] if workloads else []
+    cmd += ["--large"] if large else []
+    found = None
+    with subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True) as proc:
+        for line in proc.stdout:
+            if line.startswith("{"):
+                found = json.loads(line)
+            else:
+                log("  " + line.rstrip())
+    if proc.returncode or found is None:
+        log(f"  PyTorch reference failed (exit status {proc.returncode})")
+        return {"error": f"exit status {proc.returncode}"}
+    return found
+
+
 # --- the table ---
 
 def table(res):
@@ -201,6 +241,19 @@ def table(res):
         add(f"{name}: step time progdesc/flax",
             f"{fmt_s(r['progdesc']['median_s'])} / {fmt_s(r['flax']['median_s'])}",
             "step", r["ratio"])
+        a, f = r["progdesc"].get("achieved"), r["flax"].get("achieved")
+        if a and f:
+            share = (f"{a['fraction']:.1%} of {a['math']} peak" if a["fraction"] is not None
+                     else "peak unknown")
+            rows.append(("  (TFLOP/s from XLA's flops)", f"{a['tflops']:.3g} / {f['tflops']:.3g}",
+                         share, "reference", ""))
+        t = (res.get("torch") or {}).get("workloads", {}).get(name, {})
+        if t.get("compile", {}).get("median_s"):
+            times = " / ".join(fmt_s(t[v]["median_s"]) if "median_s" in t.get(v, {}) else "n/a"
+                               for v in ("eager", "compile", "compile_bf16"))
+            rows.append(("  (PyTorch eager / compile / compile+bf16)", times,
+                         f"x{r['progdesc']['median_s'] / t['compile']['median_s']:.3f} of compile",
+                         "reference", ""))
     for name, r in res.get("first", {}).items():
         if "ratio" in r:
             add(f"{name}: first step progdesc/flax",
@@ -268,8 +321,14 @@ def main(argv=None):
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--only", default=",".join(SECTIONS),
                     help=f"comma-separated sections ({', '.join(SECTIONS)})")
-    ap.add_argument("--workloads", default=",".join(W.SPECS),
-                    help="comma-separated workloads (mlp, cnn, transformer)")
+    ap.add_argument("--workloads", default=None,
+                    help=f"comma-separated workloads ({', '.join(W.SPECS)}); default: "
+                         f"{', '.join(W.STANDARD)}, and the large ones on a GPU or with --large")
+    ap.add_argument("--large", action="store_true",
+                    help="add the large shapes on the CPU too (slow: for trying)")
+    ap.add_argument("--torch-python", default=None,
+                    help="the Python that runs the PyTorch reference (default: this one, "
+                         "where it can import torch)")
     ap.add_argument("--steps", type=int, default=30, help="timed steps per implementation")
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--block", type=int, default=5, help="steps per A/B block")
@@ -285,7 +344,7 @@ def main(argv=None):
     ap.add_argument("--json", default=os.path.join(HERE, "results.json"))
     args = ap.parse_args(argv)
     only = [s for s in args.only.split(",") if s]
-    names = [n for n in args.workloads.split(",") if n]
+    names = [n for n in (args.workloads or "").split(",") if n]
     for n in names:
         if n not in W.SPECS:
             ap.error(f"unknown workload {n!r}")
@@ -298,12 +357,19 @@ def main(argv=None):
         sizes = sorted({250, 500, *sizes})
         overhead_calls, ms_rounds = 300, 4
 
+    results = {"args": vars(args)}
+    t_start = time.perf_counter()
+    if "torch" in only:
+        log("PyTorch reference (subprocess; separate in time from the JAX steps below):")
+        results["torch"] = run_torch(args.workloads, args.large, args.steps, args.warmup,
+                                     args.torch_python)
     import jax
-    info = machine()
+    info = results["machine"] = machine()
     log(f"progdesc benchmark: {info['date']}, {info['cpu_cores']} cores ({info['cpu']}), "
         f"backend {info['backend']} ({info['device']}), jax {info['jax']}, flax {info['flax']}")
-    results = {"machine": info, "args": vars(args)}
-    t_start = time.perf_counter()
+    if not names:
+        names = list(W.STANDARD) + (list(W.LARGE) if args.large or info["backend"] == "gpu"
+                                    else [])
     jax.numpy.zeros(1).block_until_ready()
     if "build" in only:
         log("build + append_backward + lower (synthetic fc/tanh chains):")
