@@ -5,8 +5,8 @@ Workloads: mlp, cnn, transformer (bench/workloads.py), plus their large shapes
 
 Sections (all by default; pick with --only):
   torch      when torch can be imported (or with --torch-python): bench/torch_reference.py
-             in a subprocess, run before this process's JAX takes the device's memory:
-             PyTorch eager, torch.compile and torch.compile with bf16 autocast;
+             in a subprocess: PyTorch eager, torch.compile and torch.compile with bf16
+             autocast;
   steps      per workload, median step time of progdesc's Executor.run vs a jitted Flax
              step with donated state, interleaved A/B in this process; plus XLA's cost and
              memory analysis of both compiled steps, and the TFLOP/s achieved (XLA's
@@ -17,6 +17,9 @@ Sections (all by default; pick with --only):
   overhead   Executor.run on a one-op program vs a raw jitted call;
   build      build + append_backward + lowering of 1k..10k-op programs, growth exponent;
   multistep  Executor.run(..., steps=K) vs K calls (skipped without a `steps` argument).
+
+The sections that run in subprocesses (torch, first) run before this process starts its
+JAX backend, which on a GPU holds most of the device's memory from then on.
 
 Prints a table with every ratio next to its target (PASS/FAIL) and writes JSON to
 bench/results.json (--json to change). --quick is a smoke run (a minute or two).
@@ -202,7 +205,15 @@ def run_first(names, repeats, timeout=300):
     return results
 
 
-def run_torch(workloads, large, steps, warmup, python=None):
+def _backend_in_subprocess():
+    """JAX's default backend, asked of a subprocess that does not preallocate GPU memory."""
+    proc = subprocess.run([sys.executable, "-c", "import jax; print(jax.default_backend())"],
+                          env=dict(os.environ, XLA_PYTHON_CLIENT_PREALLOCATE="false"),
+                          capture_output=True, text=True, timeout=300)
+    return proc.stdout.strip() if proc.returncode == 0 else None
+
+
+def run_torch(workloads, steps, warmup, python=None):
     """bench/torch_reference.py in a subprocess; its JSON, or None where torch is missing."""
     if python is None:
         if importlib.util.find_spec("torch") is None:
@@ -210,9 +221,7 @@ def run_torch(workloads, large, steps, warmup, python=None):
             return None
         python = sys.executable
     cmd = [python, os.path.join(HERE, "torch_reference.py"), "--steps", str(steps),
-           "--warmup", str(warmup)]
-    cmd += ["--workloads", workloads] if workloads else []
-    cmd += ["--large"] if large else []
+           "--warmup", str(warmup), "--workloads", workloads]
     found = None
     with subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           text=True) as proc:
@@ -325,7 +334,8 @@ def main(argv=None):
                     help=f"comma-separated workloads ({', '.join(W.SPECS)}); default: "
                          f"{', '.join(W.STANDARD)}, and the large ones on a GPU or with --large")
     ap.add_argument("--large", action="store_true",
-                    help="add the large shapes on the CPU too (slow: for trying)")
+                    help="add the large shapes on the CPU too, for trying (slow: on a CPU, "
+                         "pick e.g. --only steps --workloads mlp_large,cnn_large)")
     ap.add_argument("--torch-python", default=None,
                     help="the Python that runs the PyTorch reference (default: this one, "
                          "where it can import torch)")
@@ -359,17 +369,22 @@ def main(argv=None):
 
     results = {"args": vars(args)}
     t_start = time.perf_counter()
+    log(f"progdesc benchmark: {datetime.datetime.now().astimezone().isoformat(timespec='seconds')}"
+        f", {os.cpu_count()} cores ({_cpu_model()})")
+    # The sections that run in subprocesses come first: once this process's JAX backend
+    # starts, it holds most of a GPU's memory (JAX preallocates it).
+    if not names:
+        large = args.large or _backend_in_subprocess() == "gpu"
+        names = list(W.STANDARD) + (list(W.LARGE) if large else [])
     if "torch" in only:
         log("PyTorch reference (subprocess; separate in time from the JAX steps below):")
-        results["torch"] = run_torch(args.workloads, args.large, args.steps, args.warmup,
-                                     args.torch_python)
+        results["torch"] = run_torch(",".join(names), args.steps, args.warmup, args.torch_python)
+    if "first" in only:
+        log("first step and peak RSS (fresh subprocess each):")
+        results["first"] = run_first(names, args.first_repeats)
     import jax
     info = results["machine"] = machine()
-    log(f"progdesc benchmark: {info['date']}, {info['cpu_cores']} cores ({info['cpu']}), "
-        f"backend {info['backend']} ({info['device']}), jax {info['jax']}, flax {info['flax']}")
-    if not names:
-        names = list(W.STANDARD) + (list(W.LARGE) if args.large or info["backend"] == "gpu"
-                                    else [])
+    log(f"backend {info['backend']} ({info['device']}), jax {info['jax']}, flax {info['flax']}")
     jax.numpy.zeros(1).block_until_ready()
     if "build" in only:
         log("build + append_backward + lower (synthetic fc/tanh chains):")
@@ -385,9 +400,6 @@ def main(argv=None):
     if "multistep" in only:
         log("many steps per call:")
         results["multistep"] = multistep.run(k=args.k, rounds=ms_rounds, log=log)
-    if "first" in only:
-        log("first step and peak RSS (fresh subprocess each):")
-        results["first"] = run_first(names, args.first_repeats)
     results["seconds"] = time.perf_counter() - t_start
     text, rows = table(results)
     results["table"] = [dict(zip(("measure", "measured", "value", "target", "verdict"), r))
