@@ -5,23 +5,25 @@ two FLOPs per multiply-add). Peaks are NVIDIA's datasheet figures for dense math
 the "with sparsity" figures), in TFLOP/s. A device not in the table gets TFLOP/s
 without a fraction.
 """
+import re
 
-# (substring of jax's device_kind, checked in this order): {math: dense peak TFLOP/s}
+# (regular expression searched in jax's device_kind, in this order): {math: dense TFLOP/s}
 PEAK_TFLOPS = (
-    ("H200 NVL", {"bf16": 835.5, "tf32": 417.5, "fp32": 60.0}),
-    ("H200", {"bf16": 989.5, "tf32": 494.5, "fp32": 67.0}),    # also GH200 (Hopper)
-    ("H100 NVL", {"bf16": 835.5, "tf32": 417.5, "fp32": 60.0}),
-    ("H100 PCIe", {"bf16": 756.0, "tf32": 378.0, "fp32": 51.0}),
-    ("H100", {"bf16": 989.5, "tf32": 494.5, "fp32": 67.0}),    # SXM, e.g. "H100 80GB HBM3"
-    ("A100", {"bf16": 312.0, "tf32": 156.0, "fp32": 19.5}),
-    ("L4", {"bf16": 121.0, "tf32": 60.0, "fp32": 30.3}),
+    (r"H200 NVL", {"bf16": 835.5, "tf32": 417.5, "fp32": 60.0}),
+    (r"H200", {"bf16": 989.5, "tf32": 494.5, "fp32": 67.0}),    # also GH200 (Hopper)
+    (r"H100 NVL", {"bf16": 835.5, "tf32": 417.5, "fp32": 60.0}),
+    (r"H100 PCIe", {"bf16": 756.0, "tf32": 378.0, "fp32": 51.0}),
+    (r"H100", {"bf16": 989.5, "tf32": 494.5, "fp32": 67.0}),    # SXM, e.g. "H100 80GB HBM3"
+    (r"A100", {"bf16": 312.0, "tf32": 156.0, "fp32": 19.5}),
+    (r"L40S", {"bf16": 362.0, "tf32": 183.0, "fp32": 91.6}),
+    (r"\bL4\b", {"bf16": 121.0, "tf32": 60.0, "fp32": 30.3}),
 )
 
 
 def device_peaks(device_kind):
     """{math: dense peak TFLOP/s} of a jax device_kind, or None when it is not in the table."""
     for pattern, peaks in PEAK_TFLOPS:
-        if pattern.lower() in device_kind.lower():
+        if re.search(pattern, device_kind, re.IGNORECASE):
             return peaks
     return None
 
