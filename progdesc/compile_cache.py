@@ -14,10 +14,11 @@ or `~/.cache/progdesc/xla` without XDG_CACHE_HOME.
   `jax.config.update("jax_compilation_cache_dir", ...)` before importing progdesc) is
   left as it is, together with JAX's other cache settings.
 
-The setting is JAX's own, so it serves every JAX computation of the process. Programs
-that compile in under `MIN_COMPILE_TIME_S` are not written (JAX's default threshold, 1 s,
-would skip most progdesc programs), unless the user set JAX's threshold themselves.
-JAX trusts its cache's contents: keep the directory writable by you only.
+The setting is JAX's own, so it serves every JAX computation of the process. Every
+compiled program is written (JAX's own default skips those that compile in under 1 s,
+which is most progdesc programs on a CPU), unless the user set JAX's
+`jax_persistent_cache_min_compile_time_secs` themselves. JAX trusts its cache's
+contents: keep the directory writable by you only.
 """
 import os
 
@@ -26,7 +27,7 @@ from jax.experimental.compilation_cache import compilation_cache as _jax_cache
 
 OFF_VARIABLE = "PROGDESC_COMPILATION_CACHE"
 DIR_VARIABLE = "PROGDESC_CACHE_DIR"
-MIN_COMPILE_TIME_S = 0.1
+MIN_COMPILE_TIME_S = 0.0
 _OFF_VALUES = {"0", "false", "off", "no"}
 _JAX_MIN_TIME = "jax_persistent_cache_min_compile_time_secs"
 _JAX_MIN_TIME_DEFAULT = 1.0
@@ -50,8 +51,8 @@ def set_compilation_cache(path):
     """Use `path` as JAX's persistent compilation cache in this process; None turns it off.
 
     Takes effect for the next compilation, replacing any earlier setting (JAX's
-    own included). Unless JAX's minimum compile time was set by the user, programs
-    that compile in `MIN_COMPILE_TIME_S` or more are written.
+    own included). Unless JAX's minimum compile time was set by the user, every
+    compiled program is written.
     """
     _use(None if path is None else os.fspath(path))
     _jax_cache.reset_cache()   # JAX opens its cache once; let the next compile reopen it
