@@ -27,10 +27,7 @@ from jax.experimental.compilation_cache import compilation_cache as _jax_cache
 
 OFF_VARIABLE = "PROGDESC_COMPILATION_CACHE"
 DIR_VARIABLE = "PROGDESC_CACHE_DIR"
-MIN_COMPILE_TIME_S = 0.0
 _OFF_VALUES = {"0", "false", "off", "no"}
-_JAX_MIN_TIME = "jax_persistent_cache_min_compile_time_secs"
-_JAX_MIN_TIME_DEFAULT = 1.0
 
 
 def default_cache_dir():
@@ -72,6 +69,7 @@ def configure_default():
 
 def _use(path):
     jax.config.update("jax_compilation_cache_dir", path)
-    if (path is not None and "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS" not in os.environ
-            and getattr(jax.config, _JAX_MIN_TIME) == _JAX_MIN_TIME_DEFAULT):
-        jax.config.update(_JAX_MIN_TIME, MIN_COMPILE_TIME_S)
+    threshold_set_by_user = ("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS" in os.environ
+                             or jax.config.jax_persistent_cache_min_compile_time_secs != 1.0)
+    if path is not None and not threshold_set_by_user:     # 1.0 s: JAX's default
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)

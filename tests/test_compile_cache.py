@@ -133,8 +133,7 @@ def test_a_cache_dir_the_user_gave_jax_is_kept(monkeypatch, tmp_path, jax_cache_
 
     jax.config.update("jax_compilation_cache_dir", None)     # nothing set: progdesc's default
     assert compile_cache.configure_default() == str(tmp_path / "ours" / "xla")
-    assert (jax.config.jax_persistent_cache_min_compile_time_secs
-            == compile_cache.MIN_COMPILE_TIME_S)
+    assert jax.config.jax_persistent_cache_min_compile_time_secs == 0.0    # write everything
 
 
 def test_set_compilation_cache_moves_and_stops_the_cache(tmp_path, jax_cache_settings):
@@ -152,3 +151,11 @@ def test_set_compilation_cache_moves_and_stops_the_cache(tmp_path, jax_cache_set
     pd.set_compilation_cache(None)
     jax.jit(lambda v: v * 7.0 + offset)(np.ones(3, np.float32)).block_until_ready()
     assert len(entries(tmp_path / "a")) == 1 and len(entries(tmp_path / "b")) == 1
+
+
+def test_a_compile_time_threshold_the_user_set_is_kept(monkeypatch, tmp_path,
+                                                       jax_cache_settings):
+    monkeypatch.delenv("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", raising=False)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 2.5)
+    pd.set_compilation_cache(tmp_path)
+    assert jax.config.jax_persistent_cache_min_compile_time_secs == 2.5
