@@ -376,6 +376,7 @@ def main(argv=None):
     if not names:
         large = args.large or _backend_in_subprocess() == "gpu"
         names = list(W.STANDARD) + (list(W.LARGE) if large else [])
+    log("workloads: " + "; ".join(f"{n} ({W.SPECS[n].describe()})" for n in names))
     if "torch" in only:
         log("PyTorch reference (subprocess; separate in time from the JAX steps below):")
         results["torch"] = run_torch(",".join(names), args.steps, args.warmup, args.torch_python)
