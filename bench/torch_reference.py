@@ -51,7 +51,8 @@ VARIANTS = ("eager", "compile", "compile_bf16")
 class MLP(nn.Module):
     def __init__(self, classes):
         super().__init__()
-        self.l1, self.l2, self.l3 = nn.Linear(784, 512), nn.Linear(512, 512), nn.Linear(512, classes)
+        self.l1, self.l2 = nn.Linear(784, 512), nn.Linear(512, 512)
+        self.l3 = nn.Linear(512, classes)
 
     def forward(self, x):
         return self.l3(F.relu(self.l2(F.relu(self.l1(x)))))
@@ -174,6 +175,9 @@ def main(argv=None):
         torch.backends.cudnn.allow_tf32 = True
     if args.workloads:
         names = [n for n in args.workloads.split(",") if n]
+        for n in names:
+            if n not in SPECS:
+                ap.error(f"unknown workload {n!r} (known: {', '.join(SPECS)})")
     else:
         names = list(STANDARD) + (list(LARGE) if args.large or device.type == "cuda" else [])
     variants = [v for v in args.variants.split(",") if v]
