@@ -1,34 +1,47 @@
 """`python -m bench` (`make bench`): progdesc against hand-written Flax + optax (issue 6).
 
+Workloads: mlp, cnn, transformer (bench/workloads.py), plus their large shapes
+(mlp_large, cnn_large, transformer_large) on a GPU or with --large.
+
 Sections (all by default; pick with --only):
+  torch      when torch can be imported (or with --torch-python): bench/torch_reference.py
+             in a subprocess: PyTorch eager, torch.compile and torch.compile with bf16
+             autocast;
   steps      per workload, median step time of progdesc's Executor.run vs a jitted Flax
              step with donated state, interleaved A/B in this process; plus XLA's cost and
-             memory analysis of both compiled steps;
+             memory analysis of both compiled steps, and the TFLOP/s achieved (XLA's
+             flop count over the step time) with the fraction of the device's peak;
   first      per workload and implementation, in a fresh subprocess: model definition to
-             first finished step (compile included), and peak RSS;
+             first finished step (compile included), and peak RSS; then again in a second
+             process that finds the first one's compilation cache;
   overhead   Executor.run on a one-op program vs a raw jitted call;
   build      build + append_backward + lowering of 1k..10k-op programs, growth exponent;
   multistep  Executor.run(..., steps=K) vs K calls (skipped without a `steps` argument).
+
+The sections that run in subprocesses (torch, first) run before this process starts its
+JAX backend, which on a GPU holds most of the device's memory from then on.
 
 Prints a table with every ratio next to its target (PASS/FAIL) and writes JSON to
 bench/results.json (--json to change). --quick is a smoke run (a minute or two).
 """
 import argparse
 import datetime
+import importlib.util
 import json
 import os
 import platform
 import subprocess
 import sys
+import tempfile
 import time
 
-from bench import build_scaling, multistep, overhead
+from bench import build_scaling, multistep, overhead, peaks
 from bench import workloads as W
 from bench.common import fmt_s, hlo_summary, interleaved
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-SECTIONS = ("steps", "first", "overhead", "build", "multistep")
+SECTIONS = ("torch", "steps", "first", "overhead", "build", "multistep")
 TARGETS = {
     "step": ("<=", 1.05), "first": ("<=", 1.0), "memory": ("<=", 1.2),
     "overhead": ("<=", 1.5), "exponent": ("<=", 1.1), "build10k": ("<", 2.0),
@@ -76,6 +89,8 @@ def _cpu_model():
 # --- sections ---
 
 def run_steps(names, steps, warmup, block, analyze):
+    import jax
+    device_kind, math = jax.devices()[0].device_kind, peaks.float32_math()
     results = {}
     for name in names:
         spec = W.SPECS[name]
@@ -116,49 +131,109 @@ def run_steps(names, steps, warmup, block, analyze):
                     f"bytes accessed {hp['bytes_accessed'] / 2**20:.0f} vs "
                     f"{hf['bytes_accessed'] / 2**20:.0f} MB, top-level HLO ops "
                     f"{hp.get('n_entry_ops')} vs {hf.get('n_entry_ops')}")
+                for impl, h in (("progdesc", hp), ("flax", hf)):
+                    row[impl]["achieved"] = peaks.achieved(
+                        h["flops"], row[impl]["median_s"], device_kind, math)
+                log(f"    achieved: progdesc {peaks.describe(row['progdesc']['achieved'])}, "
+                    f"flax {peaks.describe(row['flax']['achieved'])}")
         results[name] = row
         del trainers, fns
     return results
 
 
 def run_first(names, repeats, timeout=300):
+    """First step of each implementation in fresh subprocesses, a first and a second process.
+
+    Each repeat gives each implementation an empty compilation cache directory and runs
+    bench.firststep twice on it: the first process compiles (and writes the cache, as
+    progdesc does by default), the second finds the executables there.
+    """
     results = {}
     env = dict(os.environ)
     env["PYTHONPATH"] = ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+
+    def first_step(name, impl, cache):
+        proc = subprocess.run(
+            [sys.executable, "-m", "bench.firststep", name, impl, "--cache", cache], cwd=ROOT,
+            env=env, capture_output=True, text=True, timeout=timeout)
+        lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+        if proc.returncode or not lines:
+            log(f"  {name}/{impl}: first-step subprocess failed:\n{proc.stderr[-2000:]}")
+            return None
+        return json.loads(lines[-1])
+
     for name in names:
         runs = {"progdesc": [], "flax": []}
+        second = {"progdesc": [], "flax": []}
         for r in range(repeats):
             for impl in (("progdesc", "flax") if r % 2 == 0 else ("flax", "progdesc")):
-                proc = subprocess.run(
-                    [sys.executable, "-m", "bench.firststep", name, impl], cwd=ROOT, env=env,
-                    capture_output=True, text=True, timeout=timeout)
-                lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
-                if proc.returncode or not lines:
-                    log(f"  {name}/{impl}: first-step subprocess failed:\n"
-                        f"{proc.stderr[-2000:]}")
-                    continue
-                runs[impl].append(json.loads(lines[-1]))
+                with tempfile.TemporaryDirectory(prefix="bench-xla-cache-") as cache:
+                    cold = first_step(name, impl, cache)
+                    warm = cold and first_step(name, impl, cache)
+                if cold and warm:
+                    runs[impl].append(cold)
+                    second[impl].append(warm)
         if not runs["progdesc"] or not runs["flax"]:
             results[name] = {"error": "subprocess failed", "runs": runs}
             continue
         best = {impl: min(rs, key=lambda d: d["first_step_s"]) for impl, rs in runs.items()}
-        row = {"runs": runs}
+        row = {"runs": runs, "second_runs": second}
         for impl in ("progdesc", "flax"):
+            warm = min(second[impl], key=lambda d: d["first_step_s"])
             row[impl] = {
                 "first_step_s": best[impl]["first_step_s"],
                 "define_s": best[impl]["define_s"], "first_run_s": best[impl]["first_run_s"],
                 "peak_rss_mb": max(d["peak_rss_mb"] for d in runs[impl]),
-                "peak_rss_delta_mb": max(d["peak_rss_delta_mb"] for d in runs[impl])}
+                "peak_rss_delta_mb": max(d["peak_rss_delta_mb"] for d in runs[impl]),
+                "second_process_s": warm["first_step_s"],
+                "second_process_hits": warm["cache_hits"],
+                "second_process_misses": warm["cache_misses"]}
         row["ratio"] = row["progdesc"]["first_step_s"] / row["flax"]["first_step_s"]
         row["rss_delta_ratio"] = (row["progdesc"]["peak_rss_delta_mb"]
                                   / row["flax"]["peak_rss_delta_mb"])
+        row["second_ratio"] = row["progdesc"]["second_process_s"] / row["progdesc"]["first_step_s"]
         p, f = row["progdesc"], row["flax"]
         log(f"  {name}: first step progdesc {p['first_step_s']:.2f} s (define "
             f"{p['define_s']:.2f} + run {p['first_run_s']:.2f}), flax {f['first_step_s']:.2f} s "
             f"(define {f['define_s']:.2f} + run {f['first_run_s']:.2f}) x{row['ratio']:.2f}; "
             f"peak RSS +{p['peak_rss_delta_mb']:.0f} vs +{f['peak_rss_delta_mb']:.0f} MB")
+        log(f"    second process (compilation cache): progdesc {p['second_process_s']:.2f} s "
+            f"({p['second_process_hits']} hits, {p['second_process_misses']} misses), flax "
+            f"{f['second_process_s']:.2f} s ({f['second_process_hits']} hits, "
+            f"{f['second_process_misses']} misses)")
         results[name] = row
     return results
+
+
+def _backend_in_subprocess():
+    """JAX's default backend, asked of a subprocess that does not preallocate GPU memory."""
+    proc = subprocess.run([sys.executable, "-c", "import jax; print(jax.default_backend())"],
+                          env=dict(os.environ, XLA_PYTHON_CLIENT_PREALLOCATE="false"),
+                          capture_output=True, text=True, timeout=300)
+    return proc.stdout.strip() if proc.returncode == 0 else None
+
+
+def run_torch(workloads, steps, warmup, python=None):
+    """bench/torch_reference.py in a subprocess; its JSON, or None where torch is missing."""
+    if python is None:
+        if importlib.util.find_spec("torch") is None:
+            log("  skipped: torch cannot be imported here (--torch-python names a Python with it)")
+            return None
+        python = sys.executable
+    cmd = [python, os.path.join(HERE, "torch_reference.py"), "--steps", str(steps),
+           "--warmup", str(warmup), "--workloads", workloads]
+    found = None
+    with subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True) as proc:
+        for line in proc.stdout:
+            if line.startswith("{"):
+                found = json.loads(line)
+            else:
+                log("  " + line.rstrip())
+    if proc.returncode or found is None:
+        log(f"  PyTorch reference failed (exit status {proc.returncode})")
+        return {"error": f"exit status {proc.returncode}"}
+    return found
 
 
 # --- the table ---
@@ -175,11 +250,28 @@ def table(res):
         add(f"{name}: step time progdesc/flax",
             f"{fmt_s(r['progdesc']['median_s'])} / {fmt_s(r['flax']['median_s'])}",
             "step", r["ratio"])
+        a, f = r["progdesc"].get("achieved"), r["flax"].get("achieved")
+        if a and f:
+            share = (f"{a['fraction']:.1%} of {a['math']} peak" if a["fraction"] is not None
+                     else "peak unknown")
+            rows.append(("  (TFLOP/s from XLA's flops)", f"{a['tflops']:.3g} / {f['tflops']:.3g}",
+                         share, "reference", ""))
+        t = (res.get("torch") or {}).get("workloads", {}).get(name, {})
+        if t.get("compile", {}).get("median_s"):
+            times = " / ".join(fmt_s(t[v]["median_s"]) if "median_s" in t.get(v, {}) else "n/a"
+                               for v in ("eager", "compile", "compile_bf16"))
+            rows.append(("  (PyTorch eager / compile / compile+bf16)", times,
+                         f"x{r['progdesc']['median_s'] / t['compile']['median_s']:.3f} of compile",
+                         "reference", ""))
     for name, r in res.get("first", {}).items():
         if "ratio" in r:
             add(f"{name}: first step progdesc/flax",
                 f"{r['progdesc']['first_step_s']:.2f} s / {r['flax']['first_step_s']:.2f} s",
                 "first", r["ratio"])
+            rows.append(("  (progdesc, second process / first)",
+                         f"{r['progdesc']['second_process_s']:.2f} s / "
+                         f"{r['progdesc']['first_step_s']:.2f} s", f"x{r['second_ratio']:.3f}",
+                         "reference", ""))
     for name in W.SPECS:
         s = res.get("steps", {}).get(name, {})
         if "xla_memory_ratio" in s:
@@ -238,8 +330,15 @@ def main(argv=None):
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--only", default=",".join(SECTIONS),
                     help=f"comma-separated sections ({', '.join(SECTIONS)})")
-    ap.add_argument("--workloads", default=",".join(W.SPECS),
-                    help="comma-separated workloads (mlp, cnn, transformer)")
+    ap.add_argument("--workloads", default=None,
+                    help=f"comma-separated workloads ({', '.join(W.SPECS)}); default: "
+                         f"{', '.join(W.STANDARD)}, and the large ones on a GPU or with --large")
+    ap.add_argument("--large", action="store_true",
+                    help="add the large shapes on the CPU too, for trying (slow: on a CPU, "
+                         "pick e.g. --only steps --workloads mlp_large,cnn_large)")
+    ap.add_argument("--torch-python", default=None,
+                    help="the Python that runs the PyTorch reference (default: this one, "
+                         "where it can import torch)")
     ap.add_argument("--steps", type=int, default=30, help="timed steps per implementation")
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--block", type=int, default=5, help="steps per A/B block")
@@ -255,7 +354,7 @@ def main(argv=None):
     ap.add_argument("--json", default=os.path.join(HERE, "results.json"))
     args = ap.parse_args(argv)
     only = [s for s in args.only.split(",") if s]
-    names = [n for n in args.workloads.split(",") if n]
+    names = [n for n in (args.workloads or "").split(",") if n]
     for n in names:
         if n not in W.SPECS:
             ap.error(f"unknown workload {n!r}")
@@ -268,12 +367,25 @@ def main(argv=None):
         sizes = sorted({250, 500, *sizes})
         overhead_calls, ms_rounds = 300, 4
 
-    import jax
-    info = machine()
-    log(f"progdesc benchmark: {info['date']}, {info['cpu_cores']} cores ({info['cpu']}), "
-        f"backend {info['backend']} ({info['device']}), jax {info['jax']}, flax {info['flax']}")
-    results = {"machine": info, "args": vars(args)}
+    results = {"args": vars(args)}
     t_start = time.perf_counter()
+    log(f"progdesc benchmark: {datetime.datetime.now().astimezone().isoformat(timespec='seconds')}"
+        f", {os.cpu_count()} cores ({_cpu_model()})")
+    # The sections that run in subprocesses come first: once this process's JAX backend
+    # starts, it holds most of a GPU's memory (JAX preallocates it).
+    if not names:
+        large = args.large or _backend_in_subprocess() == "gpu"
+        names = list(W.STANDARD) + (list(W.LARGE) if large else [])
+    log("workloads: " + "; ".join(f"{n} ({W.SPECS[n].describe()})" for n in names))
+    if "torch" in only:
+        log("PyTorch reference (subprocess; separate in time from the JAX steps below):")
+        results["torch"] = run_torch(",".join(names), args.steps, args.warmup, args.torch_python)
+    if "first" in only:
+        log("first step and peak RSS (fresh subprocess each):")
+        results["first"] = run_first(names, args.first_repeats)
+    import jax
+    info = results["machine"] = machine()
+    log(f"backend {info['backend']} ({info['device']}), jax {info['jax']}, flax {info['flax']}")
     jax.numpy.zeros(1).block_until_ready()
     if "build" in only:
         log("build + append_backward + lower (synthetic fc/tanh chains):")
@@ -289,9 +401,6 @@ def main(argv=None):
     if "multistep" in only:
         log("many steps per call:")
         results["multistep"] = multistep.run(k=args.k, rounds=ms_rounds, log=log)
-    if "first" in only:
-        log("first step and peak RSS (fresh subprocess each):")
-        results["first"] = run_first(names, args.first_repeats)
     results["seconds"] = time.perf_counter() - t_start
     text, rows = table(results)
     results["table"] = [dict(zip(("measure", "measured", "value", "target", "verdict"), r))

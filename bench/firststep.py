@@ -1,6 +1,6 @@
 """First-step time and peak memory of one implementation of one workload, in a fresh process.
 
-    python -m bench.firststep WORKLOAD IMPL [--steps N]
+    python -m bench.firststep WORKLOAD IMPL [--steps N] [--cache DIR]
 
 prints one JSON line. The clock starts after the imports and after the JAX CPU backend
 is up (both implementations pay those equally, and a user pays them once per process),
@@ -9,6 +9,13 @@ compilation included. For progdesc that is building the programs (layers + Adam'
 minimize), running the startup program, and the first Executor.run; for Flax it is the
 module definition, `model.init` (eager, as users write it), `optax.adam(...).init`,
 `jax.jit` and the first step.
+
+Compilation cache: with `--cache DIR`, JAX's persistent compilation cache is at DIR (set
+through `progdesc.set_compilation_cache`, so with progdesc's settings; it is JAX's
+setting, so the Flax step uses it too); without it, the cache is off. Run twice with the
+same empty DIR, the first process compiles and writes, the second reads the executables
+back: the pair is a first and a second process. The JSON counts the cache's hits and
+misses (JAX's monitoring events) from the clock's start.
 
 Memory: the process's resident-set high-water mark (VmHWM, reset just before the clock
 starts) after the first step and N more, and the RSS at the start, whose difference is
@@ -57,21 +64,25 @@ def main(argv=None):
     ap.add_argument("workload")
     ap.add_argument("impl")
     ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--cache", default=None, help="compilation cache directory (default: off)")
     args = ap.parse_args(argv)
 
     import jax
     import flax.linen  # noqa: F401
     import optax  # noqa: F401
-    import progdesc  # noqa: F401
+    import progdesc
     from bench import workloads as W
     import lowering.registry as registry
 
+    progdesc.set_compilation_cache(args.cache)
     registry._ensure_loaded()
     jax.devices()
     jax.numpy.zeros(1).block_until_ready()  # backend up
     spec = W.SPECS[args.workload]
     batches = W.make_batches(spec, 2)
     trainer = W.trainer(args.impl, args.workload)
+    events = []
+    jax.monitoring.register_event_listener(lambda name, **kw: events.append(name))
     _reset_hwm()
     base_rss = _rss_now_mb()
 
@@ -84,7 +95,9 @@ def main(argv=None):
         loss = trainer.step(trainer.prepare(batches[(i + 1) % 2]))
     out = {"workload": args.workload, "impl": args.impl,
            "first_step_s": t2 - t0, "define_s": t1 - t0, "first_run_s": t2 - t1,
-           "loss": float(loss), "base_rss_mb": base_rss, "peak_rss_mb": _maxrss_mb()}
+           "loss": float(loss), "base_rss_mb": base_rss, "peak_rss_mb": _maxrss_mb(),
+           "cache_hits": events.count("/jax/compilation_cache/cache_hits"),
+           "cache_misses": events.count("/jax/compilation_cache/cache_misses")}
     out["peak_rss_delta_mb"] = out["peak_rss_mb"] - base_rss
     stats = jax.devices()[0].memory_stats()
     if stats:

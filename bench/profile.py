@@ -145,7 +145,7 @@ def _piece(kind):
 
 def section_grads(log=print, steps=20):
     out = {}
-    for name in W.SPECS:
+    for name in W.STANDARD:
         spec = W.SPECS[name]
         x, y = W.make_batches(spec, 1)[0]
         out[name] = grad_pair(_workload_forward(name), {"x": x, "label": y}, log,

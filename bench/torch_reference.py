@@ -1,17 +1,27 @@
-"""PyTorch eager reference for the bench workloads (standalone; NOT imported by the suite).
+"""PyTorch reference for the bench workloads: eager, torch.compile, torch.compile + bf16 autocast.
 
-Times one training step (forward, backward, Adam lr 1e-3) of the same MLP, CNN and
-Transformer as bench/workloads.py (same shapes, float32, mean softmax cross entropy over
-integer labels, NCHW CNN, post-norm encoder with separate q/k/v/out linear layers, exact
-GELU, dropout 0) in PyTorch eager mode on the CPU. torch is not a dependency of
-progdesc: run this from a separate virtual environment, e.g.
+Times one training step (forward, backward, Adam lr 1e-3, loss read back) of the same
+MLP, CNN and Transformer as bench/workloads.py: the shapes come from its SPECS; float32,
+mean softmax cross entropy over integer labels, NCHW CNN, post-norm encoder with
+separate q/k/v/out linear layers, exact GELU, dropout 0. Each step moves its batch from
+host memory to the device, as the JAX benchmarks feed NumPy arrays each step.
 
-    python3 -m venv /tmp/torchvenv && /tmp/torchvenv/bin/pip install torch==2.13.0
-    /tmp/torchvenv/bin/python bench/torch_reference.py [--steps 30] [--workloads cnn,transformer]
+Runs on the GPU when torch sees one, with TF32 matmuls and convolutions allowed (what JAX
+does by default on NVIDIA GPUs), else on the CPU. Variants:
 
-It prints one line per workload (median and min seconds per step after warm-up) and a
-JSON line at the end. Figures are comparable to `python -m bench` only when both run on
-the same otherwise idle machine (not at the same time).
+  eager         the model as written;
+  compile       `torch.compile(model)`, the optimizer step eager;
+  compile_bf16  the same under `torch.autocast(dtype=torch.bfloat16)` (float32 weights).
+
+torch is not a dependency of progdesc. `python -m bench` runs this file in a subprocess
+when torch can be imported (or with `--torch-python PATH`), or run it alone, e.g. from a
+separate virtual environment:
+
+    python bench/torch_reference.py [--steps 30] [--workloads cnn,transformer]
+        [--variants eager,compile,compile_bf16] [--large] [--device cpu|cuda]
+
+Without --workloads: the standard shapes, plus the large ones on a GPU or with --large.
+It prints one line per workload and variant, then one JSON line.
 """
 import argparse
 import json
@@ -22,39 +32,39 @@ import statistics
 import sys
 import time
 
+HERE = os.path.dirname(os.path.abspath(__file__))
 # bench/profile.py would shadow the standard library's `profile` (torch imports cProfile)
-# when this file is run as a script: drop the script's own folder from the path.
-sys.path[:] = [p for p in sys.path
-               if os.path.abspath(p or ".") != os.path.dirname(os.path.abspath(__file__))]
+# when this file is run as a script: drop the script's own folder from the path, and
+# import the workload shapes from the repository root instead.
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != HERE]
+sys.path.insert(0, os.path.dirname(HERE))
 
 import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-SHAPES = {  # batch, per-example input shape (as in bench/workloads.py SPECS)
-    "mlp": (128, (784,)),
-    "cnn": (64, (1, 28, 28)),
-    "transformer": (16, (128, 256)),
-}
-CLASSES = 10
+from bench.workloads import LARGE, SPECS, STANDARD  # noqa: E402
+
+VARIANTS = ("eager", "compile", "compile_bf16")
 
 
 class MLP(nn.Module):
-    def __init__(self):
+    def __init__(self, classes):
         super().__init__()
-        self.l1, self.l2, self.l3 = nn.Linear(784, 512), nn.Linear(512, 512), nn.Linear(512, 10)
+        self.l1, self.l2 = nn.Linear(784, 512), nn.Linear(512, 512)
+        self.l3 = nn.Linear(512, classes)
 
     def forward(self, x):
         return self.l3(F.relu(self.l2(F.relu(self.l1(x)))))
 
 
 class CNN(nn.Module):
-    def __init__(self):
+    def __init__(self, classes):
         super().__init__()
         self.c1 = nn.Conv2d(1, 32, 5, padding=2)
         self.c2 = nn.Conv2d(32, 64, 5, padding=2)
         self.f1 = nn.Linear(64 * 7 * 7, 1024)
-        self.f2 = nn.Linear(1024, CLASSES)
+        self.f2 = nn.Linear(1024, classes)
 
     def forward(self, x):                       # NCHW
         x = F.max_pool2d(F.relu(self.c1(x)), 2)
@@ -95,10 +105,10 @@ class EncoderLayer(nn.Module):
 
 
 class Transformer(nn.Module):
-    def __init__(self, d=256, heads=4, ffn=1024, layers=2):
+    def __init__(self, classes, d, heads, ffn, layers):
         super().__init__()
         self.layers = nn.ModuleList(EncoderLayer(d, heads, ffn) for _ in range(layers))
-        self.head = nn.Linear(d, CLASSES)
+        self.head = nn.Linear(d, classes)
 
     def forward(self, x):
         for layer in self.layers:
@@ -106,25 +116,35 @@ class Transformer(nn.Module):
         return self.head(x.mean(dim=1))
 
 
-MODELS = {"mlp": MLP, "cnn": CNN, "transformer": Transformer}
+def make_model(spec):
+    if spec.name == "mlp":
+        return MLP(spec.classes)
+    if spec.name == "cnn":
+        return CNN(spec.classes)
+    return Transformer(spec.classes, spec.x_shape[-1], **spec.extra)
 
 
-def bench(name, steps, warmup, n_batches=4):
+def bench(name, variant, device, steps, warmup, n_batches=4):
+    """Median, min and first-step seconds of one variant's training step."""
+    spec = SPECS[name]
     torch.manual_seed(0)
-    batch, shape = SHAPES[name]
-    model = MODELS[name]()
+    model = make_model(spec).to(device)
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    forward = model if variant == "eager" else torch.compile(model)
+    autocast = variant.endswith("_bf16")
     g = torch.Generator().manual_seed(0)
-    data = [(torch.randn((batch,) + shape, generator=g),
-             torch.randint(0, CLASSES, (batch,), generator=g)) for _ in range(n_batches)]
+    data = [(torch.randn((spec.batch,) + tuple(spec.x_shape), generator=g),
+             torch.randint(0, spec.classes, (spec.batch,), generator=g))
+            for _ in range(n_batches)]
 
     def step(i):
-        x, y = data[i % n_batches]
+        x, y = (t.to(device) for t in data[i % n_batches])
         opt.zero_grad(set_to_none=True)
-        loss = F.cross_entropy(model(x), y)
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
+            loss = F.cross_entropy(forward(x), y)
         loss.backward()
         opt.step()
-        return loss.item()                      # eager CPU is synchronous; item() to be sure
+        return loss.item()                      # waits for the device
 
     t0 = time.perf_counter()
     step(0)
@@ -140,24 +160,55 @@ def bench(name, steps, warmup, n_batches=4):
             "first_step_s": first, "final_loss": loss}
 
 
-def main():
+def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--workloads", default="mlp,cnn,transformer")
-    args = ap.parse_args()
-    info = {"torch": torch.__version__, "threads": torch.get_num_threads(),
-            "cpu_cores": os.cpu_count(), "python": platform.python_version(),
-            "mkldnn": torch.backends.mkldnn.is_available()}
-    print(f"PyTorch eager {info['torch']}, {info['threads']} threads, {info['cpu_cores']} cores",
-          flush=True)
+    ap.add_argument("--workloads", default=None, help="comma-separated names from SPECS")
+    ap.add_argument("--variants", default=",".join(VARIANTS))
+    ap.add_argument("--large", action="store_true", help="add the large shapes on the CPU too")
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    args = ap.parse_args(argv)
+    device = torch.device(args.device)
+    if device.type == "cuda":
+        torch.set_float32_matmul_precision("high")   # TF32 matmuls, as JAX's default
+        torch.backends.cudnn.allow_tf32 = True
+    if args.workloads:
+        names = [n for n in args.workloads.split(",") if n]
+        for n in names:
+            if n not in SPECS:
+                ap.error(f"unknown workload {n!r} (known: {', '.join(SPECS)})")
+    else:
+        names = list(STANDARD) + (list(LARGE) if args.large or device.type == "cuda" else [])
+    variants = [v for v in args.variants.split(",") if v]
+    for v in variants:
+        if v not in VARIANTS:
+            ap.error(f"unknown variant {v!r} (known: {', '.join(VARIANTS)})")
+    info = {"torch": torch.__version__, "device": args.device,
+            "device_name": (torch.cuda.get_device_name(device) if device.type == "cuda"
+                            else platform.processor() or platform.machine()),
+            "threads": torch.get_num_threads(), "cpu_cores": os.cpu_count(),
+            "python": platform.python_version()}
+    print(f"PyTorch {info['torch']} on {info['device']} ({info['device_name']}), "
+          f"{info['threads']} threads", flush=True)
     out = {"machine": info, "workloads": {}}
-    for name in [n for n in args.workloads.split(",") if n]:
-        r = bench(name, args.steps, args.warmup)
-        out["workloads"][name] = r
-        print(f"  {name}: {r['median_s'] * 1e3:.1f} ms per step (median of {r['n']}, "
-              f"min {r['min_s'] * 1e3:.1f} ms; first step {r['first_step_s'] * 1e3:.0f} ms)",
-              flush=True)
+    for name in names:
+        out["workloads"][name] = {}
+        for variant in variants:
+            try:
+                r = bench(name, variant, device, args.steps, args.warmup)
+            except Exception as e:  # noqa: BLE001  (e.g. torch.compile without a C++ compiler)
+                r = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
+                print(f"  {name} {variant}: failed: {r['error']}", flush=True)
+            else:
+                print(f"  {name} {variant}: {r['median_s'] * 1e3:.2f} ms per step (median of "
+                      f"{r['n']}, min {r['min_s'] * 1e3:.2f} ms; first step "
+                      f"{r['first_step_s']:.2f} s)", flush=True)
+            out["workloads"][name][variant] = r
+            if variant != "eager":
+                torch._dynamo.reset()
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
     print(json.dumps(out))
 
 

@@ -24,11 +24,20 @@ ADAM_LR = 1e-3
 
 @dataclass
 class Spec:
-    name: str
+    name: str               # the model: mlp, cnn or transformer
     batch: int
     x_shape: tuple          # per-example input shape, progdesc layout
     classes: int = 10
     extra: dict = field(default_factory=dict)
+
+    def describe(self):
+        """Shapes in words, e.g. 'transformer 2 layers d256 4 heads ffn 1024 s128 b16'."""
+        if self.name != "transformer":
+            return f"{self.name} b{self.batch}"
+        seq, d = self.x_shape
+        e = self.extra
+        return (f"transformer {e['layers']} layers d{d} {e['heads']} heads ffn {e['ffn']} "
+                f"s{seq} b{self.batch}")
 
 
 SPECS = {
@@ -36,7 +45,14 @@ SPECS = {
     "cnn": Spec("cnn", 64, (1, 28, 28)),
     "transformer": Spec("transformer", 16, (128, 256),
                         extra=dict(layers=2, heads=4, ffn=1024)),
+    # the large shapes of issue 14, which `python -m bench` adds on a GPU
+    "mlp_large": Spec("mlp", 8192, (784,)),
+    "cnn_large": Spec("cnn", 512, (1, 28, 28)),
+    "transformer_large": Spec("transformer", 64, (512, 512),
+                              extra=dict(layers=6, heads=8, ffn=2048)),
 }
+STANDARD = ("mlp", "cnn", "transformer")
+LARGE = ("mlp_large", "cnn_large", "transformer_large")
 
 
 def make_batches(spec, n=4, seed=0, batch=None):

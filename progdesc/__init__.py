@@ -2,9 +2,10 @@
 from lowering.errors import (AttributeTypeError, BackwardError, FeedError, FetchError,
                              FormatError, ProgdescError, ProgramError, ScopeError, ShapeError,
                              UnknownOpError)
-from progdesc import (custom_op, display, export, initializer, io, layers, ops, optimizer,
-                      reader)
+from progdesc import (compile_cache, custom_op, display, export, initializer, io, layers, ops,
+                      optimizer, reader)
 from progdesc.backward import append_backward, gradients
+from progdesc.compile_cache import set_compilation_cache
 from progdesc.param import ParamAttr, create_parameter
 from progdesc.prune import prune
 from progdesc.executor import Executor
@@ -12,6 +13,8 @@ from progdesc.framework import (Block, Operator, Program, Variable, data, defaul
                                 default_startup_program, program_guard)
 from progdesc.scope import Scope, global_scope, scope_guard
 from progdesc import amp
+
+compile_cache.configure_default()   # JAX's persistent compilation cache, on by default
 
 __version__ = "0.1.0"
 __all__ = [
@@ -21,4 +24,5 @@ __all__ = [
     "default_startup_program", "global_scope", "ops", "program_guard", "scope_guard",
     "ParamAttr", "append_backward", "create_parameter", "gradients", "initializer", "layers",
     "optimizer", "prune", "reader", "custom_op", "display", "export", "io",
+    "set_compilation_cache",
 ]
