@@ -79,6 +79,16 @@ def broadcast(**arrays):
                     f"{slot} is {dims(x.shape)[-k]} (sizes must be equal, or 1)", slot=slot)
 
 
+def broadcasts_to(slot, x, target, meaning):
+    """Input `slot` broadcasts to the shape `target`, whose dims `meaning` names: rank at
+    most that of `target`, and each trailing dim equal to the target's, or 1."""
+    fits = x.ndim <= len(target) and all(
+        (isinstance(a, int) and a == 1) or a == b for a, b in zip(x.shape[::-1], target[::-1]))
+    if not fits:
+        raise ShapeError(f"{slot} must broadcast to {dims(target)} ({meaning}), got {typed(x)}",
+                         slot=slot)
+
+
 def float_dtype(dtype, why):
     """Attribute `dtype` names a floating-point type."""
     if dtypes.kind_of(dtype) != "float":

@@ -103,7 +103,8 @@ def _show(args):
         header, payload = export.read_compiled(data, path)
         print(f"compiled artifact {path} (format {header['format_version']}, "
               f"{len(payload)} bytes of StableHLO, jax {header.get('jax_version')})")
-        print(f"  platforms: {', '.join(header['platforms'])}; 64-bit boundary: {header['x64']}")
+        print(f"  platforms: {', '.join(header['platforms'])}; 64-bit boundary: {header['x64']}; "
+              f"precision: {header.get('precision', 'default')}")
         for key, label in (("feeds", "feed"), ("params", "param"), ("fetches", "fetch")):
             for s in header[key]:
                 print(f"  {label:5} {s['name']}: {s['dtype']}[{', '.join(map(str, s['shape']))}]")

@@ -509,6 +509,17 @@ def type_str(var_desc):
     return f"{dtypes.name_of(var_desc.dtype)}[{', '.join(map(str, var_desc.dims))}]"
 
 
+def param_settings_text(var_desc):
+    """'{lr=0.5, l2=0.01}': the optimizer settings a parameter's VarDesc records, '' if none."""
+    settings = var_desc.param_settings
+    parts = []
+    if settings.HasField("learning_rate"):
+        parts.append(f"lr={settings.learning_rate:g}")
+    if settings.regularizer.l2:
+        parts.append(f"l2={settings.regularizer.l2:g}")
+    return "{" + ", ".join(parts) + "}" if parts else ""
+
+
 def op_line(block, op_desc):
     """One readable line: outputs = type(inputs) {non-default attrs}."""
     def names(mapping, with_type):
@@ -570,7 +581,8 @@ def block_text(block):
             lines.append(f"  data  {v.name}: {type_str(v)}")
         elif v.persistable and v.kind == pb.DENSE_TENSOR:
             what = "param" if v.is_parameter else "state"
-            lines.append(f"  {what} {v.name}: {type_str(v)}")
+            settings = param_settings_text(v) if v.is_parameter else ""
+            lines.append(f"  {what} {v.name}: {type_str(v)} {settings}".rstrip())
     role = None
     for op_desc in block.desc.ops:
         if op_desc.role != role and role is not None:
@@ -769,7 +781,8 @@ class Program:
         return cls.from_desc(desc)
 
     def __str__(self):
-        head = f"program (format {self.desc.format_version}, seed {self.random_seed})"
+        precision = "" if self.precision == "default" else f", precision {self.precision}"
+        head = f"program (format {self.desc.format_version}, seed {self.random_seed}{precision})"
         return "\n".join([head] + [block_text(b) for b in self.blocks])
 
     def __repr__(self):

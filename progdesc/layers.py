@@ -66,7 +66,7 @@ def _activation(act, layer):
 def _known(dims, what, var):
     if any(d < 0 for d in dims):
         raise ProgramError(f"{what} must be known when the layer is built, got {list(dims)}",
-                           var=var.name)
+                           var=var.name, callsite=_user_callsite())
     return dims
 
 
@@ -104,7 +104,7 @@ def conv2d(input, num_filters, filter_size, stride=1, padding=0, dilation=1, gro
     channels = _known(input.shape[1:2], "input channels of conv2d", input)[0]
     if channels % groups:
         raise ProgramError(f"{channels} input channels do not split into {groups} groups",
-                           var=input.name)
+                           var=input.name, callsite=_user_callsite())
     kh, kw = _pair(filter_size)
     with _layer("conv2d", name) as prefix:
         w = _param(prefix, "w_0", [num_filters, channels // groups, kh, kw], param_attr,
@@ -226,7 +226,7 @@ def multi_head_attention(queries, keys=None, values=None, num_heads=1, d_model=N
     d_model = d_model or _known(queries.shape[-1:], "model dim", queries)[0]
     if d_model % num_heads:
         raise ProgramError(f"d_model {d_model} is not divisible by {num_heads} heads",
-                           var=queries.name)
+                           var=queries.name, callsite=_user_callsite())
     head_dim = d_model // num_heads
 
     def tagged(attr, tag):   # one named ParamAttr serves four projections: suffix the name

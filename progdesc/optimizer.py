@@ -76,10 +76,7 @@ class Optimizer:
         try:
             ops = self.apply_gradients(params_grads, startup_program)
         except ProgramError:   # take the backward pass out again
-            del block.desc.ops[sizes[0]:]
-            del block.desc.vars[sizes[1]:]
-            block._reindex()
-            block.program._touch()
+            _take_out_appended(block, sizes)
             raise
         return ops, params_grads
 
@@ -143,11 +140,34 @@ class Optimizer:
         return block.append_op(self.op_type, inputs, outputs, self.attrs(), role=pb.OPTIMIZE)
 
 
+def check_not_updated(loss, parameter_list=None, no_grad_set=None):
+    """Raise the ProgramError of a second `minimize` if an optimizer of `loss`'s program
+    already updates a parameter that minimize(loss, parameter_list, no_grad_set) would
+    train. For wrappers that change the program before they append the backward pass
+    (progdesc.amp); the program is left as it was."""
+    block = loss.block
+    if not any(op_desc.role == pb.OPTIMIZE for op_desc in block.desc.ops):
+        return
+    sizes = len(block.desc.ops), len(block.desc.vars)
+    try:   # the parameters the loss depends on are those its backward pass finds
+        _check_not_updated(block, append_backward(loss, parameter_list, no_grad_set))
+    finally:
+        _take_out_appended(block, sizes)
+
+
+def _take_out_appended(block, sizes):
+    """Remove the ops and variables appended to `block` since it held `sizes` (ops, vars)."""
+    del block.desc.ops[sizes[0]:]
+    del block.desc.vars[sizes[1]:]
+    block._reindex()
+    block.program._touch()
+
+
 def _check_not_updated(block, params_grads):
-    """ProgramError naming the parameters of `params_grads` an update op already writes."""
+    """ProgramError naming the parameters of `params_grads` an optimizer-role op already
+    writes (an update op, or the `where` that writes back a loss-scaled AMP step)."""
     updated = {name for op_desc in block.desc.ops if op_desc.role == pb.OPTIMIZE
-               for slot in op_desc.outputs if slot.parameter == "ParamOut"
-               for name in slot.arguments}
+               for slot in op_desc.outputs for name in slot.arguments}
     clash = [p.name for p, _ in params_grads if p.name in updated]
     if clash:
         raise ProgramError(

@@ -9,7 +9,7 @@ from typing import Optional
 
 from lowering.errors import ProgramError
 from progdesc import initializer as init
-from progdesc.framework import default_main_program, default_startup_program
+from progdesc.framework import _user_callsite, default_main_program, default_startup_program
 
 
 @dataclass
@@ -71,12 +71,12 @@ def create_parameter(shape, dtype="float32", *, attr=None, default_name="param",
     attr = ParamAttr.of(attr)
     if any(d is None or d < 0 for d in shape):
         raise ProgramError(f"parameter shape {list(shape)} must be fully known",
-                           var=attr.name or default_name)
+                           var=attr.name or default_name, callsite=_user_callsite())
     main, startup = default_main_program(), default_startup_program()
     name = attr.name or default_name
     if main.global_block().find_var(name) is not None:
         raise ProgramError("a variable of this name already exists; give the parameter "
-                           "another name", var=name)
+                           "another name", var=name, callsite=_user_callsite())
     var = main.global_block().create_parameter(name, shape, dtype, trainable=attr.trainable)
     svar = startup.global_block().create_parameter(name, shape, dtype, trainable=attr.trainable)
     (attr.initializer or default_initializer or init.XavierUniform()).append(

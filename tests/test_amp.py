@@ -179,6 +179,32 @@ def test_rewrite_refuses_a_program_with_backward_ops_and_leaves_it_unchanged():
         amp.decorate(pd.optimizer.SGD(0.1), "float16", decr_ratio=2.0)
 
 
+@pytest.mark.parametrize("first", ["bfloat16", "float16", "float32"])
+def test_minimize_after_a_minimize_on_the_same_parameters_raises_and_changes_nothing(first):
+    main, startup = pd.Program(), pd.Program()
+    with pd.program_guard(main, startup):
+        x, y = pd.data("x", [None, 4]), pd.data("y", [None, 1])
+        loss = layers.mse_loss(layers.fc(x, 1), y)
+        sgd = pd.optimizer.SGD(0.1)
+        (sgd if first == "float32" else amp.decorate(sgd, first)).minimize(loss)
+        before, startup_before = main.to_bytes(), startup.to_bytes()
+        for second in (amp.decorate(pd.optimizer.Adam(0.1), "bfloat16"),
+                       amp.decorate(pd.optimizer.Adam(0.1), "float16"), pd.optimizer.Adam(0.1)):
+            with pytest.raises(pd.ProgramError,
+                               match=r"parameters fc_0.w_0, fc_0.b_0 are already updated"):
+                second.minimize(loss)
+            with pytest.raises(pd.ProgramError, match=r"parameters fc_0.b_0 are already updated"):
+                second.minimize(loss, parameter_list=["fc_0.b_0"])
+            assert main.to_bytes() == before and startup.to_bytes() == startup_before
+    scope = pd.Scope()
+    EXE.run(startup, scope=scope)
+    w = np.array(scope.get("fc_0.w_0"))
+    feed = {"x": np.ones((2, 4), "float32"), "y": np.zeros((2, 1), "float32")}
+    for _ in range(3):   # float16: the first steps may overflow at the initial loss scale
+        EXE.run(main, feed=feed, fetch_list=[loss], scope=scope)
+    assert not np.array_equal(scope.get("fc_0.w_0"), w)   # the first optimizer still trains
+
+
 def test_a_failed_rewrite_leaves_the_program_unchanged():
     @custom_op.op("amp_test_float32_only", inputs=[custom_op.In("X", "float")],
                   outputs=[custom_op.Out("Out")])

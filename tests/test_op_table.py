@@ -28,7 +28,8 @@ INVALID = all_invalid()
 # ops users often misuse: each has Invalid cases (wrong rank, dtype or mismatched dims)
 COMMON_MISTAKES = {"add", "sub", "mul", "div", "matmul", "conv2d", "pool2d", "concat", "reshape",
                    "softmax_with_cross_entropy", "lookup_table", "batch_norm", "layer_norm",
-                   "where", "stack", "sigmoid_cross_entropy_with_logits"}
+                   "where", "stack", "sigmoid_cross_entropy_with_logits",
+                   "scaled_dot_product_attention"}
 # feed and fetch are inserted by the Executor into every run: every test here exercises them.
 EXECUTOR_OPS = {"feed", "fetch"}
 

@@ -115,3 +115,17 @@ def test_an_inference_model_keeps_the_settings_for_fine_tuning(tmp_path):
     program, _, _ = io.load_inference_model(tmp_path / "model", None, loaded_scope)
     # the new startup program only initializes what fine-tuning adds (the learning rate)
     check_step(program, pd.Program(), loaded_scope)
+
+
+def test_print_and_html_show_the_settings_where_set():
+    main, _ = build()
+    lines = str(main).splitlines()
+    assert "  param fc_0.w_0: float32[3, 2] {lr=0.5, l2=0.2}" in lines
+    assert "  param fc_0.b_0: float32[2] {lr=3}" in lines
+    text = main._repr_html_()
+    assert "<td>{lr=0.5, l2=0.2}</td>" in text and "<td>{lr=3}</td>" in text
+    plain = pd.Program()
+    with pd.program_guard(plain, pd.Program()):
+        layers.fc(pd.data("x", [None, 3]), 2)
+    assert "  param fc_0.w_0: float32[3, 2]" in str(plain).splitlines()
+    assert "lr=" not in str(plain) and "lr=" not in plain._repr_html_()

@@ -9,7 +9,7 @@ import pytest
 import progdesc as pd
 from lowering import progdesc_pb2 as pb
 from lowering.lower import lower_block
-from progdesc import export, io, layers, ops
+from progdesc import cli, export, io, layers, ops
 from progdesc.executor import with_feed_fetch
 
 _RNG = np.random.default_rng(0)
@@ -163,3 +163,23 @@ def test_on_the_cpu_both_policies_give_the_same_numbers():
         results.append((losses, np.asarray(scope.get("conv2d_0.w_0"))))
     np.testing.assert_array_equal(results[0][0], results[1][0])
     np.testing.assert_array_equal(results[0][1], results[1][1])
+
+
+def test_print_html_and_progdesc_show_name_a_non_default_policy(tmp_path, capsys):
+    main, startup = pd.Program(precision="highest"), pd.Program()
+    with pd.program_guard(main, startup):
+        out = layers.fc(pd.data("x", [None, 3]), 2)
+    assert str(main).splitlines()[0] == "program (format 1, seed 0, precision highest)"
+    assert "\u00b7 precision highest" in main._repr_html_()
+    scope = pd.Scope()
+    pd.Executor().run(startup, scope=scope)
+    export.export_compiled(tmp_path / "m.pdx", main, ["x"], [out], scope,
+                           platforms=(jax.export.default_export_platform(),))
+    io.save_program(main, tmp_path / "main.pb")
+    for path in ("m.pdx", "main.pb"):
+        assert cli.main(["show", str(tmp_path / path)]) == 0
+    shown = capsys.readouterr().out
+    assert "; precision: highest" in shown and "precision highest)" in shown
+    main.precision = "default"
+    assert str(main).splitlines()[0] == "program (format 1, seed 0)"
+    assert "\u00b7 precision" not in main._repr_html_()

@@ -2,6 +2,7 @@
 
 Parity runs both sides at the "highest" precision: on a GPU, default float32
 products are TF32, and the two programs would round them differently."""
+import glob
 import os
 import re
 import subprocess
@@ -177,3 +178,15 @@ def test_readme_example_runs_as_written(tmp_path):
     loss = float(re.search(r"loss after 200 steps: ([0-9.]+)", run.stdout).group(1))
     assert loss < 0.5
     assert "= matmul(" in run.stdout and "adam(" in run.stdout
+
+
+def test_readme_pieces_table_names_files_that_exist():
+    with open(os.path.join(ROOT, "README.md")) as f:
+        table = f.read().split("## The pieces", 1)[1].split("\n## ", 1)[0]
+    cells = re.findall(r"^\| (`[^|]*`) \|", table, re.M)
+    assert len(cells) >= 10, table
+    for cell in cells:   # `progdesc/scope.py`, `executor.py`: the second in the first's folder
+        names = re.findall(r"`([^`]+)`", cell)
+        for name in names:
+            path = name if "/" in name else os.path.join(os.path.dirname(names[0]), name)
+            assert glob.glob(os.path.join(ROOT, path.replace("<family>", "*"))), path

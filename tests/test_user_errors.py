@@ -1,7 +1,8 @@
 """Errors name the line of the user's code: a script, a `python -c` string, a notebook cell.
 
 Each way of building ops (an op function, a Variable operator, `append_op`, a layer, a
-loss, a custom op) and a run-time error at `Executor.run` is tried from a script written
+loss, a custom op), the checks a layer or `create_parameter` makes before any op exists,
+and a run-time error at `Executor.run` is tried from a script written
 to a temporary directory and run in a fresh interpreter with this repository on
 PYTHONPATH, as a user would run it. The expected line is marked `# HERE` in the script.
 """
@@ -67,6 +68,24 @@ CASES = {
         a, b = pd.data("a", [4, 5]), pd.data("b", [4, 3])
         pd.ops.pair_sum(a, b)  # HERE
         """, "ShapeError", ["op #0 'pair_sum'", "X float32[4, 5], Y float32[4, 3] rejected"]),
+    "layer_unknown_features": ("""
+        x = pd.data("x", [None, None])
+        h = layers.fc(x, 3)  # HERE
+        """, "ProgramError", ["variable 'x'", "feature dims of fc's input must be known",
+                              "got [-1]"]),
+    "layer_groups": ("""
+        image = pd.data("image", [None, 3, 8, 8])
+        h = layers.conv2d(image, 4, 3, groups=2)  # HERE
+        """, "ProgramError", ["3 input channels do not split into 2 groups"]),
+    "layer_heads": ("""
+        tokens = pd.data("tokens", [None, 5, 6])
+        h = layers.multi_head_attention(tokens, num_heads=4)  # HERE
+        """, "ProgramError", ["variable 'tokens'", "d_model 6 is not divisible by 4 heads"]),
+    "create_parameter": ("""
+        x = pd.data("x", [None, 4])
+        h = layers.fc(x, 3, param_attr=pd.ParamAttr(name="w"))
+        h = layers.fc(h, 3, param_attr=pd.ParamAttr(name="w"))  # HERE
+        """, "ProgramError", ["variable 'w'", "a variable of this name already exists"]),
     "feed_shape": ("""
         x = pd.data("x", [None, 4])
         y = ops.reduce_sum(x)

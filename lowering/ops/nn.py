@@ -245,6 +245,20 @@ _ATTENTION_INPUTS = [
 ]
 
 
+def _check_attention(Q, K, V, Bias, Mask):
+    """Q [B, T, N, H], K and V [B, S, N, H]; Bias and Mask broadcast to [B, N, T, S]."""
+    for slot, x, meaning in (("Q", Q, "B, T, N, H"), ("K", K, "B, S, N, H"),
+                             ("V", V, "B, S, N, H")):
+        checks.rank(slot, x, 4, meaning)
+    for axis, why in ((0, "the batch of Q"), (2, "the heads of Q"), (3, "the head size of Q")):
+        checks.dim("K", K, axis, Q.shape[axis], why)
+    checks.shape("V", V, K.shape, "the shape of K: one value per key")
+    logits = (Q.shape[0], Q.shape[2], Q.shape[1], K.shape[1])
+    for slot, x in (("Bias", Bias), ("Mask", Mask)):
+        if x is not None:
+            checks.broadcasts_to(slot, x, logits, "B, N, T, S: batch, heads, queries, keys")
+
+
 @op("scaled_dot_product_attention", inputs=_ATTENTION_INPUTS, outputs=[Out("Out")],
     attrs=_ATTENTION_ATTRS, same_dtype=("Q", "K", "V", "Bias"))
 def scaled_dot_product_attention(Q, K, V, Bias=None, Mask=None, *, is_causal, scale):
@@ -255,6 +269,7 @@ def scaled_dot_product_attention(Q, K, V, Bias=None, Mask=None, *, is_causal, sc
     written out here in float64. A query row whose keys are all masked gets
     uniform weights.
     """
+    _check_attention(Q, K, V, Bias, Mask)
     if Q.dtype != jnp.float64:
         return jax.nn.dot_product_attention(Q, K, V, bias=Bias, mask=Mask, is_causal=is_causal,
                                             scale=scale or None)

@@ -4,6 +4,7 @@ from progdesc.amp.loss_scaling import LossScaler, LossScaling
 from progdesc.amp.rewrite import low_dtype, rewrite_program
 from progdesc.backward import append_backward
 from progdesc.framework import default_startup_program, program_guard
+from progdesc.optimizer import check_not_updated
 
 
 class MixedPrecisionOptimizer:
@@ -30,10 +31,13 @@ class MixedPrecisionOptimizer:
         """Rewrite the forward program, then append backward, loss scaling and update ops.
 
         Returns (optimize ops, [(parameter, gradient)]) like Optimizer.minimize;
-        with loss scaling the gradients are the unscaled ones.
+        with loss scaling the gradients are the unscaled ones. Like it, raises
+        ProgramError, leaving the program as it was, when an earlier minimize
+        already updates one of the parameters.
         """
         main = loss.block.program
         startup = startup_program or default_startup_program()
+        check_not_updated(loss, parameter_list, no_grad_set)
         rewrite_program(main, self.dtype, self.lists)
         block = loss.block
         with program_guard(main, startup):

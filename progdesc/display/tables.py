@@ -9,7 +9,10 @@ as the last expression of a notebook cell shows as a table:
   their defaults. Forward, backward and optimizer ops are told apart by
   section rows, a role column and a row colour (class `pd-role-<role>`);
   the sub-blocks an op refers to (attributes of type 'block'/'blocks') are
-  shown nested under it.
+  shown nested under it. The summary line names the precision policy when
+  it is not "default"; the variables table shows a parameter's optimizer
+  settings (learning-rate scale, L2 regularizer) when its description
+  records them.
 - a scope lists its variables: name, shape, dtype, device and bytes, and
   (optionally) its child scopes, nested.
 """
@@ -19,7 +22,7 @@ from lowering import dtypes
 from lowering import progdesc_pb2 as pb
 from lowering.desc import slot_map
 from progdesc.display.graph import ROLE_COLORS, role_of, sub_blocks
-from progdesc.framework import format_value, non_default_attrs, type_str
+from progdesc.framework import format_value, non_default_attrs, param_settings_text, type_str
 
 __all__ = ["block_html", "program_html", "scope_html"]
 
@@ -123,7 +126,7 @@ def _block_table(block, shown):
 
 def _vars_table(program):
     rows = ['<table class="pd-vars"><thead><tr><th>variable</th><th>kind</th><th>dtype</th>'
-            "<th>shape</th><th>block</th></tr></thead><tbody>"]
+            "<th>shape</th><th>block</th><th>optimizer settings</th></tr></thead><tbody>"]
     count = 0
     for block in program.blocks:
         for v in block.desc.vars:
@@ -134,7 +137,7 @@ def _vars_table(program):
             cls = "pd-var pd-param" if v.is_parameter else "pd-var"
             rows.append(f'<tr><td class="{cls}">{_e(v.name)}</td><td>{kind}</td>'
                         f"<td>{_e(dtypes.name_of(v.dtype))}</td><td>{_e(list(v.dims))}</td>"
-                        f"<td>{block.idx}</td></tr>")
+                        f"<td>{block.idx}</td><td>{_e(param_settings_text(v))}</td></tr>")
     rows.append("</tbody></table>")
     return count, "".join(rows)
 
@@ -151,7 +154,8 @@ def _summary(program):
     size = sum(_numel(v.dims) for b in program.blocks for v in b.desc.vars if v.is_parameter)
     return (f"<b>Program</b> \u00b7 {len(program.blocks)} block(s) \u00b7 {n_ops} ops"
             + (f" ({roles})" if roles else "")
-            + f" \u00b7 {n_params} parameters ({size:,} values) \u00b7 seed {program.random_seed}")
+            + f" \u00b7 {n_params} parameters ({size:,} values) \u00b7 seed {program.random_seed}"
+            + ("" if program.precision == "default" else f" \u00b7 precision {program.precision}"))
 
 
 def _numel(dims):

@@ -411,6 +411,7 @@ SAMPLES = CONV + POOL + NORM + DROPOUT + LOOKUP + ATTENTION
 
 _BN_STATS = {"Bias": spec(3), "Mean": spec(3), "Variance": spec(3)}
 
+_KV = {"K": spec(2, 6, 2, 4), "V": spec(2, 6, 2, 4)}
 INVALID = [
     Invalid("conv2d", {"Input": spec(-1, 64), "Filter": spec(8, 1, 3, 3)}, name="flat_input",
             expect=["Input must have rank 4 (N, C, H, W), got float32[-1, 64]"]),
@@ -440,6 +441,29 @@ INVALID = [
                     "from begin_norm_axis=1 on), got float32[4]"]),
     Invalid("layer_norm", {"X": spec(2, 3, 4)}, attrs={"begin_norm_axis": 3}, name="axis",
             expect=["attribute begin_norm_axis=3 is out of range for X float32[2, 3, 4]"]),
+    Invalid("scaled_dot_product_attention", {"Q": spec(2, 5, 8), **_KV}, name="q_rank",
+            expect=["Q must have rank 4 (B, T, N, H), got float32[2, 5, 8]"]),
+    Invalid("scaled_dot_product_attention", {"Q": spec(2, 5, 2, 4), "K": spec(2, 6, 8),
+                                             "V": spec(2, 6, 2, 4)}, name="k_rank",
+            expect=["K must have rank 4 (B, S, N, H), got float32[2, 6, 8]"]),
+    Invalid("scaled_dot_product_attention", {"Q": spec(2, 5, 2, 3), **_KV}, name="head_size",
+            expect=["dim 3 of K float32[2, 6, 2, 4] must be 3 (the head size of Q), got 4"]),
+    Invalid("scaled_dot_product_attention", {"Q": spec(-1, 5, 2, 4), "K": spec(-1, 6, 2, 4),
+                                             "V": spec(-1, 7, 2, 4)}, name="kv_length",
+            expect=["V must have shape [-1, 6, 2, 4] (the shape of K: one value per key), "
+                    "got float32[-1, 7, 2, 4]"]),
+    Invalid("scaled_dot_product_attention", {"Q": spec(2, 5, 2, 4), **_KV,
+                                             "Mask": spec(2, 1, 5, 6)}, name="float_mask",
+            error=ProgramError, expect=["input slot 'Mask' expects a bool dtype, got float32"]),
+    Invalid("scaled_dot_product_attention", {"Q": spec(2, 5, 2, 4), **_KV,
+                                             "Mask": spec(2, 1, 5, 5, dtype="bool")},
+            name="mask_keys",
+            expect=["Mask must broadcast to [2, 2, 5, 6] (B, N, T, S: batch, heads, queries, "
+                    "keys), got bool[2, 1, 5, 5]"]),
+    Invalid("scaled_dot_product_attention", {"Q": spec(-1, 5, 2, 4), "K": spec(-1, 6, 2, 4),
+                                             "V": spec(-1, 6, 2, 4), "Bias": spec(1, 2, 2, 5, 6)},
+            name="bias_rank",
+            expect=["Bias must broadcast to [-1, 2, 5, 6]", "got float32[1, 2, 2, 5, 6]"]),
     Invalid("lookup_table", {"W": spec(10), "Ids": spec(4, dtype="int64")}, name="flat_table",
             expect=["W must have rank 2 (vocabulary size, embedding size), got float32[10]"]),
     Invalid("lookup_table", {"W": spec(10, 3), "Ids": spec(4)}, name="float_ids",
