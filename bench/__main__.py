@@ -273,7 +273,7 @@ def table(res):
         if f32:
             rows.append(("  (progdesc float32 / bf16)", f"{fmt_s(f32['progdesc']['median_s'])} / "
                          f"{fmt_s(r['progdesc']['median_s'])}",
-                         f"x{f32['progdesc']['median_s'] / r['progdesc']['median_s']:.2f} faster",
+                         f"x{f32['progdesc']['median_s'] / r['progdesc']['median_s']:.2f}",
                          "reference", ""))
     for name, r in res.get("first", {}).items():
         if "ratio" in r:
