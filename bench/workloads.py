@@ -24,6 +24,7 @@ runs one training step and returns the loss, already blocked on.
 """
 import math
 from dataclasses import dataclass, field, replace
+from functools import partial
 
 import numpy as np
 
@@ -65,8 +66,6 @@ STANDARD = ("mlp", "cnn", "transformer")
 LARGE = ("mlp_large", "cnn_large", "transformer_large")
 FLOAT32_OF = {n + "_bf16": n for n in STANDARD + LARGE}     # bf16 workload -> float32 one
 SPECS.update({b: replace(SPECS[f], amp="bfloat16") for b, f in FLOAT32_OF.items()})
-BF16 = tuple(n + "_bf16" for n in STANDARD)
-LARGE_BF16 = tuple(n + "_bf16" for n in LARGE)
 
 
 def make_batches(spec, n=4, seed=0, batch=None):
@@ -185,7 +184,6 @@ class ProgdescTrainer:
 def _flax_module(spec):
     import flax.linen as nn
     import jax.numpy as jnp
-    from functools import partial
 
     # Mixed precision as Flax users write it: bfloat16 computation, float32 parameters.
     # float32 workloads leave dtype to Flax (float32 from the inputs and parameters).
