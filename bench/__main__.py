@@ -1,16 +1,21 @@
 """`python -m bench` (`make bench`): progdesc against hand-written Flax + optax (issue 6).
 
 Workloads: mlp, cnn, transformer (bench/workloads.py), plus their large shapes
-(mlp_large, cnn_large, transformer_large) on a GPU or with --large.
+(mlp_large, cnn_large, transformer_large) on a GPU or with --large, and the bfloat16
+mixed-precision variant of each (mlp_bf16, ..., transformer_large_bf16: progdesc.amp
+against Flax with dtype=bfloat16) on a GPU or with --bf16. On a CPU the bf16 variants are
+left out by default: XLA's CPU backend emulates bfloat16 (slowly), so their times say
+nothing about a GPU.
 
 Sections (all by default; pick with --only):
   torch      when torch can be imported (or with --torch-python): bench/torch_reference.py
              in a subprocess: PyTorch eager, torch.compile and torch.compile with bf16
-             autocast;
+             autocast (the reference of the bf16 workloads);
   steps      per workload, median step time of progdesc's Executor.run vs a jitted Flax
              step with donated state, interleaved A/B in this process; plus XLA's cost and
              memory analysis of both compiled steps, and the TFLOP/s achieved (XLA's
-             flop count over the step time) with the fraction of the device's peak;
+             flop count over the step time) with the fraction of the device's peak
+             (bf16 peak for the bf16 workloads, TF32 or fp32 for the others);
   first      per workload and implementation, in a fresh subprocess: model definition to
              first finished step (compile included), and peak RSS; then again in a second
              process that finds the first one's compilation cache;
@@ -46,7 +51,11 @@ TARGETS = {
     "step": ("<=", 1.05), "first": ("<=", 1.0), "memory": ("<=", 1.2),
     "overhead": ("<=", 1.5), "exponent": ("<=", 1.1), "build10k": ("<", 2.0),
     "multistep": (">=", 1.5),
+    "torch_f32": ("<=", 1.0), "torch_bf16": ("<=", 0.8),
 }
+# issue 14's targets against PyTorch: the large transformer's float32 step against
+# torch.compile (TF32 on a GPU), its bf16 step against torch.compile with bf16 autocast
+TORCH_TARGETS = {"transformer_large": "torch_f32", "transformer_large_bf16": "torch_bf16"}
 
 
 def log(msg=""):
@@ -90,10 +99,11 @@ def _cpu_model():
 
 def run_steps(names, steps, warmup, block, analyze):
     import jax
-    device_kind, math = jax.devices()[0].device_kind, peaks.float32_math()
+    device_kind, float32_math = jax.devices()[0].device_kind, peaks.float32_math()
     results = {}
     for name in names:
         spec = W.SPECS[name]
+        math = "bf16" if spec.amp == "bfloat16" else float32_math
         batches = W.make_batches(spec, 4)
         trainers = {impl: W.trainer(impl, name) for impl in ("progdesc", "flax")}
         fns, losses = {}, {}
@@ -220,8 +230,10 @@ def run_torch(workloads, steps, warmup, python=None):
             log("  skipped: torch cannot be imported here (--torch-python names a Python with it)")
             return None
         python = sys.executable
+    # a bf16 workload's reference is the compile_bf16 variant of its float32 workload
+    names = list(dict.fromkeys(W.FLOAT32_OF.get(n, n) for n in workloads))
     cmd = [python, os.path.join(HERE, "torch_reference.py"), "--steps", str(steps),
-           "--warmup", str(warmup), "--workloads", workloads]
+           "--warmup", str(warmup), "--workloads", ",".join(names)]
     found = None
     with subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           text=True) as proc:
@@ -256,12 +268,12 @@ def table(res):
                      else "peak unknown")
             rows.append(("  (TFLOP/s from XLA's flops)", f"{a['tflops']:.3g} / {f['tflops']:.3g}",
                          share, "reference", ""))
-        t = (res.get("torch") or {}).get("workloads", {}).get(name, {})
-        if t.get("compile", {}).get("median_s"):
-            times = " / ".join(fmt_s(t[v]["median_s"]) if "median_s" in t.get(v, {}) else "n/a"
-                               for v in ("eager", "compile", "compile_bf16"))
-            rows.append(("  (PyTorch eager / compile / compile+bf16)", times,
-                         f"x{r['progdesc']['median_s'] / t['compile']['median_s']:.3f} of compile",
+        torch_rows(name, r, res.get("torch"), add, rows)
+        f32 = res["steps"].get(W.FLOAT32_OF.get(name))
+        if f32:
+            rows.append(("  (progdesc float32 / bf16)", f"{fmt_s(f32['progdesc']['median_s'])} / "
+                         f"{fmt_s(r['progdesc']['median_s'])}",
+                         f"x{f32['progdesc']['median_s'] / r['progdesc']['median_s']:.2f}",
                          "reference", ""))
     for name, r in res.get("first", {}).items():
         if "ratio" in r:
@@ -325,6 +337,30 @@ def table(res):
     return "\n".join(lines), rows
 
 
+def torch_rows(name, r, torch_res, add, rows):
+    """The PyTorch rows under a step row: progdesc over torch.compile, with bf16 autocast for
+    a bf16 workload; a target row where TORCH_TARGETS sets one, else a reference row."""
+    bf16 = name in W.FLOAT32_OF
+    t = (torch_res or {}).get("workloads", {}).get(W.FLOAT32_OF.get(name, name), {})
+    variant = "compile_bf16" if bf16 else "compile"
+    ref = t.get(variant, {}).get("median_s")
+    if not ref:
+        return
+    mine = r["progdesc"]["median_s"]
+    if not bf16:
+        times = " / ".join(fmt_s(t[v]["median_s"]) if "median_s" in t.get(v, {}) else "n/a"
+                           for v in ("eager", "compile", "compile_bf16"))
+        rows.append(("  (PyTorch eager / compile / compile+bf16)", times,
+                     f"x{mine / ref:.3f} of compile", "reference", ""))
+    what = "torch.compile+bf16" if bf16 else "torch.compile"      # bf16: autocast
+    if name in TORCH_TARGETS:
+        add(f"{name}: progdesc/{what}", f"{fmt_s(mine)} / {fmt_s(ref)}",
+            TORCH_TARGETS[name], mine / ref)
+    elif bf16:
+        rows.append((f"  (progdesc / {what})", f"{fmt_s(mine)} / {fmt_s(ref)}",
+                     f"x{mine / ref:.3f}", "reference", ""))
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -332,10 +368,14 @@ def main(argv=None):
                     help=f"comma-separated sections ({', '.join(SECTIONS)})")
     ap.add_argument("--workloads", default=None,
                     help=f"comma-separated workloads ({', '.join(W.SPECS)}); default: "
-                         f"{', '.join(W.STANDARD)}, and the large ones on a GPU or with --large")
+                         f"{', '.join(W.STANDARD)}, the large ones on a GPU or with --large, "
+                         "and the bf16 variants of those on a GPU or with --bf16")
     ap.add_argument("--large", action="store_true",
                     help="add the large shapes on the CPU too, for trying (slow: on a CPU, "
                          "pick e.g. --only steps --workloads mlp_large,cnn_large)")
+    ap.add_argument("--bf16", action="store_true",
+                    help="add the bf16 mixed-precision variants of the shapes on the CPU too "
+                         "(a GPU gets them by default; on a CPU bfloat16 is emulated and slow)")
     ap.add_argument("--torch-python", default=None,
                     help="the Python that runs the PyTorch reference (default: this one, "
                          "where it can import torch)")
@@ -374,12 +414,14 @@ def main(argv=None):
     # The sections that run in subprocesses come first: once this process's JAX backend
     # starts, it holds most of a GPU's memory (JAX preallocates it).
     if not names:
-        large = args.large or _backend_in_subprocess() == "gpu"
-        names = list(W.STANDARD) + (list(W.LARGE) if large else [])
+        gpu = _backend_in_subprocess() == "gpu"
+        names = list(W.STANDARD) + (list(W.LARGE) if args.large or gpu else [])
+        if args.bf16 or gpu:
+            names += [n + "_bf16" for n in names]
     log("workloads: " + "; ".join(f"{n} ({W.SPECS[n].describe()})" for n in names))
     if "torch" in only:
         log("PyTorch reference (subprocess; separate in time from the JAX steps below):")
-        results["torch"] = run_torch(",".join(names), args.steps, args.warmup, args.torch_python)
+        results["torch"] = run_torch(names, args.steps, args.warmup, args.torch_python)
     if "first" in only:
         log("first step and peak RSS (fresh subprocess each):")
         results["first"] = run_first(names, args.first_repeats)

@@ -11,7 +11,9 @@ does by default on NVIDIA GPUs), else on the CPU. Variants:
 
   eager         the model as written;
   compile       `torch.compile(model)`, the optimizer step eager;
-  compile_bf16  the same under `torch.autocast(dtype=torch.bfloat16)` (float32 weights).
+  compile_bf16  the same under `torch.autocast(dtype=torch.bfloat16)` (float32 weights):
+                the reference of the bench's bf16 workloads (progdesc.amp), e.g.
+                transformer_large_bf16 against transformer_large's compile_bf16.
 
 torch is not a dependency of progdesc. `python -m bench` runs this file in a subprocess
 when torch can be imported (or with `--torch-python PATH`), or run it alone, e.g. from a
@@ -43,7 +45,7 @@ import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from bench.workloads import LARGE, SPECS, STANDARD  # noqa: E402
+from bench.workloads import FLOAT32_OF, LARGE, SPECS, STANDARD  # noqa: E402
 
 VARIANTS = ("eager", "compile", "compile_bf16")
 
@@ -176,8 +178,12 @@ def main(argv=None):
     if args.workloads:
         names = [n for n in args.workloads.split(",") if n]
         for n in names:
+            if n in FLOAT32_OF:
+                ap.error(f"{n}: its PyTorch reference is the compile_bf16 variant of "
+                         f"{FLOAT32_OF[n]}")
             if n not in SPECS:
-                ap.error(f"unknown workload {n!r} (known: {', '.join(SPECS)})")
+                known = ", ".join(n for n in SPECS if n not in FLOAT32_OF)
+                ap.error(f"unknown workload {n!r} (known: {known})")
     else:
         names = list(STANDARD) + (list(LARGE) if args.large or device.type == "cuda" else [])
     variants = [v for v in args.variants.split(",") if v]

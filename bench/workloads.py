@@ -9,13 +9,22 @@ remain on purpose, as each user would write it:
 - Labels: progdesc int64 [N, 1] (its hard-label convention), Flax int32 [N].
 - Initial weights differ (same initializer families); they do not change the timings.
 
+Each shape also has a bfloat16 mixed-precision variant, named with `_bf16` (`mlp_bf16`,
+..., `transformer_large_bf16`): float32 weights and Adam state, matrix products and
+convolutions in bfloat16. progdesc gets it from `progdesc.amp.decorate(Adam, "bfloat16")`;
+the Flax model is the same module with `dtype=jnp.bfloat16` (computation) and
+`param_dtype=jnp.float32` on its Dense and Conv layers, its softmax and loss in float32
+as progdesc's AMP lists keep them (LayerNorm stays float32 there too: it reads the float32
+residual sum).
+
 `Workload.progdesc()` and `Workload.flax()` each return a `Trainer`: `define()` builds
 the model and its first state (timed as part of the first step), `prepare(batch)` turns a
 NumPy batch into that implementation's input (outside the timings), and `step(prepared)`
 runs one training step and returns the loss, already blocked on.
 """
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from functools import partial
 
 import numpy as np
 
@@ -29,15 +38,17 @@ class Spec:
     x_shape: tuple          # per-example input shape, progdesc layout
     classes: int = 10
     extra: dict = field(default_factory=dict)
+    amp: str = None         # None (float32) or the low dtype of mixed precision: 'bfloat16'
 
     def describe(self):
         """Shapes in words, e.g. 'transformer 2 layers d256 4 heads ffn 1024 s128 b16'."""
+        amp = f" {self.amp} AMP" if self.amp else ""
         if self.name != "transformer":
-            return f"{self.name} b{self.batch}"
+            return f"{self.name} b{self.batch}{amp}"
         seq, d = self.x_shape
         e = self.extra
         return (f"transformer {e['layers']} layers d{d} {e['heads']} heads ffn {e['ffn']} "
-                f"s{seq} b{self.batch}")
+                f"s{seq} b{self.batch}{amp}")
 
 
 SPECS = {
@@ -53,6 +64,8 @@ SPECS = {
 }
 STANDARD = ("mlp", "cnn", "transformer")
 LARGE = ("mlp_large", "cnn_large", "transformer_large")
+FLOAT32_OF = {n + "_bf16": n for n in STANDARD + LARGE}     # bf16 workload -> float32 one
+SPECS.update({b: replace(SPECS[f], amp="bfloat16") for b, f in FLOAT32_OF.items()})
 
 
 def make_batches(spec, n=4, seed=0, batch=None):
@@ -80,7 +93,7 @@ def flax_batch(spec, batch):
 def build_progdesc(spec, seed=0):
     """(main, startup, x var, label var, loss var) for a workload."""
     import progdesc as pd
-    from progdesc import layers, ops
+    from progdesc import amp, layers, ops
     from progdesc.optimizer import Adam
 
     main, startup = pd.Program(random_seed=seed), pd.Program(random_seed=seed)
@@ -109,7 +122,10 @@ def build_progdesc(spec, seed=0):
         else:
             raise ValueError(spec.name)
         loss = ops.mean(layers.softmax_with_cross_entropy(logits, label))
-        Adam(ADAM_LR).minimize(loss)
+        optimizer = Adam(ADAM_LR)
+        if spec.amp:
+            optimizer = amp.decorate(optimizer, dtype=spec.amp)
+        optimizer.minimize(loss)
     return main, startup, x, label, loss
 
 
@@ -169,26 +185,32 @@ def _flax_module(spec):
     import flax.linen as nn
     import jax.numpy as jnp
 
+    # Mixed precision as Flax users write it: bfloat16 computation, float32 parameters.
+    # float32 workloads leave dtype to Flax (float32 from the inputs and parameters).
+    low = jnp.dtype(spec.amp) if spec.amp else None
+    Dense = partial(nn.Dense, dtype=low, param_dtype=jnp.float32)
+    Conv = partial(nn.Conv, dtype=low, param_dtype=jnp.float32)
+
     if spec.name == "mlp":
         class MLP(nn.Module):
             @nn.compact
             def __call__(self, x):
-                x = nn.relu(nn.Dense(512)(x))
-                x = nn.relu(nn.Dense(512)(x))
-                return nn.Dense(spec.classes)(x)
+                x = nn.relu(Dense(512)(x))
+                x = nn.relu(Dense(512)(x))
+                return Dense(spec.classes)(x)
         return MLP()
 
     if spec.name == "cnn":
         class CNN(nn.Module):
             @nn.compact
             def __call__(self, x):          # NHWC
-                x = nn.relu(nn.Conv(32, (5, 5), padding="SAME")(x))
+                x = nn.relu(Conv(32, (5, 5), padding="SAME")(x))
                 x = nn.max_pool(x, (2, 2), strides=(2, 2))
-                x = nn.relu(nn.Conv(64, (5, 5), padding="SAME")(x))
+                x = nn.relu(Conv(64, (5, 5), padding="SAME")(x))
                 x = nn.max_pool(x, (2, 2), strides=(2, 2))
                 x = x.reshape((x.shape[0], -1))
-                x = nn.relu(nn.Dense(1024)(x))
-                return nn.Dense(spec.classes)(x)
+                x = nn.relu(Dense(1024)(x))
+                return Dense(spec.classes)(x)
         return CNN()
 
     if spec.name == "transformer":
@@ -204,19 +226,21 @@ def _flax_module(spec):
                 def split(h):
                     return h.reshape(b, t, heads, hd).transpose(0, 2, 1, 3)
 
-                q, k, v = (split(nn.Dense(d)(x)) for _ in range(3))
+                q, k, v = (split(Dense(d)(x)) for _ in range(3))
                 scores = jnp.matmul(q, k.transpose(0, 1, 3, 2)) * (1.0 / math.sqrt(hd))
-                w = nn.softmax(scores, axis=-1)
+                # softmax in float32 (a no-op for float32 workloads)
+                w = nn.softmax(scores.astype(jnp.float32), axis=-1).astype(v.dtype)
                 ctx = jnp.matmul(w, v).transpose(0, 2, 1, 3).reshape(b, t, d)
-                return nn.Dense(d)(ctx)
+                return Dense(d)(ctx)
 
         class EncoderLayer(nn.Module):
-            # post-norm, dropout 0: x = LN(x + attn(x)); x = LN(x + ffn(x))
+            # post-norm, dropout 0: x = LN(x + attn(x)); x = LN(x + ffn(x)). With bf16
+            # Dense layers the residual sums (float32 + bfloat16) and LayerNorm are float32.
             @nn.compact
             def __call__(self, x):
                 d = x.shape[-1]
                 x = nn.LayerNorm(epsilon=1e-5)(x + Attention()(x))
-                h = nn.Dense(d)(nn.gelu(nn.Dense(ffn)(x), approximate=False))
+                h = Dense(d)(nn.gelu(Dense(ffn)(x), approximate=False))
                 return nn.LayerNorm(epsilon=1e-5)(x + h)
 
         class Transformer(nn.Module):
@@ -224,7 +248,7 @@ def _flax_module(spec):
             def __call__(self, x):
                 for _ in range(spec.extra["layers"]):
                     x = EncoderLayer()(x)
-                return nn.Dense(spec.classes)(x.mean(axis=1))
+                return Dense(spec.classes)(x.mean(axis=1))
         return Transformer()
     raise ValueError(spec.name)
 
@@ -237,6 +261,7 @@ class FlaxTrainer:
 
     def define(self, first_batch):
         import jax
+        import jax.numpy as jnp
         import optax
         model = _flax_module(self.spec)
         x, _ = flax_batch(self.spec, first_batch)
@@ -245,7 +270,7 @@ class FlaxTrainer:
         opt_state = tx.init(params)
 
         def loss_fn(p, x, y):
-            logits = model.apply(p, x)
+            logits = model.apply(p, x).astype(jnp.float32)   # the loss in float32
             return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
 
         def train_step(p, s, x, y):
