@@ -11,11 +11,15 @@ raw call is `jax.jit(lambda x: x * 2.0)`. Three pairings, on the same arrays:
            on that jax array ("Executor.run on device arrays should cost what a jitted
            call costs").
 
-Training step: a tiny MLP (4-8-3, Adam, int64 labels, batch 2: 20 persistables in, 19
-out, next to no arithmetic), jax arrays fed, the loss left on the device and blocked on.
-The raw call is `jax.jit` of the same lowered step with the state donated and kept in
-dicts, as a JAX user would write it; it runs inside `jax.enable_x64(True)`, which its
-int64 state and labels need.
+Training steps, against `jax.jit` of the same lowered step with the state donated and
+kept in dicts, as a JAX user would write it; the raw call runs inside
+`jax.enable_x64(True)`, which its int64 state and labels need:
+
+- train: a tiny MLP (4-8-3, Adam, int64 labels, batch 2: 20 persistables in, 19 out,
+  next to no arithmetic), jax arrays fed, the loss left on the device and blocked on;
+- mlp: the `steps` section's MLP b128 step as it runs there (NumPy feeds, the loss read
+  back). Both sides run one compiled program, so on a GPU this row tells the Executor's
+  per-call cost apart from the compiled step's (the `steps` section compares with Flax).
 """
 import numpy as np
 
@@ -55,7 +59,8 @@ def tiny_training_program():
 
 
 def raw_training_step(main, scope, loss, feed):
-    """A zero-argument raw step: jax.jit of `main`'s lowered step, state donated, in dicts."""
+    """A zero-argument raw step returning the loss on the device: jax.jit of `main`'s
+    lowered step, state donated, in dicts."""
     import jax
     from lowering.lower import lower_block
     from progdesc.executor import with_feed_fetch
@@ -79,18 +84,36 @@ def raw_training_step(main, scope, loss, feed):
 def run(steps=2000, block=100, log=print):
     import jax
 
+    import progdesc as pd
+    from bench import workloads as W
+
     main, exe, scope, y = trivial_program()
     xs = np.arange(4, dtype=np.float32).reshape(1, 4)
     xd = jax.device_put(xs)
     feed, dfeed, fetch = {"x": xs}, {"x": xd}, [y]
     jitted = jax.jit(lambda v: v * 2.0)
 
-    t_main, t_exe, t_scope, t_loss = tiny_training_program()
+    def step_pair(main, exe, scope, loss, feed, return_numpy):
+        raw = raw_training_step(main, scope, loss, feed)
+        if return_numpy:
+            return (lambda: exe.run(main, feed=feed, fetch_list=[loss], scope=scope)[0],
+                    lambda: np.asarray(raw()))
+        return (lambda: exe.run(main, feed=feed, fetch_list=[loss], scope=scope,
+                                return_numpy=False)[0].block_until_ready(),
+                lambda: raw().block_until_ready())
+
     rng = np.random.default_rng(0)
     with jax.enable_x64(True):
         t_feed = {"x": jax.device_put(rng.standard_normal((2, 4)).astype(np.float32)),
                   "label": jax.device_put(np.array([[0], [2]], np.int64))}
-    raw_step = raw_training_step(t_main, t_scope, t_loss, t_feed)
+    pd_train, raw_train = step_pair(*tiny_training_program(), t_feed, return_numpy=False)
+    spec = W.SPECS["mlp"]
+    m_main, m_startup, _, _, m_loss = W.build_progdesc(spec)
+    m_exe, m_scope = pd.Executor(), pd.Scope()
+    m_exe.run(m_startup, scope=m_scope)
+    x_batch, y_batch = W.make_batches(spec, n=1)[0]
+    pd_mlp, raw_mlp = step_pair(m_main, m_exe, m_scope, m_loss,
+                                {"x": x_batch, "label": y_batch}, return_numpy=True)
 
     fns = {
         "progdesc_host": lambda: exe.run(main, feed=feed, fetch_list=fetch, scope=scope),
@@ -101,18 +124,20 @@ def run(steps=2000, block=100, log=print):
         "progdesc_on_device": lambda: exe.run(main, feed=dfeed, fetch_list=fetch, scope=scope,
                                               return_numpy=False)[0].block_until_ready(),
         "raw_on_device": lambda: jitted(xd).block_until_ready(),
-        "progdesc_train": lambda: t_exe.run(t_main, feed=t_feed, fetch_list=[t_loss],
-                                            scope=t_scope,
-                                            return_numpy=False)[0].block_until_ready(),
-        "raw_train": lambda: raw_step().block_until_ready(),
+        "progdesc_train": pd_train,
+        "raw_train": raw_train,
     }
     assert np.allclose(fns["progdesc_host"]()[0], np.asarray(jitted(xs)))
-    assert np.allclose(fns["progdesc_train"](), raw_step(), rtol=1e-3), "steps disagree"
+    for pd_step, raw_step in ((pd_train, raw_train), (pd_mlp, raw_mlp)):
+        assert np.allclose(pd_step(), raw_step(), rtol=1e-2), "the two steps disagree"
     res = interleaved(fns, steps=steps, warmup=20, block=block)
+    mlp_steps = max(steps // 20, 20)
+    res.update(interleaved({"progdesc_mlp": pd_mlp, "raw_mlp": raw_mlp}, steps=mlp_steps,
+                           warmup=5, block=5))
     out = {k: {"median_s": v["median_s"], "min_s": v["min_s"], "n": v["n"]}
            for k, v in res.items()}
     pairs = {"ratio": "host", "ratio_device": "device", "ratio_on_device": "on_device",
-             "ratio_train": "train"}
+             "ratio_train": "train", "ratio_mlp": "mlp"}
     for ratio, pair in pairs.items():
         out[ratio] = res[f"progdesc_{pair}"]["median_s"] / res[f"raw_{pair}"]["median_s"]
 
@@ -122,6 +147,7 @@ def run(steps=2000, block=100, log=print):
     log(f"  trivial program: Executor.run {us('host')} jitted (x{out['ratio']:.2f}); "
         f"device results: {us('device')} (x{out['ratio_device']:.2f}); "
         f"device feeds and results: {us('on_device')} (x{out['ratio_on_device']:.2f})")
-    log(f"  tiny training step, device feeds and loss: {us('train')} "
-        f"(x{out['ratio_train']:.2f})")
+    log(f"  tiny training step, device feeds and loss: {us('train')} raw jit "
+        f"(x{out['ratio_train']:.2f}); MLP b{spec.batch} step, NumPy feeds, loss read back: "
+        f"{us('mlp')} (x{out['ratio_mlp']:.2f})")
     return out
