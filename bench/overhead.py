@@ -66,10 +66,10 @@ def raw_training_step(main, scope, loss, feed):
     from progdesc.executor import with_feed_fetch
 
     lowered = lower_block(with_feed_fetch(main, tuple(feed), (loss.name,)), 0)
-    mutable = {n: scope.get(n) for n in lowered.reads if n in lowered.writes}
+    # its own copy of the state that gets donated; the read-only state is shared
+    mutable = {n: scope.get(n).copy() for n in lowered.reads if n in lowered.writes}
     readonly = {n: scope.get(n) for n in lowered.reads if n not in lowered.writes}
     feeds = tuple(feed.values())
-    mutable = {n: v.copy() for n, v in mutable.items()}   # its own buffers: they get donated
     jitted = jax.jit(lowered.fn, donate_argnums=(1,))
     state = [mutable]
 

@@ -55,8 +55,8 @@ class _Compiled:
             with jax.enable_x64(True), _default_device(device):
                 compiled = self.jitted.lower(*args).compile(compiler_options or None)
                 outs = compiled(*args)
-            # Only a 64-bit NumPy feed needs the context: jax arrays (the state, and device
-            # feeds) keep their dtype without it, and would not be cast to 32 bits.
+            # Only 64-bit feeds need the context (without it NumPy ones become 32-bit);
+            # the persistables are jax arrays, which keep their dtype anyway.
             self.needs_x64 = any(np.dtype(x.dtype).itemsize == 8 for x in args[:len(self.feeds)])
             # After its first call a Compiled holds the C++ call its __call__ forwards to;
             # calling that directly saves a Python frame per run.
