@@ -19,7 +19,7 @@ Sections (all by default; pick with --only):
   first      per workload and implementation, in a fresh subprocess: model definition to
              first finished step (compile included), and peak RSS; then again in a second
              process that finds the first one's compilation cache;
-  overhead   Executor.run on a one-op program vs a raw jitted call;
+  overhead   Executor.run vs a raw jitted call: a one-op program, training steps;
   build      build + append_backward + lowering of 1k..10k-op programs, growth exponent;
   multistep  Executor.run(..., steps=K) vs K calls (skipped without a `steps` argument).
 
@@ -304,6 +304,14 @@ def table(res):
             f"{o['progdesc_device']['median_s'] * 1e6:.0f} us / "
             f"{o['raw_device']['median_s'] * 1e6:.0f} us", "overhead", o["ratio_device"],
             "x{:.2f}")
+        add("  (device feeds and results)",
+            f"{o['progdesc_on_device']['median_s'] * 1e6:.0f} us / "
+            f"{o['raw_on_device']['median_s'] * 1e6:.0f} us", "overhead", o["ratio_on_device"],
+            "x{:.2f}")
+        for pair, label in (("train", "tiny Adam step vs raw jit, device feeds"),
+                            ("mlp", "MLP b128 step vs raw jit, same program")):
+            add(f"  ({label})", f"{fmt_s(o[f'progdesc_{pair}']['median_s'])} / "
+                f"{fmt_s(o[f'raw_{pair}']['median_s'])}", "step", o[f"ratio_{pair}"], "x{:.2f}")
     b = res.get("build")
     if b:
         pe = b["phase_exponents"]

@@ -40,13 +40,13 @@ class _Compiled:
     writes: tuple          # persistables coming back
     n_fetched: int
     call: object = None        # the executable's call, made on the first run
-    needs_x64: bool = True     # whether calls need 64-bit types enabled (a 64-bit argument)
+    needs_x64: bool = True     # whether calls need 64-bit types enabled (a 64-bit feed)
     scope: object = None       # the scope the holders were found in (they reference it anyway)
     generation: int = -1       # Scope.generation when they were found
     read_holders: tuple = ()
     write_holders: tuple = ()
     checked: bool = False      # whether a run checked what the holders hold
-    hot_scope: object = None   # `scope`, once checked, when calls need no 64-bit context
+    hot_scope: object = None   # `scope`, once a run checked what its holders hold
     feeds: tuple = ()          # (name, shape of one step's value) per feed, for error messages
 
     def __call__(self, args, device, compiler_options=None):
@@ -55,7 +55,9 @@ class _Compiled:
             with jax.enable_x64(True), _default_device(device):
                 compiled = self.jitted.lower(*args).compile(compiler_options or None)
                 outs = compiled(*args)
-            self.needs_x64 = any(np.dtype(x.dtype).itemsize == 8 for x in args)
+            # Only 64-bit feeds need the context (without it NumPy ones become 32-bit);
+            # the persistables are jax arrays, which keep their dtype anyway.
+            self.needs_x64 = any(np.dtype(x.dtype).itemsize == 8 for x in args[:len(self.feeds)])
             # After its first call a Compiled holds the C++ call its __call__ forwards to;
             # calling that directly saves a Python frame per run.
             self.call = getattr(compiled, "_call", None) or compiled
@@ -201,7 +203,10 @@ class Executor:
                 values = [v if cast is None else v.astype(cast)
                           for v, cast in zip(feed.values(), casts)]
         if entry.hot_scope is scope and entry.generation == Scope.generation:
-            if entry.read_holders:
+            if entry.needs_x64:
+                with jax.enable_x64(True):
+                    outs = entry.call(*values, *map(_VALUE, entry.read_holders))
+            elif entry.read_holders:
                 outs = entry.call(*values, *map(_VALUE, entry.read_holders))
             else:
                 outs = entry.call(*values)
@@ -231,8 +236,7 @@ class Executor:
             if mismatch is None:
                 raise
             raise _in_run(mismatch) from None
-        entry.checked = True
-        entry.hot_scope = None if entry.needs_x64 else scope
+        entry.checked, entry.hot_scope = True, scope
         return outs
 
     def _prepare(self, program, feed, fetch_names, steps):

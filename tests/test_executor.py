@@ -234,3 +234,75 @@ def test_compiler_options_reach_xla_and_unknown_ones_are_refused():
     with pytest.raises(Exception, match="no_such_option"):
         bad.run(main, feed=feed, fetch_list=[y], scope=scope)
     assert exe.run(main, feed=feed, fetch_list=[y], scope=scope)[0].tolist() == [[2.5] * 3]
+
+
+def int64_counter_program():
+    """counter (int64 [3], persistable, starts at 2**40) += x (int64 [3] feed); out = counter."""
+    main, startup = pd.Program(), pd.Program()
+    with pd.program_guard(main, startup):
+        x = pd.data("x", [3], "int64")
+        for prog in (startup, main):
+            prog.global_block().create_var("counter", [3], "int64", persistable=True)
+        startup.global_block().append_op("fill_constant", {}, {"Out": ["counter"]},
+                                         {"shape": [3], "value": float(2 ** 40),
+                                          "dtype": "int64"})
+        main.global_block().append_op("add", {"X": ["counter"], "Y": [x]}, {"Out": ["counter"]})
+    return main, startup
+
+
+def test_int64_feeds_as_numpy_or_device_arrays_keep_64_bits_on_every_run():
+    main, startup = int64_counter_program()
+    scope, exe = pd.Scope(), pd.Executor()
+    exe.run(startup, scope=scope)
+    with jax.enable_x64(True):
+        device_feed = jax.device_put(np.full(3, 2 ** 33, np.int64))
+    expected = 2 ** 40
+    for feed in (np.full(3, 2 ** 33, np.int64), device_feed) * 3:   # cold, then cached calls
+        out, = exe.run(main, feed={"x": feed}, fetch_list=["counter"], scope=scope)
+        expected += 2 ** 33                     # beyond int32: a 32-bit cast would lose it
+        assert out.dtype == np.int64 and out.tolist() == [expected] * 3
+    assert scope.get("counter").dtype == np.int64
+    assert exe.trace_count == 2                # startup and main, once each
+
+
+def test_device_array_feeds_are_checked_and_a_refused_one_changes_nothing():
+    main, startup = pd.Program(), pd.Program()
+    with pd.program_guard(main, startup):
+        x = pd.data("x", [None, 3])
+        for prog in (startup, main):
+            prog.global_block().create_var("counter", [3], persistable=True)
+        startup.global_block().append_op("fill_constant", {}, {"Out": ["counter"]},
+                                         {"shape": [3], "value": 1.0})
+        column_sums = ops.reduce_sum(x, axis=[0])
+        main.global_block().append_op("add", {"X": ["counter"], "Y": [column_sums]},
+                                      {"Out": ["counter"]})
+    scope, exe = pd.Scope(), pd.Executor()
+    exe.run(startup, scope=scope)
+    good = jax.numpy.ones((2, 3), jax.numpy.float32)
+    for _ in range(2):                          # the second run takes the cached path
+        exe.run(main, feed={"x": good}, scope=scope)
+    before = scope.get("counter")
+    assert np.asarray(before).tolist() == [5.0, 5.0, 5.0]
+    refused = {
+        r"feed has shape \[2, 4\].*\[-1, 3\]": jax.numpy.ones((2, 4), jax.numpy.float32),
+        r"feed has shape \[3\]": jax.numpy.ones(3, jax.numpy.float32),
+        "feed has dtype bool, the variable is float32": jax.numpy.ones((2, 3), bool),
+    }
+    for message, value in refused.items():
+        with pytest.raises(pd.FeedError, match=f"variable 'x': {message}"):
+            exe.run(main, feed={"x": value}, scope=scope)
+        assert scope.get("counter") is before   # the same, undonated buffer
+        assert np.asarray(before).tolist() == [5.0, 5.0, 5.0]
+    exe.run(main, feed={"x": good}, scope=scope)
+    assert np.asarray(scope.get("counter")).tolist() == [7.0, 7.0, 7.0]
+
+
+def test_float_device_array_fed_to_an_int64_variable_is_refused():
+    main, startup = int64_counter_program()
+    scope, exe = pd.Scope(), pd.Executor()
+    exe.run(startup, scope=scope)
+    exe.run(main, feed={"x": np.ones(3, np.int64)}, scope=scope)
+    before = np.asarray(scope.get("counter"))
+    with pytest.raises(pd.FeedError, match="variable 'x'.*float32.*int64"):
+        exe.run(main, feed={"x": jax.numpy.ones(3, jax.numpy.float32)}, scope=scope)
+    assert np.array_equal(np.asarray(scope.get("counter")), before)
