@@ -20,7 +20,8 @@ residual sum).
 `Workload.progdesc()` and `Workload.flax()` each return a `Trainer`: `define()` builds
 the model and its first state (timed as part of the first step), `prepare(batch)` turns a
 NumPy batch into that implementation's input (outside the timings), and `step(prepared)`
-runs one training step and returns the loss, already blocked on.
+runs one training step and returns the loss read back to the host as a NumPy value (both
+implementations pay the same device-to-host copy and wait).
 """
 import math
 from dataclasses import dataclass, field, replace
@@ -288,7 +289,7 @@ class FlaxTrainer:
     def step(self, prepared):
         x, y = prepared
         self.params, self.opt_state, loss = self._step(self.params, self.opt_state, x, y)
-        return loss.block_until_ready()
+        return np.asarray(loss)   # read back to the host, as progdesc's run returns it
 
     def compiled_step(self, batch):
         x, y = flax_batch(self.spec, batch)
