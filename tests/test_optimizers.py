@@ -206,6 +206,7 @@ def test_minimize_returns_optimize_ops_and_params_grads():
 
 
 def test_step_counter_is_shared_and_incremented_once_per_run():
+    """Two optimizers on disjoint parameters: each trains its own, one step counter."""
     main, startup = pd.Program(), pd.Program()
     with pd.program_guard(main, startup):
         loss = quadratic(("w", "b"))
@@ -284,21 +285,3 @@ def test_minimize_twice_on_the_same_parameters_raises_and_changes_nothing():
     assert main.to_bytes() == before and startup.to_bytes() == startup_before
     assert sorted(main.global_block().vars) == sorted(
         pd.Program.from_bytes(before).global_block().vars)
-
-
-def test_two_optimizers_on_disjoint_parameters_each_train_their_own():
-    main, startup = pd.Program(), pd.Program()
-    with pd.program_guard(main, startup):
-        loss = quadratic(("w", "b"))
-        O.SGD(0.1).minimize(loss, parameter_list=["w"])
-        O.Adam(0.1).minimize(loss, parameter_list=["b"])
-    scope, exe = pd.Scope(), pd.Executor()
-    exe.run(startup, scope=scope)
-    got = []
-    for _ in range(STEPS):
-        exe.run(main, feed={f"{n}_target": TARGETS[n] for n in ("w", "b")}, scope=scope)
-        got.append({n: np.asarray(scope.get(n)) for n in ("w", "b")})
-    tx = optax.multi_transform({"sgd": optax.sgd(0.1), "adam": optax.adam(0.1)},
-                               {"w": "sgd", "b": "adam"})
-    want, _ = reference(tx, params=("w", "b"))
-    assert_same_trajectory(got, want)
