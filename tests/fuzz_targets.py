@@ -26,6 +26,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 import progdesc as pd
+from lowering import progdesc_pb2 as pb
 from lowering.errors import ProgdescError
 from progdesc import export, io, layers
 from progdesc.optimizer import Adam
@@ -317,6 +318,129 @@ class ModelLayoutTarget(Target):
             os.symlink("nowhere", path)
 
 
+def _names(desc):
+    return sorted({v.name for b in desc.blocks for v in b.vars})
+
+
+_ODD_NAMES = ["", "@RNG@", "../x", "a" * 300, "\x00", "x"]
+_ATTR_VALUES = st.one_of(
+    st.tuples(st.sampled_from(["i", "block_idx"]), st.integers(-2**31, 2**31 - 1)),
+    st.tuples(st.just("l"), st.integers(-2**63, 2**63 - 1)),
+    st.tuples(st.sampled_from(["f", "d"]), st.floats(allow_nan=True, width=32)),
+    st.tuples(st.just("s"), st.text(max_size=8)),
+    st.tuples(st.just("b"), st.booleans()),
+    st.tuples(st.sampled_from(["ints", "blocks_idx"]),
+              st.lists(st.integers(-2**31, 2**31 - 1), max_size=4)),
+    st.tuples(st.just("longs"), st.lists(st.integers(-2**63, 2**63 - 1), max_size=4)),
+    st.tuples(st.sampled_from(["floats", "doubles"]),
+              st.lists(st.floats(allow_nan=True, width=32), max_size=4)),
+    st.tuples(st.just("strings"), st.lists(st.text(max_size=4), max_size=4)),
+    st.tuples(st.just("bools"), st.lists(st.booleans(), max_size=4)))
+
+
+def _set_attr(attribute, kind, value):
+    attribute.Clear()
+    if isinstance(value, list):
+        getattr(attribute, kind).values.extend(value)
+    else:
+        setattr(attribute, kind, value)
+
+
+class ProgramEditTarget(Target):
+    """program_from_bytes of a well-formed ProgramDesc with fields of its ops and variables edited.
+
+    Byte mutations mostly break the protobuf encoding; these keep it valid and
+    change what validation has to judge: dims, dtypes, kinds, names, op types,
+    slots, attributes, roles and blocks.
+    """
+    name = "program_desc_edits"
+
+    def strategy(self):
+        from lowering import registry
+        names = st.sampled_from(_names(pb.ProgramDesc.FromString(seeds().program_bytes))
+                                + _ODD_NAMES)
+        index = st.integers(0, 1 << 16)
+        small = st.integers(-8, 16) | st.integers(-2**40, 2**40)
+        edit = st.one_of(
+            st.tuples(st.just("var"), index, st.sampled_from(["dtype", "kind"]), small),
+            st.tuples(st.just("var"), index, st.just("dims"), st.lists(small, max_size=5)),
+            st.tuples(st.just("var"), index, st.just("name"), names),
+            st.tuples(st.just("var"), index, st.sampled_from(
+                ["persistable", "stop_gradient", "is_parameter", "need_check_feed"])),
+            st.tuples(st.sampled_from(["drop_var", "dup_var", "drop_op", "dup_op"]), index),
+            st.tuples(st.just("op"), index, st.just("type"),
+                      st.sampled_from([o.type for o in registry.all_ops()] + ["", "nosuch"])),
+            st.tuples(st.just("op"), index, st.just("role"), small),
+            st.tuples(st.just("op"), index, st.sampled_from(["inputs", "outputs"]), index, names),
+            st.tuples(st.just("op"), index, st.sampled_from(["in_slot", "out_slot"]), index,
+                      st.sampled_from(["X", "Y", "Out", "nosuch", ""])),
+            st.tuples(st.just("op"), index, st.just("attr"), index, _ATTR_VALUES),
+            st.tuples(st.just("op"), index, st.just("new_attr"),
+                      st.sampled_from(["is_test", "axis", "nosuch"]), _ATTR_VALUES),
+            st.tuples(st.just("block"), small, small),
+            st.tuples(st.just("program"), st.sampled_from(["format_version", "random_seed"]),
+                      small))
+        return st.lists(edit, min_size=1, max_size=3)
+
+    def prepare(self, case, work):
+        desc = pb.ProgramDesc.FromString(seeds().program_bytes)
+        for edit in case:
+            _edit(desc, *edit)
+        data = desc.SerializeToString()
+        return Trial(lambda: io.program_from_bytes(data), _usable)
+
+
+def _edit(desc, what, *args):
+    """Apply one edit of ProgramEditTarget's strategy to the ProgramDesc `desc`."""
+    block = desc.blocks[0]
+    if what == "block":
+        desc.blocks.add(idx=max(-2**31, min(args[0], 2**31 - 1)),
+                        parent_idx=max(-2**31, min(args[1], 2**31 - 1)))
+    elif what == "program":
+        bound = 2**31 - 1 if args[0] == "format_version" else 2**63 - 1
+        setattr(desc, args[0], max(-bound - 1, min(args[1], bound)))
+    elif what in ("drop_var", "dup_var", "var"):
+        if not block.vars:
+            return
+        var = block.vars[args[0] % len(block.vars)]
+        if what == "drop_var":
+            block.vars.remove(var)
+        elif what == "dup_var":
+            block.vars.add().CopyFrom(var)
+        elif args[1] in ("dtype", "kind"):
+            setattr(var, args[1], max(-2**31, min(args[2], 2**31 - 1)))
+        elif args[1] == "dims":
+            var.dims[:] = args[2]
+        elif args[1] == "name":
+            var.name = args[2]
+        else:
+            setattr(var, args[1], not getattr(var, args[1]))
+    elif block.ops:
+        op = block.ops[args[0] % len(block.ops)]
+        if what == "drop_op":
+            block.ops.remove(op)
+        elif what == "dup_op":
+            block.ops.add().CopyFrom(op)
+        elif args[1] == "type":
+            op.type = args[2]
+        elif args[1] == "role":
+            op.role = max(-2**31, min(args[2], 2**31 - 1))
+        elif args[1] in ("inputs", "outputs"):
+            arguments = [a for slot in getattr(op, args[1]) for a in slot.arguments]
+            slots = [(slot, k) for slot in getattr(op, args[1]) for k in range(len(slot.arguments))]
+            if arguments:
+                slot, k = slots[args[2] % len(slots)]
+                slot.arguments[k] = args[3]
+        elif args[1] in ("in_slot", "out_slot"):
+            slots = op.inputs if args[1] == "in_slot" else op.outputs
+            if slots:
+                slots[args[2] % len(slots)].parameter = args[3]
+        elif args[1] == "attr" and op.attrs:
+            _set_attr(op.attrs[sorted(op.attrs)[args[2] % len(op.attrs)]], *args[3])
+        elif args[1] == "new_attr":
+            _set_attr(op.attrs[args[2]], *args[3])
+
+
 def _compiled_check(result):
     header = result.header if isinstance(result, export.CompiledModel) else result[0]
     want = seeds().compiled_header
@@ -328,12 +452,19 @@ def _compiled_check(result):
 
 
 def _usable(program):
-    """A loaded program can be printed, cloned for test and round-tripped through text."""
+    """A loaded program can be printed, cloned for test and saved and loaded again."""
     str(program)
     program.clone(for_test=True)
+    if pd.Program.from_bytes(program.to_bytes()).to_bytes() != program.to_bytes():
+        return "program's round trip"
+    return None
+
+
+def _usable_text(program):
+    """As `_usable`, and its text form reads back as the same program."""
     if pd.Program.from_text(program.to_text()).to_bytes() != program.to_bytes():
         return "program's text round trip"
-    return None
+    return _usable(program)
 
 
 def targets():
@@ -343,9 +474,10 @@ def targets():
         BytesTarget("load_program", lambda: s().program_bytes,
                     lambda path, _: io.load_program(path), _usable, "program.pb"),
         BytesTarget("load_program_text", lambda: s().program_text,
-                    lambda path, _: io.load_program(path), _usable, "program.pbtxt"),
+                    lambda path, _: io.load_program(path), _usable_text, "program.pbtxt"),
         BytesTarget("program_from_bytes", lambda: s().program_bytes,
                     lambda data, _: io.program_from_bytes(data), _usable),
+        ProgramEditTarget(),
         CheckpointTarget(),
         BytesTarget("checkpoint_from_bytes", lambda: s().checkpoint,
                     lambda data, _: io.checkpoint_from_bytes(data),
