@@ -117,6 +117,26 @@ def test_invalid_ops_are_reported_with_index_and_type(tmp_path):
     assert info.value.op_index == index and "attr.pb" in str(info.value)
 
 
+def test_var_descs_and_roles_no_api_makes_are_refused():
+    good = _desc(mlp()[0])
+    name = good.blocks[0].vars[0].name
+
+    def edited(edit):
+        desc = pb.ProgramDesc()
+        desc.CopyFrom(good)
+        edit(desc.blocks[0])
+        return desc.SerializeToString()
+
+    for edit, match in ((lambda b: b.vars[0].dims.append(-2), r"dims \[.*-2\]"),
+                        (lambda b: setattr(b.vars[0], "kind", 99), "unknown kind 99"),
+                        (lambda b: setattr(b.vars[0], "dtype", 0), "unknown dtype 0"),
+                        (lambda b: b.vars.add().CopyFrom(b.vars[0]), "declared twice"),
+                        (lambda b: setattr(b.ops[1], "role", 7), "unknown op role 7")):
+        with pytest.raises(pd.FormatError, match=match) as info:
+            io.program_from_bytes(edited(edit))
+        assert info.value.var == name or info.value.op_index == 1
+
+
 # --- checkpoints ---
 
 def test_checkpoint_round_trip_is_exact_for_every_persistable(tmp_path):
