@@ -23,7 +23,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
 
 OUTCOMES = ("loaded", "refused", "error", "changed", "undetected", "hang", "crash")
 HEADINGS = ("loaded", "typed error", "other error", "changed", "undetected", "hang", "crash")
-CHUNK = 1000            # cases per hypothesis run inside a worker
+CHUNK = 1000            # cases per hypothesis run inside a worker (and for a finite target)
 STARTUP_TIMEOUT = 900   # seconds for a worker to import JAX and build the valid inputs
 
 
@@ -80,11 +80,13 @@ class Worker:
 class Soak:
     """The job queue, the workers and the tallies."""
 
-    def __init__(self, names, cases, jobs, timeout, base_seed):
-        per_target, extra = divmod(cases, len(names))
+    def __init__(self, targets, cases, jobs, timeout, base_seed):
+        names = list(targets)
+        finite = [n for n in names if targets[n].finite]     # all their cases fit in one chunk
+        per_target, extra = divmod(cases - CHUNK * len(finite), len(names) - len(finite))
         self.queue = collections.deque()
         for i, name in enumerate(names):
-            left = per_target + (i < extra)
+            left = CHUNK if name in finite else per_target + (i < extra)
             while left > 0:
                 self.queue.append([name, min(CHUNK, left)])
                 left -= CHUNK
@@ -193,9 +195,10 @@ def main(argv=None):
     parser.add_argument("--report-every", type=float, default=60.0, help="progress, in seconds")
     args = parser.parse_args(argv)
     import fuzz_targets
-    names = args.only or list(fuzz_targets.targets())
+    targets = fuzz_targets.targets()
+    targets = {n: targets[n] for n in args.only} if args.only else targets
     started = time.monotonic()
-    soak = Soak(names, args.cases, args.jobs, args.timeout, args.seed)
+    soak = Soak(targets, args.cases, args.jobs, args.timeout, args.seed)
     soak.run(args.report_every)
     print(soak.summary(time.monotonic() - started), flush=True)
     return 1 if soak.findings else 0

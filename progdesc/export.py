@@ -179,6 +179,8 @@ def read_compiled(data, path="<bytes>"):
             dtypes.to_numpy(spec["dtype"]), str(spec["name"]), list(spec["shape"])
         if not all(isinstance(p, str) for p in header["platforms"]):
             raise TypeError("platforms must be names")
+        if not isinstance(header["x64"], bool) or header["format_version"] != version:
+            raise ValueError("x64 must be true or false, format_version that of the file")
     except (ValueError, KeyError, TypeError, ProgdescError) as e:
         raise FormatError(f"{where} has an invalid header: {type(e).__name__}: {e}") from None
     own = header.get("header_sha256")       # absent in files written before it existed

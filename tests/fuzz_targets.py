@@ -155,8 +155,9 @@ class Trial:
 
 
 class Target:
-    """A loader and the inputs it is fuzzed with."""
+    """A loader and the inputs it is fuzzed with (`finite`: few enough cases to try them all)."""
     name = ""
+    finite = False
 
     def strategy(self):
         """Hypothesis strategy of this target's cases."""
@@ -248,6 +249,7 @@ class ModelLayoutTarget(Target):
     (`dir-link`, `inner-link`) must be refused.
     """
     name = "inference_model_layout"
+    finite = True
     ENTRIES = ("../params.safetensors", "/etc/passwd", "sub/../model.pb", "", "extra.bin",
                "./model.pb", "model.pb/..")
     LINKS = ("outside-copy", "dev-zero", "fifo", "directory", "loop", "dangling", "absolute")

@@ -26,7 +26,8 @@ def watchdog():
 def test_mutated_inputs_are_refused_with_a_typed_error_and_change_nothing(name):
     target = TARGETS[name]
 
-    @settings(max_examples=CASES_PER_TARGET, deadline=None, derandomize=True, database=None,
+    @settings(max_examples=4 * CASES_PER_TARGET if target.finite else CASES_PER_TARGET,
+              deadline=None, derandomize=True, database=None,
               phases=[Phase.explicit, Phase.generate, Phase.shrink],
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
     @given(case=target.strategy())
