@@ -20,8 +20,10 @@ import time
 # tests/ holds the targets, imported as pytest imports them (pyproject's pythonpath).
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                 "tests"))
+import fuzz_targets  # noqa: E402
 
-OUTCOMES = ("loaded", "refused", "error", "changed", "undetected", "hang", "crash")
+OUTCOMES = fuzz_targets.OUTCOMES + ("hang", "crash")
+
 HEADINGS = ("loaded", "typed error", "other error", "changed", "undetected", "hang", "crash")
 CHUNK = 1000            # cases per hypothesis run inside a worker (and for a finite target)
 STARTUP_TIMEOUT = 900   # seconds for a worker to import JAX and build the valid inputs
@@ -33,26 +35,25 @@ def _worker(conn):
 
     from hypothesis import HealthCheck, Phase, given, seed, settings
 
-    import fuzz_targets
     targets = fuzz_targets.targets()
     fuzz_targets.seeds()
-    base = tempfile.mkdtemp(prefix="progdesc-fuzz-")
     conn.send(("ready",))
-    for name, job_seed, count, skip in iter(conn.recv, None):
-        target, skip = targets[name], set(skip)
+    with tempfile.TemporaryDirectory(prefix="progdesc-fuzz-") as base:
+        for name, job_seed, count, skip in iter(conn.recv, None):
+            target, skip = targets[name], set(skip)
 
-        @settings(max_examples=count, deadline=None, database=None, phases=[Phase.generate],
-                  suppress_health_check=list(HealthCheck))
-        @seed(job_seed)
-        @given(target.strategy())
-        def run(case):
-            if repr(case) in skip:      # hung or crashed a worker before (hypothesis starts
-                return                  # each run with its simplest case)
-            conn.send(("start", repr(case)))
-            conn.send(("done",) + fuzz_targets.run_case(target, case, base))
+            @settings(max_examples=count, deadline=None, database=None,
+                      phases=[Phase.generate], suppress_health_check=list(HealthCheck))
+            @seed(job_seed)
+            @given(target.strategy())
+            def run(case):
+                if repr(case) in skip:      # hung or crashed a worker before (hypothesis
+                    return                  # starts each run with its simplest case)
+                conn.send(("start", repr(case)))
+                conn.send(("done",) + fuzz_targets.run_case(target, case, base))
 
-        run()
-        conn.send(("finished",))
+            run()
+            conn.send(("finished",))
 
 
 class Worker:
@@ -83,7 +84,8 @@ class Soak:
     def __init__(self, targets, cases, jobs, timeout, base_seed):
         names = list(targets)
         finite = [n for n in names if targets[n].finite]     # all their cases fit in one chunk
-        per_target, extra = divmod(cases - CHUNK * len(finite), len(names) - len(finite))
+        per_target, extra = divmod(max(0, cases - CHUNK * len(finite)),
+                                   max(1, len(names) - len(finite)))
         self.queue = collections.deque()
         for i, name in enumerate(names):
             left = CHUNK if name in finite else per_target + (i < extra)
@@ -103,8 +105,8 @@ class Soak:
         while self.queue or any(w.job for w in self.workers):
             for w in self.workers:
                 if w.ready and w.job is None and self.queue:
-                    job = self.queue[0]
-                    w.give(self.queue.popleft(), next(self.seeds), self.fatal[job[0]])
+                    job = self.queue.popleft()
+                    w.give(job, next(self.seeds), self.fatal[job[0]])
             ready = multiprocessing.connection.wait([w.conn for w in self.workers], timeout=1)
             for w in self.workers:
                 if w.conn in ready:
@@ -185,17 +187,18 @@ class Soak:
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m bench.fuzz", description=__doc__.split("\n")[0])
+    targets = fuzz_targets.targets()
+    parser = argparse.ArgumentParser(prog="python -m bench.fuzz",
+                                     description=__doc__.split("\n")[0])
     parser.add_argument("--cases", type=int, default=100_000, help="in all (default %(default)s)")
     parser.add_argument("--jobs", type=int, default=2, help="worker processes (default 2)")
     parser.add_argument("--timeout", type=float, default=20.0,
                         help="seconds a case may take before it counts as a hang (default 20)")
     parser.add_argument("--seed", type=int, default=0, help="base seed (default 0)")
-    parser.add_argument("--only", nargs="*", help="target names (default: all)")
+    parser.add_argument("--only", nargs="*", choices=sorted(targets), metavar="TARGET",
+                        help=f"some of: {', '.join(targets)} (default: all)")
     parser.add_argument("--report-every", type=float, default=60.0, help="progress, in seconds")
     args = parser.parse_args(argv)
-    import fuzz_targets
-    targets = fuzz_targets.targets()
     targets = {n: targets[n] for n in args.only} if args.only else targets
     started = time.monotonic()
     soak = Soak(targets, args.cases, args.jobs, args.timeout, args.seed)

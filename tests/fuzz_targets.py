@@ -6,18 +6,20 @@ model directory's layout) and the loader it runs on the mutated input.
 `run_case` runs one case in a fresh directory and sorts the outcome:
 
 - ``loaded``: accepted, and what was loaded equals what was saved (a mutation
-  that changes nothing the loader reads, such as a byte of protobuf padding);
+  that changes nothing the loader reads, such as JSON whitespace);
 - ``refused``: a `ProgdescError` was raised, the Scope and every file as before;
 - ``error``: any other exception;
 - ``changed``: refused, but the Scope or a file changed;
 - ``undetected``: accepted, but the loaded values differ from the saved ones.
 
 Programs carry no checksum, so a mutated program that still validates counts
-as ``loaded`` if it can be used: printed, cloned and round-tripped as text. Hangs are the runner's business (bench/fuzz.py runs cases in a
-worker process under a time limit).
+as ``loaded`` if it can be used: printed, cloned, saved and loaded again.
+Hangs are the runner's business (bench/fuzz.py runs each case in a worker
+process under a time limit).
 """
 import dataclasses
 import functools
+import json
 import os
 import shutil
 import tempfile
@@ -129,7 +131,7 @@ def _stale_scope(values):
 
 
 def _differs(got, want):
-    """None if the {name: array} maps are equal in names, dtypes, shapes and bytes; else a name."""
+    """What differs between two {name: array} maps (names, dtypes, shapes, bytes), or None."""
     if sorted(got) != sorted(want):
         return f"names {sorted(set(got) ^ set(want))}"
     for name, value in want.items():
@@ -287,7 +289,6 @@ class ModelLayoutTarget(Target):
 
     @staticmethod
     def _manifest_with(case):
-        import json
         entry, how, signed = case
         manifest = json.loads(seeds().model_files[io.MODEL_MANIFEST])
         manifest.pop("manifest_sha256")
@@ -309,7 +310,7 @@ class ModelLayoutTarget(Target):
         elif how == "absolute":
             os.symlink(os.path.join(outside, name), path)
         elif how == "dev-zero":
-            os.symlink(os.devnull.replace("null", "zero"), path)
+            os.symlink("/dev/zero", path)
         elif how == "fifo":
             os.mkfifo(path)
         elif how == "directory":

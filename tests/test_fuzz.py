@@ -4,6 +4,9 @@ A few dozen reproducible cases per loader (tests/fuzz_targets.py); `make fuzz`
 runs the same targets for 100,000 cases with a time limit on each.
 """
 import faulthandler
+import os
+import subprocess
+import sys
 
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
@@ -49,3 +52,18 @@ def test_mutations_change_the_bytes_as_described():
     assert mutate(data, [("truncate", 4)]) == data[:4]
     assert mutate(data, [("byte", 13, 0)]) == data[:2] + b"\x00" + data[3:]   # 13 % (10 + 1)
     assert mutate(data, [("truncate", 5), ("insert", 0, b"z")]) == b"z" + data[:5]
+
+
+@pytest.mark.slow
+def test_the_soak_runner_prints_a_summary_per_target():
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.fuzz", "--cases", "40", "--jobs", "1",
+         "--only", "load_program", "load_checkpoint"], capture_output=True, text=True, cwd=root,
+        env=dict(os.environ, PYTHONPATH=root), timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = {line.split()[0]: line.split()[1:] for line in done.stdout.splitlines()
+            if line.startswith(("load_program ", "load_checkpoint ", "all "))}
+    assert rows["load_program"][0] == rows["load_checkpoint"][0] == "20"
+    assert rows["all"][0] == "40" and rows["all"][3:] == ["0"] * 5    # no finding of any kind
+    assert "40 cases in" in done.stdout and "0 finding(s)" in done.stdout
