@@ -1,8 +1,9 @@
 """`python -m bench.fuzz` (`make fuzz`): a soak of every loader with mutated inputs.
 
 Runs the targets of tests/fuzz_targets.py (the ones tests/test_fuzz.py runs a
-few dozen cases of) for --cases in all, split evenly between the targets, in
---jobs worker processes. Each case runs under a time limit (--timeout): a
+few dozen cases of) for --cases in all, split evenly between the targets (one
+whose cases are few, `finite`, runs them all and leaves the rest to the others),
+in --jobs worker processes. Each case runs under a time limit (--timeout): a
 worker that overruns it is killed and restarted, and its case counts as a
 hang; a worker that dies counts its case as a crash. At the end it prints, per
 target, the inputs tried and their outcomes, then every finding (anything but
@@ -83,12 +84,12 @@ class Soak:
 
     def __init__(self, targets, cases, jobs, timeout, base_seed):
         names = list(targets)
-        finite = [n for n in names if targets[n].finite]     # all their cases fit in one chunk
-        per_target, extra = divmod(max(0, cases - CHUNK * len(finite)),
-                                   max(1, len(names) - len(finite)))
+        self.finite = {n for n in names if targets[n].finite}   # all their cases fit one chunk
+        per_target, extra = divmod(max(0, cases - CHUNK * len(self.finite)),
+                                   max(1, len(names) - len(self.finite)))
         self.queue = collections.deque()
         for i, name in enumerate(names):
-            left = CHUNK if name in finite else per_target + (i < extra)
+            left = CHUNK if name in self.finite else per_target + (i < extra)
             while left > 0:
                 self.queue.append([name, min(CHUNK, left)])
                 left -= CHUNK
@@ -138,8 +139,18 @@ class Soak:
             self._count(w.job[0], outcome, detail, w.case)
             w.job[1] -= 1
             w.case = None
-        elif kind == "finished":        # a finite strategy can run out before its count
+        elif kind == "finished":
+            name, left = w.job
             w.job = None
+            self._spread(left, name)
+
+    def _spread(self, cases, done):
+        """Share `cases` left by target `done` (it ran out of distinct cases) among the others."""
+        others = [n for n in self.counts if n != done and n not in self.finite]
+        for i, name in enumerate(others):
+            share = cases // len(others) + (i < cases % len(others))
+            if share:
+                self.queue.append([name, share])
 
     def _check_time(self, w):
         elapsed = time.monotonic() - w.since
