@@ -520,6 +520,8 @@ def run_case(target, case, base=None):
     try:
         trial = target.prepare(case, work)
         files = _files(work)
+        # Scope values are immutable jax arrays: the same objects after a refusal mean the
+        # same values, so the snapshot holds the objects.
         held = {} if trial.scope is None else {n: trial.scope.get(n)
                                                for n in trial.scope.local_var_names()}
         try:

@@ -97,6 +97,10 @@ def test_hostile_program_files_are_refused(tmp_path):
     (tmp_path / "bad.pbtxt").write_text("blocks { idx: oops }")
     with pytest.raises(pd.FormatError, match="bad.pbtxt"):
         io.load_program(tmp_path / "bad.pbtxt")
+    os.mkfifo(tmp_path / "fifo.pb")                 # reading these would block or never end
+    for path in (tmp_path / "fifo.pb", "/dev/zero", tmp_path):
+        with pytest.raises(pd.FormatError, match="not a regular file|Is a directory"):
+            io.load_program(path)
 
 
 def test_invalid_ops_are_reported_with_index_and_type(tmp_path):
