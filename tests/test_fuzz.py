@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import HealthCheck, given, settings
 
 import fuzz_targets
 
@@ -31,7 +31,6 @@ def test_mutated_inputs_are_refused_with_a_typed_error_and_change_nothing(name):
 
     @settings(max_examples=4 * CASES_PER_TARGET if target.finite else CASES_PER_TARGET,
               deadline=None, derandomize=True, database=None,
-              phases=[Phase.explicit, Phase.generate, Phase.shrink],
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
     @given(case=target.strategy())
     def check(case):
