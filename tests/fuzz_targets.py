@@ -29,6 +29,7 @@ from hypothesis import strategies as st
 
 import progdesc as pd
 from lowering import progdesc_pb2 as pb
+from lowering import registry
 from lowering.errors import ProgdescError
 from progdesc import export, io, layers
 from progdesc.optimizer import Adam
@@ -359,7 +360,6 @@ class ProgramEditTarget(Target):
     name = "program_desc_edits"
 
     def strategy(self):
-        from lowering import registry
         names = st.sampled_from(_names(pb.ProgramDesc.FromString(seeds().program_bytes))
                                 + _ODD_NAMES)
         index = st.integers(0, 1 << 16)
@@ -429,9 +429,8 @@ def _edit(desc, what, *args):
         elif args[1] == "role":
             op.role = max(-2**31, min(args[2], 2**31 - 1))
         elif args[1] in ("inputs", "outputs"):
-            arguments = [a for slot in getattr(op, args[1]) for a in slot.arguments]
             slots = [(slot, k) for slot in getattr(op, args[1]) for k in range(len(slot.arguments))]
-            if arguments:
+            if slots:
                 slot, k = slots[args[2] % len(slots)]
                 slot.arguments[k] = args[3]
         elif args[1] in ("in_slot", "out_slot"):
