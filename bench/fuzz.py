@@ -67,12 +67,13 @@ class Worker:
         child.close()
         self.since = time.monotonic()
         self.ready = False
-        self.job = None          # [name, cases left]
+        self.job = None          # [name, cases left, seed]
         self.case = None         # repr of the case under way
 
-    def give(self, job, job_seed, skip):
+    def give(self, job, skip):
         self.job = job
-        self.conn.send((job[0], job_seed, job[1], sorted(skip)))
+        name, count, job_seed = job
+        self.conn.send((name, job_seed, count, sorted(skip)))
 
     def stop(self):
         self.process.kill()
@@ -88,16 +89,16 @@ class Soak:
         per_target, extra = divmod(max(0, cases - CHUNK * len(self.finite)),
                                    max(1, len(names) - len(self.finite)))
         self.queue = collections.deque()
+        self.seeds = iter(range(base_seed * 1_000_003, sys.maxsize))   # seed per job: reproducible
         for i, name in enumerate(names):
             left = CHUNK if name in self.finite else per_target + (i < extra)
             while left > 0:
-                self.queue.append([name, min(CHUNK, left)])
+                self.queue.append([name, min(CHUNK, left), next(self.seeds)])
                 left -= CHUNK
         self.counts = {name: collections.Counter() for name in names}
         self.fatal = {name: set() for name in names}     # cases that hung or crashed a worker
         self.findings = []
         self.timeout = timeout
-        self.seeds = iter(range(base_seed * 1_000_003, sys.maxsize))
         self.context = multiprocessing.get_context("spawn")
         self.workers = [Worker(self.context) for _ in range(jobs)]
 
@@ -107,7 +108,7 @@ class Soak:
             for w in self.workers:
                 if w.ready and w.job is None and self.queue:
                     job = self.queue.popleft()
-                    w.give(job, next(self.seeds), self.fatal[job[0]])
+                    w.give(job, self.fatal[job[0]])
             ready = multiprocessing.connection.wait([w.conn for w in self.workers], timeout=1)
             for w in self.workers:
                 if w.conn in ready:
@@ -128,6 +129,7 @@ class Soak:
         try:
             message = w.conn.recv()
         except (EOFError, OSError):
+            w.process.join(5)
             return self._replace(w, "crash", f"worker exited with {w.process.exitcode}")
         kind = message[0]
         if kind == "ready":
@@ -140,7 +142,7 @@ class Soak:
             w.job[1] -= 1
             w.case = None
         elif kind == "finished":
-            name, left = w.job
+            name, left, _ = w.job
             w.job = None
             self._spread(left, name)
 
@@ -150,7 +152,7 @@ class Soak:
         for i, name in enumerate(others):
             share = cases // len(others) + (i < cases % len(others))
             if share:
-                self.queue.append([name, share])
+                self.queue.append([name, share, next(self.seeds)])
 
     def _check_time(self, w):
         elapsed = time.monotonic() - w.since
@@ -167,8 +169,8 @@ class Soak:
             self._count(w.job[0], outcome, detail, w.case)
             self.fatal[w.job[0]].add(w.case)
             w.job[1] -= 1
-        if w.job[1] > 0:
-            self.queue.appendleft(w.job)
+        if w.job[1] > 0:             # the rest, from another seed
+            self.queue.appendleft([w.job[0], w.job[1], next(self.seeds)])
         w.stop()
         self.workers[self.workers.index(w)] = Worker(self.context)
 
