@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 # CI runs the reduced suite; `make test-all` runs every case, long ones included.
 PYTEST_ARGS ?= -n 2 --dist loadfile
 
-.PHONY: install demo test test-all bench proto clean
+.PHONY: install demo test test-all bench fuzz proto clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -27,6 +27,10 @@ test-all: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) -m bench
+
+# A soak of every loader with 100,000 mutated inputs (tests/fuzz_targets.py); prints a summary.
+fuzz: $(STAMP)
+	$(PY) -m bench.fuzz
 
 # Regenerate lowering/progdesc_pb2.py from proto/progdesc.proto (tests fail when it is stale).
 proto: $(STAMP)

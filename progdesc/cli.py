@@ -87,15 +87,13 @@ def _show(args):
     from progdesc import export, io
     path = args.path
     if os.path.isdir(path):
-        manifest = io.read_manifest(path)
-        program = io.load_program(os.path.join(path, io.MODEL_PROGRAM))
+        manifest, program, values = io.read_inference_model(path)
         print(f"inference model {path} (format {manifest['format_version']})")
         for key in ("feed", "fetch"):
             for name in manifest[key]:
-                var = program.global_block().find_var(name)
-                print(f"  {key:5} {name}: {var.dtype}{list(var.shape)}" if var else
-                      f"  {key:5} {name}: (not in the program)")
-        _print_values(io.read_checkpoint(os.path.join(path, io.MODEL_PARAMS)), "parameters")
+                var = program.global_block().var(name)
+                print(f"  {key:5} {name}: {var.dtype}{list(var.shape)}")
+        _print_values(values, "parameters")
         print(program)
         return 0
     data = io.read_file(path)

@@ -16,7 +16,10 @@ The header promises: "feeds", "fetches" (in call and result order) and
 boundary and "shape" holds ints and symbol names ("batch" for leading -1
 dims); "platforms"; "x64"; "precision" (the program's precision policy, traced
 into every dot and convolution of the payload); "payload_sha256" of the
-serialized bytes.
+serialized bytes; "header_sha256", SHA-256 of the header without this key as
+canonical JSON (sorted keys, no spaces, ASCII; `progdesc.io.json_digest`).
+Readers of version 1 ignore keys they do not know, so files with and without
+"header_sha256" or "precision" are all version 1, and all load.
 
 Programs are traced with 64-bit types on, but a process calling the artifact
 usually has x64 off. Unless `keep_64bit=True`, every int64/float64 value
@@ -106,7 +109,7 @@ def export_compiled(path, program, feed_vars, fetch_vars, scope=None, *,
     `embed_params=False` become inputs after the feeds (listed in the
     header). Returns the header dict. See the module docstring for the file.
     """
-    from progdesc.io import atomic_write
+    from progdesc.io import atomic_write, json_digest
     scope = scope or global_scope()
     feed_names = [v.name if isinstance(v, Variable) else str(v) for v in feed_vars]
     fetch_names = [v.name if isinstance(v, Variable) else str(v) for v in fetch_vars]
@@ -153,6 +156,7 @@ def export_compiled(path, program, feed_vars, fetch_vars, scope=None, *,
               "x64": bool(keep_64bit), "precision": pruned.precision,
               "jax_version": jax.__version__,
               "payload_sha256": hashlib.sha256(payload).hexdigest()}
+    header["header_sha256"] = json_digest(header)
     head = json.dumps(header).encode("utf-8")
     atomic_write(path, _PREFIX.pack(MAGIC, FORMAT_VERSION, len(head)) + head + payload)
     return header
@@ -169,13 +173,22 @@ def read_compiled(data, path="<bytes>"):
                           f"reads {FORMAT_VERSION}")
     if n > _MAX_HEADER or _PREFIX.size + n > len(data):
         raise FormatError(f"{where} is truncated (header of {n} bytes)")
+    from progdesc.io import json_digest, parse_json
+    header = parse_json(data[_PREFIX.size:_PREFIX.size + n], f"{where} header")
     try:
-        header = json.loads(bytes(data[_PREFIX.size:_PREFIX.size + n]).decode("utf-8"))
         feeds, fetches, params = header["feeds"], header["fetches"], header["params"]
         for spec in feeds + fetches + params:
             dtypes.to_numpy(spec["dtype"]), str(spec["name"]), list(spec["shape"])
+        if not all(isinstance(p, str) for p in header["platforms"]):
+            raise TypeError("platforms must be names")
+        if not isinstance(header["x64"], bool) or header["format_version"] != version:
+            raise ValueError("x64 must be true or false, format_version that of the file")
     except (ValueError, KeyError, TypeError, ProgdescError) as e:
         raise FormatError(f"{where} has an invalid header: {type(e).__name__}: {e}") from None
+    own = header.get("header_sha256")       # absent in files written before it existed
+    if own is not None and own != json_digest(
+            {k: v for k, v in header.items() if k != "header_sha256"}):
+        raise FormatError(f"{where} has a corrupted header (header digest mismatch)")
     payload = bytes(data[_PREFIX.size + n:])
     if hashlib.sha256(payload).hexdigest() != header.get("payload_sha256"):
         raise FormatError(f"{where} is truncated or corrupted (payload digest mismatch)")

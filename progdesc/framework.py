@@ -778,6 +778,11 @@ class Program:
             if block.idx != i or not parent_ok:
                 raise FormatError(f"block {i} has idx {block.idx} and parent {block.parent_idx}: "
                                   "blocks must be numbered in order, each after its parent")
+            _check_var_descs(block)
+            for j, op in enumerate(block.ops):
+                if op.role not in pb.OpRole.values():
+                    raise FormatError(f"unknown op role {op.role}", op_type=op.type, op_index=j,
+                                      block_idx=i)
         return cls.from_desc(desc)
 
     def __str__(self):
@@ -803,6 +808,28 @@ class Program:
         Python; Jupyter shows the result (see progdesc.display.render)."""
         from progdesc.display import render
         return render(self, path, format=format, **options)
+
+
+_UNTYPED_KINDS = (pb.FEED_LIST, pb.FETCH_LIST, pb.STEP_SCOPES)
+
+
+def _check_var_descs(block):
+    """FormatError naming the first VarDesc of a parsed block that no API could have made."""
+    seen = set()
+    for var in block.vars:
+        where = dict(var=var.name, block_idx=block.idx)
+        if not var.name or var.name in seen:
+            raise FormatError("is declared twice in its block" if var.name else
+                              "has an empty name", **where)
+        seen.add(var.name)
+        if var.kind == pb.KIND_INVALID or var.kind not in pb.VarKind.values():
+            raise FormatError(f"has unknown kind {var.kind}", **where)
+        if var.kind not in _UNTYPED_KINDS and (var.dtype == pb.DT_INVALID
+                                               or var.dtype not in pb.DataType.values()):
+            raise FormatError(f"has unknown dtype {var.dtype}", **where)
+        if any(d < -1 for d in var.dims):
+            raise FormatError(f"has dims {list(var.dims)}: each must be -1 (unknown) or a size",
+                              **where)
 
 
 def validate(program):

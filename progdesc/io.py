@@ -11,12 +11,15 @@ Nothing here uses pickle: files may come from strangers.
   small audited parser with offsets checked against the file size, it has no
   object or pickle path at all (``np.load`` only refuses pickle when asked
   to), it stores bfloat16 natively, and other tools (PyTorch, Hugging Face)
-  read the files. The file's ``__metadata__`` names the format and version.
+  read the files. The file's ``__metadata__`` names the format and version,
+  and ``tensor_checksums`` gives each tensor's dtype, shape and CRC-32,
+  checked on load (files written before checksums existed load unchecked).
   Variable names are only keys inside that one file, so no name can make a
   save write anywhere else.
 - **Inference models** are a directory: ``model.pb`` (the pruned, test-mode
   program), ``params.safetensors`` (its persistables) and ``model.json``
-  (format version, feed and fetch names, SHA-256 of the other two files).
+  (format version, feed and fetch names, SHA-256 of the other two files and
+  of the manifest itself). Every file must lie inside the directory.
 
 Every write is atomic: the bytes go to a temporary file beside the target,
 are flushed and fsynced, renamed over the target with `os.replace`, and the
@@ -30,6 +33,8 @@ import hashlib
 import json
 import os
 import secrets
+import stat
+import zlib
 
 import jax
 import numpy as np
@@ -52,7 +57,17 @@ TEXT_SUFFIXES = (".pbtxt", ".prototxt", ".txt")
 _ST_DTYPES = {"BOOL": "bool", "U8": "uint8", "I8": "int8", "I16": "int16", "I32": "int32",
               "I64": "int64", "U32": "uint32", "F16": "float16", "BF16": "bfloat16",
               "F32": "float32", "F64": "float64"}
+_ST_CODES = {name: code for code, name in _ST_DTYPES.items()}
 _PERSISTED_KINDS = (pb.DENSE_TENSOR, pb.RNG_STATE)
+# Checkpoint checksums are CRC-32 (zlib): the integrity check of zip, gzip and PNG. It catches
+# every error burst of up to 32 bits and all but 1 in 2**32 of other random corruption, and it
+# runs at 3.8 GB/s on this project's CPU against 1.3 GB/s for SHA-256 (checkpoints are written
+# often while training). It guards against damage, not deliberate edits: nothing stored beside
+# the data can. The file's metadata keys are exactly these (checksums absent in older files),
+# so a corrupted key name cannot pass for an old file.
+CHECKSUMS_KEY = "tensor_checksums"
+_CHECKPOINT_META = {"format", "format_version", CHECKSUMS_KEY}
+_MANIFEST_KEYS = {"format", "format_version", "feed", "fetch", "sha256", "manifest_sha256"}
 
 
 # --- files ---
@@ -97,12 +112,32 @@ def atomic_write(path, data):
 
 
 def read_file(path, what="file"):
-    """The bytes of `path`; FormatError naming the path if it cannot be read."""
+    """The bytes of the regular file `path`; FormatError naming the path if it cannot be read.
+
+    A FIFO or a device (``/dev/zero``) is refused before a byte is read: reading
+    one could block or never end. Opening is non-blocking for the same reason.
+    """
     try:
-        with open(path, "rb") as f:
+        with open(os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)), "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                raise FormatError(f"{what} '{os.fspath(path)}' is not a regular file")
             return f.read()
     except OSError as e:
         raise FormatError(f"cannot read {what} '{os.fspath(path)}': {e.strerror or e}") from None
+
+
+def json_digest(obj):
+    """SHA-256 of `obj` as canonical JSON (sorted keys, no spaces, ASCII): for self-digests."""
+    text = json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(text.encode("ascii")).hexdigest()
+
+
+def parse_json(data, where):
+    """The JSON value of `data` (bytes); FormatError naming `where` if it is not JSON."""
+    try:
+        return json.loads(bytes(data).decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:
+        raise FormatError(f"{where} is not valid JSON: {type(e).__name__}: {e}") from None
 
 
 def _with_path(err, path):
@@ -182,8 +217,17 @@ def checkpoint_bytes(program, scope=None):
             raise ScopeError("has no value in the scope: run the startup program first "
                              "(or load a checkpoint)", var=name)
         tensors[name] = np.ascontiguousarray(value)
-    meta = {"format": CHECKPOINT_FORMAT, "format_version": str(CHECKPOINT_VERSION)}
+    checksums = {name: _checksum(_ST_CODES[dtypes.name_of(value.dtype)], value.shape,
+                                 value.reshape(-1).view(np.uint8))
+                 for name, value in tensors.items()}
+    meta = {"format": CHECKPOINT_FORMAT, "format_version": str(CHECKPOINT_VERSION),
+            CHECKSUMS_KEY: json.dumps(checksums, separators=(",", ":"))}
     return st_save(tensors, metadata=meta)
+
+
+def _checksum(code, shape, data):
+    """A tensor's checksum entry: its safetensors dtype code, its shape and CRC-32 of its bytes."""
+    return {"dtype": code, "shape": [int(d) for d in shape], "crc32": f"{zlib.crc32(data):08x}"}
 
 
 def save_checkpoint(path, program=None, scope=None):
@@ -192,7 +236,7 @@ def save_checkpoint(path, program=None, scope=None):
 
 
 def checkpoint_from_bytes(data, path="<bytes>"):
-    """{name: numpy array} of safetensors checkpoint bytes; FormatError for anything else."""
+    """{name: numpy array} of safetensors checkpoint bytes, checksums verified; else FormatError."""
     import safetensors
     where = f"'{os.fspath(path)}'"
     try:
@@ -200,12 +244,18 @@ def checkpoint_from_bytes(data, path="<bytes>"):
     except Exception as e:  # noqa: BLE001  (the parser's own error type)
         raise FormatError(f"{where} is not a checkpoint (safetensors): {e}") from None
     n = int.from_bytes(data[:8], "little")
-    meta = json.loads(bytes(data[8:8 + n])).get("__metadata__") or {}
+    meta = parse_json(data[8:8 + n], where).get("__metadata__") or {}
     if meta.get("format") != CHECKPOINT_FORMAT:
         raise FormatError(f"{where} is a safetensors file but not a progdesc checkpoint")
     if meta.get("format_version") != str(CHECKPOINT_VERSION):
         raise FormatError(f"{where} has checkpoint format version {meta.get('format_version')!r}; "
                           f"this progdesc reads {CHECKPOINT_VERSION}")
+    unknown = sorted(set(meta) - _CHECKPOINT_META)
+    if unknown:
+        raise FormatError(f"{where} has unknown metadata {unknown[0]!r} (corrupted?)")
+    if CHECKSUMS_KEY in meta:
+        _verify_checksums(parse_json(meta[CHECKSUMS_KEY].encode(), f"{where} checksums"),
+                          entries, where)
     values = {}
     for name, entry in entries:
         dtype = _ST_DTYPES.get(entry["dtype"])
@@ -214,6 +264,20 @@ def checkpoint_from_bytes(data, path="<bytes>"):
         values[name] = np.frombuffer(entry["data"], dtypes.to_numpy(dtype)).reshape(
             entry["shape"]).copy()
     return values
+
+
+def _verify_checksums(checksums, entries, where):
+    """FormatError naming the first tensor of `entries` whose checksum entry disagrees."""
+    if not isinstance(checksums, dict):
+        raise FormatError(f"{where} has malformed tensor checksums")
+    for name, entry in entries:
+        if checksums.get(name) != _checksum(entry["dtype"], entry["shape"], entry["data"]):
+            raise FormatError(f"{where} is corrupted: the tensor's dtype, shape or bytes do not "
+                              "match its checksum", var=name)
+    extra = sorted(set(checksums) - {name for name, _ in entries})
+    if extra:
+        raise FormatError(f"{where} is corrupted: a checksum names a tensor the file lacks",
+                          var=extra[0])
 
 
 def read_checkpoint(path):
@@ -295,53 +359,63 @@ def save_inference_model(dirname, feed_vars, fetch_vars, executor=None, program=
                 "feed": feed_names, "fetch": fetch_names,
                 "sha256": {MODEL_PROGRAM: hashlib.sha256(program_data).hexdigest(),
                            MODEL_PARAMS: hashlib.sha256(params_data).hexdigest()}}
+    manifest["manifest_sha256"] = json_digest(manifest)
     atomic_write(os.path.join(dirname, MODEL_PROGRAM), program_data)
     atomic_write(os.path.join(dirname, MODEL_PARAMS), params_data)
     atomic_write(os.path.join(dirname, MODEL_MANIFEST), json.dumps(manifest, indent=1) + "\n")
     return pruned
 
 
+def _model_path(dirname, name):
+    """`dirname`/`name`; FormatError if it resolves (through links) outside `dirname`."""
+    path = os.path.join(dirname, name)
+    root = os.path.realpath(dirname)
+    if os.path.commonpath([root, os.path.realpath(path)]) != root:
+        raise FormatError(f"'{path}' links to a file outside the model directory")
+    return path
+
+
 def read_manifest(dirname):
     """The validated `model.json` of an inference model directory."""
-    path = os.path.join(dirname, MODEL_MANIFEST)
+    path = _model_path(dirname, MODEL_MANIFEST)
     if not os.path.isfile(path):
         raise FormatError(f"'{os.fspath(dirname)}' is not an inference model directory "
                           f"(no {MODEL_MANIFEST})")
-    data = read_file(path, "model manifest")
-    try:
-        manifest = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as e:
-        raise FormatError(f"'{path}' is not valid JSON: {e}") from None
+    manifest = parse_json(read_file(path, "model manifest"), f"'{path}'")
     if not isinstance(manifest, dict) or manifest.get("format") != MODEL_FORMAT:
         raise FormatError(f"'{path}' is not a progdesc inference model manifest")
     if manifest.get("format_version") != MODEL_VERSION:
         raise FormatError(f"'{path}' has format version {manifest.get('format_version')!r}; "
                           f"this progdesc reads {MODEL_VERSION}")
+    unknown = sorted(set(manifest) - _MANIFEST_KEYS)
+    if unknown:
+        raise FormatError(f"'{path}' has unknown key {unknown[0]!r} (corrupted?)")
+    own = manifest.get("manifest_sha256")      # absent in manifests written before it existed
+    if own is not None and own != json_digest(
+            {k: v for k, v in manifest.items() if k != "manifest_sha256"}):
+        raise FormatError(f"'{path}' is corrupted (its manifest_sha256 does not match)")
     for key in ("feed", "fetch"):
         names = manifest.get(key)
         if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
             raise FormatError(f"'{path}': '{key}' must be a list of variable names")
-    if not isinstance(manifest.get("sha256"), dict):
-        raise FormatError(f"'{path}': 'sha256' must map file names to digests")
+    digests = manifest.get("sha256")
+    if not isinstance(digests, dict) or sorted(digests) != sorted([MODEL_PROGRAM, MODEL_PARAMS]):
+        raise FormatError(f"'{path}': 'sha256' must map exactly {MODEL_PROGRAM} and "
+                          f"{MODEL_PARAMS} to their digests")
     return manifest
 
 
 def _model_file(dirname, manifest, name):
-    path = os.path.join(dirname, name)
+    path = _model_path(dirname, name)
     data = read_file(path)
-    if hashlib.sha256(data).hexdigest() != manifest["sha256"].get(name):
+    if hashlib.sha256(data).hexdigest() != manifest["sha256"][name]:
         raise FormatError(f"'{path}' does not match the digest in {MODEL_MANIFEST} "
                           "(modified, truncated, or from another save)")
     return data, path
 
 
-def load_inference_model(dirname, executor=None, scope=None):
-    """Load a directory saved by `save_inference_model` into `scope` (default: the global one).
-
-    Returns `(program, feed_names, fetch_targets)`; run it with
-    ``executor.run(program, feed={...}, fetch_list=fetch_targets, scope=scope)``.
-    Everything is validated before anything is written to the Scope.
-    """
+def read_inference_model(dirname):
+    """(manifest, program, {name: array}) of a model directory, every file verified."""
     manifest = read_manifest(dirname)
     program = program_from_bytes(*_model_file(dirname, manifest, MODEL_PROGRAM), text=False)
     params_data, params_path = _model_file(dirname, manifest, MODEL_PARAMS)
@@ -355,5 +429,17 @@ def load_inference_model(dirname, executor=None, scope=None):
         check_values(program, values, where="parameter file")
     except FormatError as e:
         raise _with_path(e, params_path) from None
+    return manifest, program, values
+
+
+def load_inference_model(dirname, executor=None, scope=None):
+    """Load a directory saved by `save_inference_model` into `scope` (default: the global one).
+
+    Returns `(program, feed_names, fetch_targets)`; run it with
+    ``executor.run(program, feed={...}, fetch_list=fetch_targets, scope=scope)``.
+    Everything is validated before anything is written to the Scope.
+    """
+    manifest, program, values = read_inference_model(dirname)
     set_values(program, values, scope)
+    block = program.global_block()
     return program, list(manifest["feed"]), [block.var(n) for n in manifest["fetch"]]

@@ -1,4 +1,5 @@
 """Compiled artifacts: export once, call anywhere with JAX alone, any batch size."""
+import hashlib
 import json
 import os
 import subprocess
@@ -190,7 +191,46 @@ def test_hostile_artifacts_are_refused(exported, tmp_path):
 
 
 def _with_payload(header, payload):
-    import hashlib
-    head = json.dumps({**header, "payload_sha256": hashlib.sha256(payload).hexdigest()}).encode()
+    return _file(dict(header, payload_sha256=hashlib.sha256(payload).hexdigest()), payload)
+
+
+def _file(header, payload):
+    """A version-1 artifact of `header` (re-signed if it has a header_sha256) and `payload`."""
+    if "header_sha256" in header:
+        header = {k: v for k, v in header.items() if k != "header_sha256"}
+        header["header_sha256"] = io.json_digest(header)
+    head = json.dumps(header).encode()
     prefix = b"PDEXPORT" + (1).to_bytes(4, "little") + len(head).to_bytes(4, "little")
     return prefix + head + payload
+
+
+def _parts(data):
+    n = int.from_bytes(data[12:16], "little")
+    return json.loads(data[16:16 + n]), data[16 + n:]
+
+
+def test_a_corrupted_header_is_refused(exported, tmp_path):
+    data = exported[0].read_bytes()
+    header, payload = _parts(data)
+    renamed = data.replace(b'"name": "ids"', b'"name": "idz"', 1)
+    assert renamed != data and len(renamed) == len(data)
+    reshaped = data.replace(b'"shape": ["batch", 3]', b'"shape": ["batch", 5]', 1)
+    assert reshaped != data
+    for blob in (renamed, reshaped):
+        (tmp_path / "x.pdx").write_bytes(blob)
+        with pytest.raises(pd.FormatError, match="header digest"):
+            export.load_compiled(tmp_path / "x.pdx")
+    assert header["header_sha256"] == io.json_digest(
+        {k: v for k, v in header.items() if k != "header_sha256"})
+
+
+def test_artifacts_without_a_header_digest_still_load(exported, tmp_path):
+    path, header, built = exported
+    fields, payload = _parts(path.read_bytes())
+    del fields["header_sha256"]                    # as written before it existed
+    (tmp_path / "old.pdx").write_bytes(_file(fields, payload))
+    compiled = export.load_compiled(tmp_path / "old.pdx")
+    got_out, got_pred = compiled(**feeds(3))
+    want_out, want_pred = expected(*built, 3)
+    np.testing.assert_allclose(got_out, want_out, rtol=1e-6, atol=1e-6)
+    assert np.array_equal(got_pred, want_pred)

@@ -2,6 +2,7 @@
 import json
 import os
 import pickle
+import zlib
 
 import ml_dtypes
 import numpy as np
@@ -96,6 +97,10 @@ def test_hostile_program_files_are_refused(tmp_path):
     (tmp_path / "bad.pbtxt").write_text("blocks { idx: oops }")
     with pytest.raises(pd.FormatError, match="bad.pbtxt"):
         io.load_program(tmp_path / "bad.pbtxt")
+    os.mkfifo(tmp_path / "fifo.pb")                 # reading these would block or never end
+    for path in (tmp_path / "fifo.pb", "/dev/zero", tmp_path):
+        with pytest.raises(pd.FormatError, match="not a regular file|Is a directory"):
+            io.load_program(path)
 
 
 def test_invalid_ops_are_reported_with_index_and_type(tmp_path):
@@ -114,6 +119,26 @@ def test_invalid_ops_are_reported_with_index_and_type(tmp_path):
     with pytest.raises(pd.ProgramError) as info:
         io.load_program(tmp_path / "attr.pb")
     assert info.value.op_index == index and "attr.pb" in str(info.value)
+
+
+def test_var_descs_and_roles_no_api_makes_are_refused():
+    good = _desc(mlp()[0])
+    name = good.blocks[0].vars[0].name
+
+    def edited(edit):
+        desc = pb.ProgramDesc()
+        desc.CopyFrom(good)
+        edit(desc.blocks[0])
+        return desc.SerializeToString()
+
+    for edit, match in ((lambda b: b.vars[0].dims.append(-2), r"dims \[.*-2\]"),
+                        (lambda b: setattr(b.vars[0], "kind", 99), "unknown kind 99"),
+                        (lambda b: setattr(b.vars[0], "dtype", 0), "unknown dtype 0"),
+                        (lambda b: b.vars.add().CopyFrom(b.vars[0]), "declared twice"),
+                        (lambda b: setattr(b.ops[1], "role", 7), "unknown op role 7")):
+        with pytest.raises(pd.FormatError, match=match) as info:
+            io.program_from_bytes(edited(edit))
+        assert info.value.var == name or info.value.op_index == 1
 
 
 # --- checkpoints ---
@@ -227,6 +252,71 @@ def test_hostile_checkpoints_are_refused_and_change_nothing(tmp_path):
     assert "float64[4, 16]" in reasons["mismatched dtype"]
 
 
+def _tensor_bytes(data, name):
+    """Start and end of tensor `name`'s bytes in safetensors `data`, from its JSON header."""
+    n = int.from_bytes(data[:8], "little")
+    begin, end = json.loads(data[8:8 + n])[name]["data_offsets"]
+    return 8 + n + begin, 8 + n + end
+
+
+def test_checkpoints_store_each_tensors_crc32_dtype_and_shape(tmp_path):
+    model = mlp()
+    scope, exe = started(model)
+    io.save_checkpoint(tmp_path / "ck", model[0], scope)
+    data = (tmp_path / "ck").read_bytes()
+    n = int.from_bytes(data[:8], "little")
+    checksums = json.loads(json.loads(data[8:8 + n])["__metadata__"]["tensor_checksums"])
+    assert sorted(checksums) == sorted(io.persistable_vars(model[0]))
+    weight = np.asarray(scope.get("fc_0.w_0"))
+    assert checksums["fc_0.w_0"] == {"dtype": "F32", "shape": [4, 16],
+                                     "crc32": f"{zlib.crc32(weight.tobytes()):08x}"}
+    step = np.asarray(scope.get("@LR_STEP@"))
+    assert checksums["@LR_STEP@"]["dtype"] == "I64"
+    assert checksums["@LR_STEP@"]["crc32"] == f"{zlib.crc32(step.tobytes()):08x}"
+
+
+def test_corrupted_tensors_are_refused_naming_the_tensor(tmp_path):
+    model = mlp()
+    scope, exe = started(model)
+    io.save_checkpoint(tmp_path / "good", model[0], scope)
+    good = (tmp_path / "good").read_bytes()
+    target = pd.Scope()
+    io.load_checkpoint(tmp_path / "good", model[0], target)
+    arrays = {n: target.get(n) for n in target.local_var_names()}
+    path, rng = tmp_path / "bad", np.random.default_rng(0)
+    for name in ("fc_0.w_0", "batch_norm_0.w_1", "@LR_STEP@", RNG_VAR):
+        begin, end = _tensor_bytes(good, name)
+        for at in rng.integers(begin, end, size=4):
+            bad = bytearray(good)
+            bad[at] ^= 1 << int(rng.integers(8))
+            path.write_bytes(bad)
+            with pytest.raises(pd.FormatError, match="checksum") as info:
+                io.load_checkpoint(path, model[0], target)
+            assert info.value.var == name and str(path) in str(info.value)
+    assert all(target.get(n) is a for n, a in arrays.items())
+    # The checksum covers the dtype and shape too: F32 read as I32 has the same bytes.
+    retyped = good.replace(b'"fc_0.w_0":{"dtype":"F32"', b'"fc_0.w_0":{"dtype":"I32"')
+    assert retyped != good
+    with pytest.raises(pd.FormatError, match="checksum") as info:
+        io.checkpoint_from_bytes(retyped)
+    assert info.value.var == "fc_0.w_0"
+
+
+def test_checkpoints_without_checksums_still_load(tmp_path):
+    model = mlp()
+    scope, exe = started(model)
+    train(exe, model[0], scope, model[4], batches(2))
+    saved = snapshot(scope)
+    _write_checkpoint(tmp_path / "old", saved)     # metadata as written before checksums
+    fresh = pd.Scope()
+    io.load_checkpoint(tmp_path / "old", model[0], fresh)
+    same_values(saved, snapshot(fresh))
+    meta = {"format": io.CHECKPOINT_FORMAT, "format_version": "1", "tensor_checksumz": "{}"}
+    (tmp_path / "renamed").write_bytes(st_save(saved, metadata=meta))
+    with pytest.raises(pd.FormatError, match="tensor_checksumz"):
+        io.load_checkpoint(tmp_path / "renamed", model[0], fresh)
+
+
 def test_variable_names_cannot_escape_the_target_directory(tmp_path):
     program = pd.Program()
     names = ["../evil", "/abs", "a/../../b", "..", "C:\\x"]
@@ -305,6 +395,11 @@ def test_inference_model_matches_the_test_program(tmp_path):
         assert np.array_equal(want, got)
 
 
+def _sign(manifest):
+    manifest = {k: v for k, v in manifest.items() if k != "manifest_sha256"}
+    return json.dumps(dict(manifest, manifest_sha256=io.json_digest(manifest)))
+
+
 def test_tampered_inference_models_are_refused(tmp_path):
     main, startup, test_program, out, loss = model = mlp()
     scope, exe = started(model)
@@ -316,13 +411,55 @@ def test_tampered_inference_models_are_refused(tmp_path):
     with pytest.raises(pd.FormatError, match="digest"):
         io.load_inference_model(tmp_path / "m", None, target)
     (tmp_path / "m" / "params.safetensors").write_bytes(params)
-    for text, match in (("{not json", "JSON"),
-                        (manifest.replace('"format_version": 1', '"format_version": 7'),
-                         "version 7"),
-                        (json.dumps({**json.loads(manifest), "fetch": ["nope"]}), "nope")):
+    fields = json.loads(manifest)
+    for text, match in (
+            ("{not json", "JSON"),
+            (manifest.replace('"format_version": 1', '"format_version": 7'), "version 7"),
+            (json.dumps({**fields, "fetch": ["nope"]}), "manifest_sha256"),
+            (_sign({**fields, "fetch": ["nope"]}), "nope"),
+            (_sign({**fields, "extra": 1}), "unknown key 'extra'"),
+            (_sign({**fields, "sha256": {**fields["sha256"], "../x": "0" * 64}}), "exactly")):
         (tmp_path / "m" / "model.json").write_text(text)
         with pytest.raises(pd.FormatError, match=match):
             io.load_inference_model(tmp_path / "m", None, target)
     with pytest.raises(pd.FormatError, match="not an inference model"):
         io.load_inference_model(tmp_path / "nowhere", None, target)
     assert target.local_var_names() == []
+
+
+def test_inference_model_files_must_lie_inside_the_directory(tmp_path):
+    main, startup, test_program, out, loss = model = mlp()
+    scope, exe = started(model)
+    io.save_inference_model(tmp_path / "m", ["x"], [out], exe, main, scope)
+    io.save_inference_model(tmp_path / "copy", ["x"], [out], exe, main, scope)
+    target = pd.Scope()
+    for name in ("model.json", "model.pb", "params.safetensors"):
+        path = tmp_path / "m" / name
+        os.replace(path, tmp_path / "real")
+        for make, match in ((lambda: path.symlink_to(tmp_path / "copy" / name), "outside"),
+                            (lambda: path.symlink_to(os.path.join("..", "copy", name)), "outside"),
+                            (lambda: path.symlink_to("/dev/zero"), "outside"),
+                            (lambda: os.mkfifo(path), "regular file|not an inference model")):
+            make()
+            with pytest.raises(pd.FormatError, match=match):
+                io.load_inference_model(tmp_path / "m", None, target)
+            os.unlink(path)
+        os.replace(tmp_path / "real", tmp_path / "m" / "inner")     # a link inside is fine
+        path.symlink_to("inner")
+        io.load_inference_model(tmp_path / "m", None, pd.Scope())
+        os.unlink(path)
+        os.replace(tmp_path / "m" / "inner", path)
+    assert target.local_var_names() == []
+
+
+def test_manifests_without_their_own_digest_still_load(tmp_path):
+    main, startup, test_program, out, loss = model = mlp()
+    scope, exe = started(model)
+    io.save_inference_model(tmp_path / "m", ["x"], [out], exe, main, scope)
+    fields = json.loads((tmp_path / "m" / "model.json").read_text())
+    del fields["manifest_sha256"]                    # as written before it existed
+    (tmp_path / "m" / "model.json").write_text(json.dumps(fields))
+    fresh = pd.Scope()
+    program, feeds, fetches = io.load_inference_model(tmp_path / "m", None, fresh)
+    assert feeds == ["x"] and [v.name for v in fetches] == [out.name]
+    assert np.array_equal(fresh.get("fc_0.w_0"), scope.get("fc_0.w_0"))
