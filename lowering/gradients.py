@@ -44,11 +44,13 @@ class GradContext:
     `var(name)` returns (dims, dtype name). `aliasable` holds the (slot,
     position) keys whose gradient `pass_through` may alias to an existing
     variable instead of copying it; `aliases` maps those keys to the variable
-    each one was aliased to.
+    each one was aliased to. `sub_blocks` (for ops with sub-blocks) provides
+    `backward(block_idx, targets, seeds, wrt)` and `reads(block_idx, results)`,
+    see `backward_block` and `block_reads`.
     """
 
     def __init__(self, opdef, inputs, outputs, attrs, *, in_grad_targets, out_grads,
-                 var, new_name, aliasable=frozenset()):
+                 var, new_name, aliasable=frozenset(), sub_blocks=None):
         self.opdef = opdef
         self.inputs = inputs
         self.outputs = outputs
@@ -59,6 +61,7 @@ class GradContext:
         self._var = var
         self._new_name = new_name
         self._aliasable = aliasable
+        self._sub_blocks = sub_blocks
         self.aliases = {}
         self.ops = []
 
@@ -135,6 +138,23 @@ class GradContext:
             self.aliases[key] = grad
         else:
             self.call("assign", grad, out=target)
+
+    # --- sub-blocks ---
+    def backward_block(self, block_idx, targets, seeds, wrt):
+        """Differentiate sub-block `block_idx` with the backward pass of the global block.
+
+        Makes a new sub-block (a child of the block the gradient ops go to)
+        holding a copy of the sub-block's ops, recomputed there, then the gradient
+        ops of `targets` (its result names) seeded with `seeds` (gradient names
+        visible from the new block) w.r.t. `wrt`. Returns (the new block's index,
+        {name in wrt: its gradient's name}); a name the targets do not depend on
+        gets zeros.
+        """
+        return self._sub_blocks.backward(block_idx, targets, seeds, wrt)
+
+    def block_reads(self, block_idx, results):
+        """The variables of enclosing blocks a sub-block reads to compute `results`."""
+        return self._sub_blocks.reads(block_idx, results)
 
     # --- emitting ops ---
     def tmp(self, hint="tmp"):

@@ -2,7 +2,8 @@
 from lowering.errors import (AttributeTypeError, BackwardError, FeedError, FetchError,
                              FormatError, ProgdescError, ProgramError, ScopeError, ShapeError,
                              UnknownOpError)
-from progdesc import (custom_op, display, export, initializer, io, layers, ops, optimizer,
+from progdesc import (control_flow, custom_op, display, export, initializer, io, layers, ops,
+                      optimizer,
                       reader)
 from progdesc.backward import append_backward, gradients
 from progdesc.param import ParamAttr, create_parameter
@@ -20,5 +21,5 @@ __all__ = [
     "ShapeError", "UnknownOpError", "Variable", "data", "default_main_program",
     "default_startup_program", "global_scope", "ops", "program_guard", "scope_guard",
     "ParamAttr", "append_backward", "create_parameter", "gradients", "initializer", "layers",
-    "optimizer", "prune", "reader", "custom_op", "display", "export", "io",
+    "optimizer", "prune", "reader", "control_flow", "custom_op", "display", "export", "io",
 ]

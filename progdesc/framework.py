@@ -285,7 +285,7 @@ class Block:
             opdef = registry.get(op_type)
             in_map, in_shapes = self._bind_inputs(opdef, inputs)
             full_attrs, encoded_attrs = opdef.checked_attrs(attrs or {})
-            inferred = infer.infer(opdef, in_shapes, full_attrs)
+            inferred = infer.infer(opdef, in_shapes, full_attrs, self.program.desc, self.idx)
             if outputs is None:
                 outputs = self._fresh_outputs(opdef, inferred, name)
             out_map = _bind_slots(opdef.output_index, outputs, "output")
