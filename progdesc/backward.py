@@ -51,13 +51,16 @@ class _SubBlocks:
     def __init__(self, block):
         self.block = block
 
-    def backward(self, block_idx, targets, seeds, wrt):
-        """(index of a new child of `block` holding a copy of sub-block `block_idx` and the
-        gradient ops of `targets` w.r.t. `wrt`, {name in wrt: gradient name})."""
+    def backward(self, block_idx, targets, seeds, wrt, declare=()):
+        """(index of a new child of `block` declaring `declare`, holding a copy of sub-block
+        `block_idx` and the gradient ops of `targets` w.r.t. `wrt`, {name in wrt: gradient
+        name})."""
         program = self.block.program
         saved = program._current
         try:
             new = program.create_block(parent_idx=self.block.idx)
+            for name, dims, dtype in declare:
+                new.create_var(name, dims, dtype)
             _copy_block(program, program.blocks[block_idx], new)
             grads = _grad_ops(new, list(targets), list(seeds), list(wrt), set())
             for n in wrt:
@@ -67,6 +70,10 @@ class _SubBlocks:
         finally:
             program._current = saved
         return new.idx, grads
+
+    def append(self, block_idx, spec):
+        """Append the op `spec` to sub-block `block_idx`."""
+        _append(self.block.program.blocks[block_idx], spec)
 
     def reads(self, block_idx, results):
         """The names of enclosing blocks sub-block `block_idx` reads to compute `results`."""

@@ -95,3 +95,48 @@ def switch(index, branch_fns, name=None):
         {"blocks": [b.idx for b, _, _ in built],
          "branch_outputs": [n for _, results, _ in built for n in results]}, name=name)
     return _outputs(program, out_map, built[0][2])
+
+
+def _as_list(value, what):
+    """([Variable], rebuild) of None, a Variable or a tuple/list of them."""
+    if value is None:
+        return [], lambda vs: None
+    return _flatten(value, what)
+
+
+def scan(step_fn, init, xs=None, *, length=None, reverse=False, name=None):
+    """Apply `step_fn(carry, x) -> (carry, y)` along axis 0 of `xs` (lowered to lax.scan).
+
+    `init` and `xs` are a Variable, a tuple of them or None (no carry, or
+    `length` steps without sequences); `step_fn` sees `carry` and `x` (the
+    slice of each sequence) in the same structure, and returns the new carry,
+    of the same shapes and dtypes, and `y` (a Variable, a tuple of them or None).
+    Returns (final carry, y stacked along a new axis 0), as `lax.scan` does.
+    `reverse` scans from the last element to the first.
+    """
+    program = default_main_program()
+    init_vars, rebuild_carry = _as_list(init, "scan's init")
+    seq_vars, rebuild_x = _as_list(xs, "scan's xs")
+    with block_guard(program) as block:
+        carry_in = [block.create_var(program._names(f"{v.name}.carry"), v.shape, v.dtype)
+                    for v in init_vars]
+        x_in = [block.create_var(program._names(f"{v.name}.step"), v.shape[1:], v.dtype)
+                for v in seq_vars]
+        result = step_fn(rebuild_carry(carry_in), rebuild_x(x_in))
+        if not isinstance(result, tuple) or len(result) != 2:
+            raise ProgramError("a scan step must return (carry, y)")
+        carry_out, _ = _as_list(result[0], "a scan step's carry")
+        y_out, rebuild_y = _as_list(result[1], "a scan step's y")
+    if len(carry_out) != len(init_vars):
+        raise ProgramError(f"the scan step returns {len(carry_out)} carried values for "
+                           f"{len(init_vars)} in init")
+    results = [v.name for v in carry_out + y_out]
+    _, out_map = program.current_block()._add_op(
+        "scan", {"Init": init_vars, "X": seq_vars, "Input": _captures(program, [(block, results)])},
+        None, {"block": block.idx, "carry_in": [v.name for v in carry_in],
+               "x_in": [v.name for v in x_in], "carry_out": [v.name for v in carry_out],
+               "y_out": [v.name for v in y_out], "reverse": reverse,
+               "length": -1 if length is None else length}, name=name)
+    outer = program.current_block()
+    return (rebuild_carry([outer.var(n) for n in out_map.get("Carry", [])]),
+            rebuild_y([outer.var(n) for n in out_map.get("Y", [])]))

@@ -13,7 +13,6 @@ The gradient of an op with sub-blocks is the same op over gradient sub-blocks:
 differentiates the global block, in a new sub-block that recomputes the
 forward ops it needs (a copy of them) and then runs their gradient ops.
 """
-import jax
 import jax.numpy as jnp
 from jax import lax
 
@@ -168,3 +167,138 @@ def _(g):
     if targets:
         g.op("switch", {"Index": g.input("Index"), "Input": captured}, {"Out": targets},
              blocks=blocks, branch_outputs=[n for r in results for n in r])
+
+
+# --- scan ---
+
+@op("scan", inputs=[In("Init", many=True, optional=True, doc="initial carried values"),
+                    In("X", many=True, optional=True, doc="sequences, scanned along axis 0"),
+                    In("Input", many=True, optional=True,
+                       doc="variables of enclosing blocks the step reads")],
+    outputs=[Out("Carry", many=True, doc="final carried values"),
+             Out("Y", many=True, doc="per-step outputs, stacked along axis 0"),
+             Out("StepCarry", many=True,
+                 doc="the carried values at the start of each step, stacked (the gradient "
+                     "reads them)")],
+    attrs={"block": Attr("block", "block", doc="the step"),
+           "carry_in": Attr("carry_in", "strings", (), "step variables holding the carry"),
+           "x_in": Attr("x_in", "strings", (), "step variables holding each sequence's slice"),
+           "carry_out": Attr("carry_out", "strings", (), "what the step hands on as the carry"),
+           "y_out": Attr("y_out", "strings", (), "what the step hands back as its outputs"),
+           "reverse": Attr("reverse", "bool", False, "scan from the last element to the first"),
+           "length": Attr("length", "int", -1, "number of steps when there is no sequence")})
+def scan(Init, X, Input, *, block, carry_in, x_in, carry_out, y_out, reverse, length):
+    """Run the step `block` once per element of the sequences `X` (or `length` times), its
+    carry passed from step to step (lax.scan); returns the final carry, the stacked
+    per-step outputs, and the stacked carries each step started from."""
+    n_carry = len(carry_out)
+
+    def step(state, xs):
+        i, carry = state
+        bound = dict(zip(carry_in, carry))
+        bound.update(zip(x_in, xs))
+        values = block(bound, list(carry_out) + list(y_out), step=i)
+        return (i + 1, values[:n_carry]), (values[n_carry:], carry)
+
+    (_, final), (ys, started) = lax.scan(
+        step, (jnp.zeros((), jnp.int32), list(Init)), list(X),
+        length=None if X else length, reverse=reverse)
+    return final, ys, started
+
+
+def _dims_agree(a, b):
+    return len(a) == len(b) and all(x == y or x < 0 or y < 0 for x, y in zip(a, b))
+
+
+def _scan_length(inputs, attrs):
+    """The number of steps: the sequences' common length (-1 if unknown)."""
+    lengths = [dims[0] for dims, _ in inputs.get("X", ()) if dims]
+    if any(not dims for dims, _ in inputs.get("X", ())):
+        raise ShapeError("a sequence must have at least one dim (the scanned axis 0)", slot="X")
+    known = sorted({n for n in lengths if n >= 0})
+    if len(known) > 1:
+        raise ShapeError("sequences of different lengths: " + ", ".join(
+            f"X[{i}] has {n} steps" for i, n in enumerate(lengths)), slot="X")
+    if not lengths:
+        if attrs["length"] < 0:
+            raise ShapeError("a scan without sequences needs the `length` attribute")
+        return attrs["length"]
+    if known and attrs["length"] >= 0 and attrs["length"] != known[0]:
+        raise ShapeError(f"length={attrs['length']} but the sequences have {known[0]} steps")
+    return known[0] if known else -1
+
+
+@scan.shape_rule
+def _(inputs, attrs, program_desc, block_idx):
+    sub = attrs["block"]
+    check_sub_block(program_desc, sub, block_idx, "scan")
+    init, xs = inputs.get("Init", []), inputs.get("X", [])
+    for slot, given, names in (("Init", init, attrs["carry_in"]), ("X", xs, attrs["x_in"]),
+                               ("Init", init, attrs["carry_out"])):
+        if len(given) != len(names):
+            raise ShapeError(f"{len(given)} variables in slot '{slot}' but {len(names)} "
+                             f"step variables bind them", slot=slot)
+    steps = _scan_length(inputs, attrs)
+    carry_in = _types(program_desc, sub, attrs["carry_in"], "carried variable")
+    for k, ((dims, dtype), (idims, idtype)) in enumerate(zip(init, carry_in)):
+        if dtype != idtype or not _dims_agree(dims, idims):
+            raise ShapeError(f"carried value {k} starts as {dtype}{list(dims)} but the step "
+                             f"reads it as {idtype}{idims}", var=attrs["carry_in"][k])
+    for k, ((dims, dtype), (sdims, sdtype)) in enumerate(
+            zip(xs, _types(program_desc, sub, attrs["x_in"], "sequence slice"))):
+        if dtype != sdtype or not _dims_agree(dims[1:], sdims):
+            raise ShapeError(f"sequence {k} is {dtype}{list(dims)} but the step reads its "
+                             f"slices as {sdtype}{sdims}", var=attrs["x_in"][k])
+    carry_out = _types(program_desc, sub, attrs["carry_out"], "carried variable")
+    for k, (before, after) in enumerate(zip(carry_in, carry_out)):
+        if before[1] != after[1] or not _dims_agree(before[0], after[0]):
+            raise ShapeError(f"the step changes carried value {k} from {before[1]}{before[0]} "
+                             f"('{attrs['carry_in'][k]}') to {after[1]}{after[0]} "
+                             f"('{attrs['carry_out'][k]}'); a carry keeps its shape and dtype",
+                             var=attrs["carry_out"][k])
+    ys = _types(program_desc, sub, attrs["y_out"], "step output")
+    return {"Carry": [(tuple(d), t) for d, t in init],
+            "Y": [((steps, *d), t) for d, t in ys],
+            "StepCarry": [((steps, *d), t) for d, t in init]}
+
+
+@scan.gradient
+def _(g):
+    """A reverse scan over the gradient of the step: its carry is the gradient of the
+    forward carry (and the gradients of the captured inputs, summed over the steps); it
+    scans the carries each forward step started from, the sequences and the gradients of
+    the per-step outputs, and recomputes the step's forward values from them."""
+    carry_in, x_in = list(g.attr("carry_in")), list(g.attr("x_in"))
+    carry_out, y_out = list(g.attr("carry_out")), list(g.attr("y_out"))
+    init, xs, captured = g.input_list("Init"), g.input_list("X"), g.input_list("Input")
+    started = g.output_list("StepCarry")
+    if len(started) != len(init):
+        raise ShapeError("this scan does not output StepCarry, which its gradient reads")
+    sub = g.attr("block")
+    d_carry = [g.tmp(f"{n}@GRAD") for n in carry_in]
+    y_grad = [j for j in range(len(y_out)) if g.has_out_grad("Y", j)]
+    d_y = [g.tmp(f"{y_out[j]}@GRAD") for j in y_grad]
+    x_wanted = [k for k in range(len(xs)) if g.in_grad("X", k) is not None]
+    c_wanted = [k for k in range(len(captured)) if g.in_grad("Input", k) is not None]
+    acc = [g.tmp(f"{captured[k]}@GRAD@ACC") for k in c_wanted]
+    declare = [(n, *g.var(i)) for n, i in zip(d_carry, init)]
+    stacked = [g.var(g.output_list("Y")[j]) for j in y_grad]
+    declare += [(n, dims[1:], dtype) for n, (dims, dtype) in zip(d_y, stacked)]
+    declare += [(n, *g.var(captured[k])) for n, k in zip(acc, c_wanted)]
+    wrt = carry_in + [x_in[k] for k in x_wanted] + [captured[k] for k in c_wanted]
+    idx, grads = g.backward_block(sub, carry_out + [y_out[j] for j in y_grad],
+                                  d_carry + d_y, wrt, declare)
+    acc_out = [g.block_call(idx, "sum", [a, grads[captured[k]]])
+               for a, k in zip(acc, c_wanted)]
+    new_carry = [grads[n] for n in carry_in] + acc_out
+    new_y = [grads[x_in[k]] for k in x_wanted]
+    seqs = started + xs + [g.out_grad("Y", j) for j in y_grad]
+    carry_init = [g.out_grad("Carry", k) for k in range(len(init))]
+    carry_init += [g.call("fill_zeros_like", captured[k]) for k in c_wanted]
+    d_init = [g.in_grad("Init", k) or g.tmp("unused@GRAD") for k in range(len(init))]
+    g.op("scan", {"Init": carry_init, "X": seqs, "Input": g.block_reads(idx, new_carry + new_y)},
+         {"Carry": d_init + [g.in_grad("Input", k) for k in c_wanted],
+          "Y": [g.in_grad("X", k) for k in x_wanted],
+          "StepCarry": [g.tmp("scan.grad.started") for _ in d_init + acc]},
+         block=idx, carry_in=d_carry + acc, x_in=carry_in + x_in + d_y,
+         carry_out=new_carry, y_out=new_y, reverse=not g.attr("reverse"), length=g.attr("length"))
