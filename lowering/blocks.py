@@ -95,3 +95,64 @@ def op_attrs(op_desc):
 def op_inputs(op_desc):
     """{slot: [names]} of an `OpDesc`'s inputs."""
     return slot_map(op_desc.inputs)
+
+
+def check_block_references(program_desc):
+    """Check that every sub-block reference of every op is a block of the program, a child
+    of the op's block (so no block contains itself), and that no sub-block belongs to two
+    ops. Returns a message naming the first offending op, or None."""
+    n_blocks, owner = len(program_desc.blocks), {}
+    for block in program_desc.blocks:
+        for i, op_desc in enumerate(block.ops):
+            where = f"op #{i} '{op_desc.type}' of block {block.idx}"
+            for ref in sub_block_indices(op_desc):
+                if not 0 <= ref < n_blocks:
+                    return f"{where} refers to block {ref}, but the program has {n_blocks} blocks"
+                if ref == block.idx or program_desc.blocks[ref].parent_idx != block.idx:
+                    chain, b = set(), block.idx
+                    while b > 0 and b not in chain:
+                        chain.add(b)
+                        b = program_desc.blocks[b].parent_idx
+                    kind = ("itself or a block enclosing it (a cycle)" if ref in chain | {0}
+                            else f"block {ref}, whose parent is block "
+                                 f"{program_desc.blocks[ref].parent_idx}")
+                    return f"{where} refers to {kind}; a sub-block is a child of its op's block"
+                if ref in owner:
+                    return (f"{where} refers to block {ref}, which {owner[ref]} runs already; "
+                            "a sub-block belongs to one op")
+                owner[ref] = where
+    return None
+
+
+def drop_unused_blocks(program_desc):
+    """Remove the sub-blocks no op of the program refers to (those of ops a pass dropped),
+    renumbering the others; returns whether any block was removed."""
+    used, stack = {0}, [0]
+    while stack:
+        for op_desc in program_desc.blocks[stack.pop()].ops:
+            for ref in sub_block_indices(op_desc):
+                if ref not in used:
+                    used.add(ref)
+                    stack.append(ref)
+    if len(used) == len(program_desc.blocks):
+        return False
+    new_index = {old: new for new, old in enumerate(sorted(used))}
+    kept = [program_desc.blocks[i] for i in sorted(used)]
+    for block in kept:
+        block.idx = new_index[block.idx]
+        if block.parent_idx >= 0:
+            block.parent_idx = new_index[block.parent_idx]
+        for op_desc in block.ops:
+            for attribute in op_desc.attrs.values():
+                which = attribute.WhichOneof("value")
+                if which == "block_idx":
+                    attribute.block_idx = new_index[attribute.block_idx]
+                elif which == "blocks_idx":
+                    attribute.blocks_idx.values[:] = [new_index[i]
+                                                      for i in attribute.blocks_idx.values]
+    copies = [type(b)() for b in kept]
+    for copy, block in zip(copies, kept):
+        copy.CopyFrom(block)
+    del program_desc.blocks[:]
+    program_desc.blocks.extend(copies)
+    return True

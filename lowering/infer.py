@@ -43,11 +43,11 @@ def infer(opdef, inputs, attrs, program_desc=None, block_idx=0):
 
     `inputs` maps each bound input slot to a list of (dims, dtype name).
     Returns {output slot: [(dims, dtype name), ...]}. An op with sub-blocks
-    (cond, scan) has an explicit shape rule reading them: it is called as
+    (cond, scan) with an explicit shape rule reads them: the rule is called as
     `rule(inputs, attrs, program_desc, block_idx)`, `block_idx` being the
     block the op is in, and not cached (the sub-blocks are not in the key).
     """
-    if opdef.has_blocks:
+    if opdef.has_blocks and opdef.infer is not None:
         try:
             return opdef.infer(inputs, attrs, program_desc, block_idx)
         except ProgdescError as e:

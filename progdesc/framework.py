@@ -13,6 +13,7 @@ from google.protobuf import text_format
 
 from lowering import dtypes, infer, registry
 from lowering import progdesc_pb2 as pb
+from lowering.blocks import check_block_references, drop_unused_blocks
 from lowering.desc import fill_op_desc, read_attrs, slot_map
 from lowering.errors import FormatError, ProgdescError, ProgramError
 from lowering.lower import PRECISIONS, RNG_VAR, precision_of, precision_value
@@ -581,6 +582,14 @@ def block_text(block):
     return "\n".join(lines)
 
 
+def _indented(text, block):
+    """`text` indented two spaces per enclosing block of `block` (sub-blocks show nested)."""
+    depth = 0
+    while block.idx != 0 and block.parent_idx >= 0:
+        depth, block = depth + 1, block.parent
+    return "\n".join("  " * depth + line for line in text.splitlines())
+
+
 _program_serials = itertools.count()
 
 
@@ -704,6 +713,10 @@ class Program:
                 for d in block.desc.ops:
                     if "is_test" in d.attrs:
                         d.attrs["is_test"].b = True
+            if drop_unused_blocks(p.desc):
+                p._rebuild()
+                p._names._counts = dict(self._names._counts)
+                p._op_names._counts = dict(self._op_names._counts)
             p._touch()
         return p
 
@@ -766,11 +779,14 @@ class Program:
             if block.idx != i or not parent_ok:
                 raise FormatError(f"block {i} has idx {block.idx} and parent {block.parent_idx}: "
                                   "blocks must be numbered in order, each after its parent")
+        bad_reference = check_block_references(desc)
+        if bad_reference:
+            raise FormatError(bad_reference)
         return cls.from_desc(desc)
 
     def __str__(self):
         head = f"program (format {self.desc.format_version}, seed {self.random_seed})"
-        return "\n".join([head] + [block_text(b) for b in self.blocks])
+        return "\n".join([head] + [_indented(block_text(b), b) for b in self.blocks])
 
     def __repr__(self):
         n = sum(len(b.desc.ops) for b in self.blocks)

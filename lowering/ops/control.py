@@ -38,11 +38,11 @@ def _types(program_desc, block_idx, names, what):
     return out
 
 
-def _branch_types(program_desc, block_idx, branches, labels):
-    """The (dims, dtype name) of each output, checked to agree across `branches`
-    ([(sub-block index, [result names])], named by `labels`)."""
+def _branch_types(op_type, program_desc, block_idx, branches, labels):
+    """The (dims, dtype name) of each output of a cond/switch in block `block_idx`, checked
+    to agree across `branches` ([(sub-block index, [result names])], named by `labels`)."""
     for sub, _ in branches:
-        check_sub_block(program_desc, sub, block_idx, "branch")
+        check_sub_block(program_desc, sub, block_idx, op_type)
     counts = {len(results) for _, results in branches}
     if len(counts) > 1:
         raise ShapeError("branches hand back different numbers of outputs: " + ", ".join(
@@ -106,7 +106,7 @@ def _(inputs, attrs, program_desc, block_idx):
     if dtype != "bool" or not _scalar_dims(dims):
         raise ShapeError(f"the predicate must be a bool scalar (shape [] or [1]), got "
                          f"{dtype}{list(dims)}", slot="Cond")
-    return _branch_types(program_desc, block_idx,
+    return _branch_types("cond", program_desc, block_idx,
                          [(attrs["true_block"], attrs["true_outputs"]),
                           (attrs["false_block"], attrs["false_outputs"])],
                          ["true branch", "false branch"])
@@ -157,7 +157,7 @@ def _(inputs, attrs, program_desc, block_idx):
         raise ShapeError(f"the index must be an int scalar (shape [] or [1]), got "
                          f"{dtype}{list(dims)}", slot="Index")
     branches = _switch_branches(attrs)
-    return _branch_types(program_desc, block_idx, branches,
+    return _branch_types("switch", program_desc, block_idx, branches,
                          [f"branch {k}" for k in range(len(branches))])
 
 
