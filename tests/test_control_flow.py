@@ -508,3 +508,36 @@ def test_a_sub_block_writing_an_outer_variable_is_refused():
     msg = _error(build, pd.ProgramError)
     assert "'cond'" in msg and _line_of("# the-cond") in msg
     assert "'assign'" in msg and _line_of("# writes-outer") in msg and "'total'" in msg
+
+
+def test_each_step_of_a_scan_draws_different_random_numbers():
+    main = pd.Program(random_seed=3)
+    with pd.program_guard(main, pd.Program()):
+        xs = pd.data("xs", [6, 64])
+        _, masks = cf.scan(lambda c, x: (c, layers.dropout(x, 0.5)), None, xs)
+    got = _run(main, {"xs": np.ones((6, 64), np.float32)}, [masks])[0]
+    assert {float(v) for v in np.unique(got)} == {0.0, 2.0}
+    assert len({row.tobytes() for row in got}) == 6
+
+
+def test_export_compiled_runs_a_scan_with_a_symbolic_batch(tmp_path):
+    from progdesc import export
+
+    def build(dtype):
+        xs, h0 = pd.data("xs", [5, 3], dtype), pd.data("h0", [-1, 3], dtype)
+        h, _ = cf.scan(lambda h, x: (ops.tanh(h + x), None), h0, xs)
+        return (h,)
+
+    main, (h,) = _program(build)
+    path = str(tmp_path / "scan.pdx")
+    export.export_compiled(path, main, ["xs", "h0"], [h], pd.Scope())
+    compiled = export.load_compiled(path)
+    xs = RNG.normal(size=(5, 3)).astype("float32")
+    for batch in (1, 3):
+        h0 = RNG.normal(size=(batch, 3)).astype("float32")
+        expect = h0
+        for x in xs:
+            expect = np.tanh(expect + x)
+        got = compiled(xs, h0)
+        got = got[0] if isinstance(got, (list, tuple)) else got
+        np.testing.assert_allclose(np.asarray(got), expect, rtol=1e-5, atol=1e-6)
