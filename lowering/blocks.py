@@ -6,8 +6,6 @@ listed by the builder), so the op's inputs say everything it depends on, and
 writes only variables declared in itself: what it hands back to the enclosing
 block is named by the op's attributes and bound to the op's outputs.
 """
-from lowering import registry
-from lowering.desc import read_attrs, slot_map
 from lowering.errors import ProgramError
 
 BLOCK_ATTR_TYPES = ("block", "blocks")
@@ -87,20 +85,11 @@ def var_type(program_desc, block_idx, name):
     return None
 
 
-def op_attrs(op_desc):
-    """The decoded attributes of an `OpDesc` of a registered type."""
-    return read_attrs(registry.get(op_desc.type), op_desc)
-
-
-def op_inputs(op_desc):
-    """{slot: [names]} of an `OpDesc`'s inputs."""
-    return slot_map(op_desc.inputs)
-
-
 def check_block_references(program_desc):
     """Check that every sub-block reference of every op is a block of the program, a child
-    of the op's block (so no block contains itself), and that no sub-block belongs to two
-    ops. Returns a message naming the first offending op, or None."""
+    of the op's block (so no block contains itself), that no sub-block belongs to two ops
+    and that sub-blocks write only their own variables. Returns a message naming the
+    first offending op, or None."""
     n_blocks, owner = len(program_desc.blocks), {}
     for block in program_desc.blocks:
         for i, op_desc in enumerate(block.ops):
@@ -121,6 +110,10 @@ def check_block_references(program_desc):
                     return (f"{where} refers to block {ref}, which {owner[ref]} runs already; "
                             "a sub-block belongs to one op")
                 owner[ref] = where
+                try:
+                    check_sub_block(program_desc, ref, block.idx, op_desc.type)
+                except ProgramError as e:
+                    return f"{where}: {e.detail}"
     return None
 
 

@@ -236,8 +236,7 @@ def lower_block(program_desc, block_idx=0, precision=None):
         fetches = [None] * n_fetch
         rng = env.get(RNG_VAR)
         with _precision_scope(precision):
-            for step in steps:
-                _run_step(step, env, rng, fetches, block_idx, program_desc, plans)
+            _run_steps(steps, env, rng, fetches, block_idx, program_desc, plans)
         if uses_rng:
             env[RNG_VAR] = jax.random.fold_in(rng, 0)
         return tuple(fetches), {name: env[name] for name in write_names}
@@ -282,9 +281,14 @@ class SubBlock:
         rng = self._rng
         if rng is not None and step is not None:
             rng = jax.random.fold_in(rng, step)
-        for s in steps:
-            _run_step(s, env, rng, None, self.idx, self._program_desc, self._plans)
+        _run_steps(steps, env, rng, None, self.idx, self._program_desc, self._plans)
         return [env[n] for n in results]
+
+
+def _run_steps(steps, env, rng, fetches, block_idx, program_desc, plans):
+    """Trace the ops of one block (block 0 or a sub-block) over `env`, in order."""
+    for step in steps:
+        _run_step(step, env, rng, fetches, block_idx, program_desc, plans)
 
 
 def _run_step(step, env, rng, fetches, block_idx, program_desc, plans):

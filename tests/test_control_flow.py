@@ -379,8 +379,8 @@ def test_loader_refuses_bad_block_references(mutate, fragment):
 
 def test_loader_refuses_a_sub_block_that_contains_its_own_op():
     def mutate(desc):
-        inner = desc.blocks[1].ops.add()
-        inner.CopyFrom(_scan_op(desc))
+        inner = desc.blocks[1].ops.add(type="scan")
+        inner.attrs["block"].block_idx = 1
     with pytest.raises(pd.FormatError, match="a cycle"):
         pd.Program.from_bytes(_tampered(mutate))
 
@@ -541,3 +541,51 @@ def test_export_compiled_runs_a_scan_with_a_symbolic_batch(tmp_path):
         got = compiled(xs, h0)
         got = got[0] if isinstance(got, (list, tuple)) else got
         np.testing.assert_allclose(np.asarray(got), expect, rtol=1e-5, atol=1e-6)
+
+
+def test_scan_second_order_matches_jax():
+    main = pd.Program()
+    with pd.program_guard(main, pd.Program()):
+        xs = pd.data("xs", [4, 3], stop_gradient=False)
+        w = pd.data("w", [3], stop_gradient=False)
+        h0 = pd.data("h0", [3], stop_gradient=False)
+        _, ys = cf.scan(lambda h, x: (ops.tanh(h * w + x),) * 2, h0, xs)
+        (gw,) = pd.gradients([ops.reduce_sum(ys)], [w])
+        ggw, ggh = pd.gradients([ops.reduce_sum(gw * gw)], [w, h0])
+    feed = {"xs": RNG.normal(size=(4, 3)).astype("float32"),
+            "w": RNG.normal(size=3).astype("float32"), "h0": RNG.normal(size=3).astype("float32")}
+
+    def f(w, h0):
+        def step(h, x):
+            h = jnp.tanh(h * w + x)
+            return h, h
+        return jnp.sum(jax.lax.scan(step, h0, feed["xs"])[1])
+    ref = jax.grad(lambda w, h0: jnp.sum(jax.grad(f)(w, h0) ** 2), argnums=(0, 1))(
+        feed["w"], feed["h0"])
+    for got, want in zip(_run(main, feed, [ggw, ggh]), ref):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
+
+
+def test_to_dot_draws_each_sub_block_as_a_cluster():
+    main, _ = _saved_scan_program()
+    dot = main.to_dot()
+    assert "cluster_block_1" in dot and "cluster_block_2" in dot
+
+
+def test_a_sub_block_reading_an_outer_variable_its_op_does_not_capture_is_refused():
+    main, (loss, y) = _program(_cond_model)
+    desc = pb.ProgramDesc()
+    desc.CopyFrom(main.desc)
+    cond_op = next(o for o in desc.blocks[0].ops if o.type == "cond")
+    del next(s for s in cond_op.inputs if s.parameter == "Input").arguments[:]
+    tampered = pd.Program.from_bytes(desc.SerializeToString())
+    with pytest.raises(pd.ProgramError, match="not an input of the op") as info:
+        _run(tampered, _cond_feed(True), [y.name])
+    assert "in block 1" in str(info.value) and "variable 'x'" in str(info.value)
+
+
+def test_loader_refuses_a_sub_block_that_writes_an_outer_variable():
+    def mutate(desc):
+        desc.blocks[1].ops[-1].outputs[0].arguments[:] = ["w"]
+    with pytest.raises(pd.FormatError, match="writes 'w'"):
+        pd.Program.from_bytes(_tampered(mutate))

@@ -267,7 +267,9 @@ def _(g):
     """A reverse scan over the gradient of the step: its carry is the gradient of the
     forward carry (and the gradients of the captured inputs, summed over the steps); it
     scans the carries each forward step started from, the sequences and the gradients of
-    the per-step outputs, and recomputes the step's forward values from them."""
+    the per-step outputs (and of StepCarry, which a second order reaches), and recomputes
+    the step's forward values from them: only the carries are saved, as `jax.checkpoint`
+    around the step would save them."""
     carry_in, x_in = list(g.attr("carry_in")), list(g.attr("x_in"))
     carry_out, y_out = list(g.attr("carry_out")), list(g.attr("y_out"))
     init, xs, captured = g.input_list("Init"), g.input_list("X"), g.input_list("Input")
@@ -280,19 +282,23 @@ def _(g):
     d_y = [g.tmp(f"{y_out[j]}@GRAD") for j in y_grad]
     x_wanted = [k for k in range(len(xs)) if g.in_grad("X", k) is not None]
     c_wanted = [k for k in range(len(captured)) if g.in_grad("Input", k) is not None]
+    s_grad = [k for k in range(len(init)) if g.has_out_grad("StepCarry", k)]
+    d_started = [g.tmp(f"{carry_in[k]}@GRAD@STEP") for k in s_grad]
     acc = [g.tmp(f"{captured[k]}@GRAD@ACC") for k in c_wanted]
     declare = [(n, *g.var(i)) for n, i in zip(d_carry, init)]
     stacked = [g.var(g.output_list("Y")[j]) for j in y_grad]
     declare += [(n, dims[1:], dtype) for n, (dims, dtype) in zip(d_y, stacked)]
+    declare += [(n, *g.var(init[k])) for n, k in zip(d_started, s_grad)]
     declare += [(n, *g.var(captured[k])) for n, k in zip(acc, c_wanted)]
     wrt = carry_in + [x_in[k] for k in x_wanted] + [captured[k] for k in c_wanted]
-    idx, grads = g.backward_block(sub, carry_out + [y_out[j] for j in y_grad],
-                                  d_carry + d_y, wrt, declare)
+    targets = carry_out + [y_out[j] for j in y_grad] + [carry_in[k] for k in s_grad]
+    idx, grads = g.backward_block(sub, targets, d_carry + d_y + d_started, wrt, declare)
     acc_out = [g.block_call(idx, "sum", [a, grads[captured[k]]])
                for a, k in zip(acc, c_wanted)]
     new_carry = [grads[n] for n in carry_in] + acc_out
     new_y = [grads[x_in[k]] for k in x_wanted]
     seqs = started + xs + [g.out_grad("Y", j) for j in y_grad]
+    seqs += [g.out_grad("StepCarry", k) for k in s_grad]   # reached by a second order
     carry_init = [g.out_grad("Carry", k) for k in range(len(init))]
     carry_init += [g.call("fill_zeros_like", captured[k]) for k in c_wanted]
     d_init = [g.in_grad("Init", k) or g.tmp("unused@GRAD") for k in range(len(init))]
@@ -300,5 +306,5 @@ def _(g):
          {"Carry": d_init + [g.in_grad("Input", k) for k in c_wanted],
           "Y": [g.in_grad("X", k) for k in x_wanted],
           "StepCarry": [g.tmp("scan.grad.started") for _ in d_init + acc]},
-         block=idx, carry_in=d_carry + acc, x_in=carry_in + x_in + d_y,
+         block=idx, carry_in=d_carry + acc, x_in=carry_in + x_in + d_y + d_started,
          carry_out=new_carry, y_out=new_y, reverse=not g.attr("reverse"), length=g.attr("length"))
