@@ -589,3 +589,39 @@ def test_loader_refuses_a_sub_block_that_writes_an_outer_variable():
         desc.blocks[1].ops[-1].outputs[0].arguments[:] = ["w"]
     with pytest.raises(pd.FormatError, match="writes 'w'"):
         pd.Program.from_bytes(_tampered(mutate))
+
+
+def test_block_guard_appends_into_a_new_sub_block():
+    main = pd.Program()
+    with pd.program_guard(main, pd.Program()):
+        x = pd.data("x", [2])
+        with cf.block_guard() as block:
+            inner = ops.exp(x)
+        outer = ops.abs(x)
+    assert block.idx == 1 and block.parent_idx == 0
+    assert [o.type for o in block.ops] == ["exp"] and inner.name in block.vars
+    assert main.global_block().ops[-1].type == "abs" and outer.name in main.global_block().vars
+
+
+def test_readme_control_flow_example_builds_and_runs():
+    import os
+    with open(os.path.join(os.path.dirname(__file__), os.pardir, "README.md")) as f:
+        section = f.read().split("## Control flow", 1)[1]
+    example = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    main, startup = pd.Program(), pd.Program()
+    with pd.program_guard(main, startup):
+        names = {"pred": pd.data("pred", [], "bool"), "x": pd.data("x", [-1, 3]),
+                 "index": pd.data("index", [], "int32"), "h0": pd.data("h0", [-1, 64]),
+                 "xs": pd.data("xs", [5, -1, 3]), "vocab": 7}
+        exec(example, names)  # noqa: S102  (the README's own code)
+    exe, scope = pd.Executor(), pd.Scope()
+    exe.run(startup, scope=scope)
+    feed = {"pred": np.array(True), "x": np.ones((2, 3), np.float32),
+            "index": np.array(1, np.int32), "h0": np.zeros((2, 64), np.float32),
+            "xs": np.ones((5, 2, 3), np.float32)}
+    y, z, h, logits = exe.run(main, feed=feed, fetch_list=[names[n] for n in
+                                                          ("y", "z", "h_last", "logits")],
+                              scope=scope)
+    np.testing.assert_allclose(y, np.tanh(np.ones((2, 3))) * 2, rtol=1e-6)
+    np.testing.assert_allclose(z, np.exp(np.ones((2, 3))), rtol=1e-6)
+    assert h.shape == (2, 64) and logits.shape == (5, 2, 7)
