@@ -12,6 +12,11 @@ Ops whose results reach neither a fetch nor a persistable variable are
 dropped before tracing. Random ops draw `fold_in(rng_state, op_index + 1)`;
 the state advances to `fold_in(rng_state, 0)` after each run.
 
+An op with sub-blocks (cond, switch, scan) gets each of them as a `SubBlock`:
+the same pass over the sub-block's ops, which its lowering rule calls inside
+`lax.cond` / `lax.switch` / `lax.scan`. A sub-block sees the values of its
+op's inputs and its own bindings, and is pruned to the results it hands back.
+
 The program's precision policy (`ProgramDesc.precision`) is applied to the
 whole traced block as `jax.default_matmul_precision`, so it reaches every
 float32 dot and convolution: those of gradient ops and of ops lowered through
@@ -127,7 +132,8 @@ def _plan(program_desc, block_idx, results=None):
         outputs = slot_map(op_desc.outputs)
         stopped = stop.intersection(*outputs.values()) if stop else _NOTHING
         steps.append(_Step(stopped, i, desc_index, opdef, slot_map(op_desc.inputs), outputs,
-                           attrs, op_desc.callsite, tuple(block_attrs(opdef))))
+                           attrs, op_desc.callsite,
+                           tuple(block_attrs(opdef)) if opdef.has_blocks else ()))
 
     roots = _NOTHING if results is None else set(results)
     needed, kept = set(roots), []

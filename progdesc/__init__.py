@@ -3,8 +3,7 @@ from lowering.errors import (AttributeTypeError, BackwardError, FeedError, Fetch
                              FormatError, ProgdescError, ProgramError, ScopeError, ShapeError,
                              UnknownOpError)
 from progdesc import (control_flow, custom_op, display, export, initializer, io, layers, ops,
-                      optimizer,
-                      reader)
+                      optimizer, reader)
 from progdesc.backward import append_backward, gradients
 from progdesc.param import ParamAttr, create_parameter
 from progdesc.prune import prune

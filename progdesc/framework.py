@@ -702,8 +702,6 @@ class Program:
     def clone(self, for_test=False):
         """A deep copy; `for_test` drops backward/optimizer ops and sets `is_test` attrs."""
         p = Program.from_desc(self.desc)
-        p._names._counts = dict(self._names._counts)
-        p._op_names._counts = dict(self._op_names._counts)
         if for_test:
             for block in p.blocks:
                 keep = [d for d in block.desc.ops
@@ -713,11 +711,11 @@ class Program:
                 for d in block.desc.ops:
                     if "is_test" in d.attrs:
                         d.attrs["is_test"].b = True
-            if drop_unused_blocks(p.desc):
+            if drop_unused_blocks(p.desc):   # the gradient sub-blocks
                 p._rebuild()
-                p._names._counts = dict(self._names._counts)
-                p._op_names._counts = dict(self._op_names._counts)
             p._touch()
+        p._names._counts = dict(self._names._counts)
+        p._op_names._counts = dict(self._op_names._counts)
         return p
 
     @classmethod

@@ -51,4 +51,5 @@ def prune(program, feed_names, fetch_targets):
             var.need_check_feed = True
     block._reindex()
     drop_unused_blocks(pruned.desc)
+    pruned._touch()
     return Program.from_desc(pruned.desc)
