@@ -51,10 +51,10 @@ class _SubBlocks:
     def __init__(self, block):
         self.block = block
 
-    def backward(self, block_idx, targets, seeds, wrt, declare=()):
+    def backward(self, block_idx, targets, seeds, wrt, declare=(), given=()):
         """(index of a new child of `block` declaring `declare`, holding a copy of sub-block
-        `block_idx` and the gradient ops of `targets` w.r.t. `wrt`, {name in wrt: gradient
-        name})."""
+        `block_idx` (but its ops that only write names in `given`) and the gradient ops of
+        `targets` w.r.t. `wrt`, {name in wrt: gradient name})."""
         program = self.block.program
         saved = program._current
         try:
@@ -67,6 +67,10 @@ class _SubBlocks:
                 if grads[n] is None:
                     grads[n] = program._names(f"{grad_name(n)}@ZERO")
                     _append(new, OpSpec("fill_zeros_like", {"X": [n]}, {"Out": [grads[n]]}))
+            given = set(given)
+            kept = [d for d in new.desc.ops if not given.issuperset(_outputs(d) or [None])]
+            del new.desc.ops[:]
+            new.desc.ops.extend(kept)
         finally:
             program._current = saved
         return new.idx, grads

@@ -112,7 +112,9 @@ def scan(step_fn, init, xs=None, *, length=None, reverse=False, name=None):
     slice of each sequence) in the same structure, and returns the new carry,
     of the same shapes and dtypes, and `y` (a Variable, a tuple of them or None).
     Returns (final carry, y stacked along a new axis 0), as `lax.scan` does.
-    `reverse` scans from the last element to the first.
+    `reverse` scans from the last element to the first. The scan op also outputs
+    every value the step computes, stacked (`Saved`), for its gradient to read
+    instead of computing them again; what nothing reads, XLA does not compute.
     """
     program = default_main_program()
     init_vars, rebuild_carry = _as_list(init, "scan's init")
@@ -131,11 +133,13 @@ def scan(step_fn, init, xs=None, *, length=None, reverse=False, name=None):
         raise ProgramError(f"the scan step returns {len(carry_out)} carried values for "
                            f"{len(init_vars)} in init")
     results = [v.name for v in carry_out + y_out]
+    saved = list(dict.fromkeys(n for op_desc in block.desc.ops for s in op_desc.outputs
+                               for n in s.arguments if n in block.vars))
     _, out_map = program.current_block()._add_op(
         "scan", {"Init": init_vars, "X": seq_vars, "Input": _captures(program, [(block, results)])},
         None, {"block": block.idx, "carry_in": [v.name for v in carry_in],
                "x_in": [v.name for v in x_in], "carry_out": [v.name for v in carry_out],
-               "y_out": [v.name for v in y_out], "reverse": reverse,
+               "y_out": [v.name for v in y_out], "saved": saved, "reverse": reverse,
                "length": -1 if length is None else length}, name=name)
     outer = program.current_block()
     return (rebuild_carry([outer.var(n) for n in out_map.get("Carry", [])]),

@@ -179,31 +179,36 @@ def _(g):
              Out("Y", many=True, doc="per-step outputs, stacked along axis 0"),
              Out("StepCarry", many=True,
                  doc="the carried values at the start of each step, stacked (the gradient "
-                     "reads them)")],
+                     "reads them)"),
+             Out("Saved", many=True,
+                 doc="the step values named by `saved`, stacked (the gradient reads them)")],
     attrs={"block": Attr("block", "block", doc="the step"),
            "carry_in": Attr("carry_in", "strings", (), "step variables holding the carry"),
            "x_in": Attr("x_in", "strings", (), "step variables holding each sequence's slice"),
            "carry_out": Attr("carry_out", "strings", (), "what the step hands on as the carry"),
            "y_out": Attr("y_out", "strings", (), "what the step hands back as its outputs"),
+           "saved": Attr("saved", "strings", (), "step variables output stacked as Saved"),
            "reverse": Attr("reverse", "bool", False, "scan from the last element to the first"),
            "length": Attr("length", "int", -1, "number of steps when there is no sequence")})
-def scan(Init, X, Input, *, block, carry_in, x_in, carry_out, y_out, reverse, length):
+def scan(Init, X, Input, *, block, carry_in, x_in, carry_out, y_out, saved, reverse, length):
     """Run the step `block` once per element of the sequences `X` (or `length` times), its
     carry passed from step to step (lax.scan); returns the final carry, the stacked
-    per-step outputs, and the stacked carries each step started from."""
-    n_carry = len(carry_out)
+    per-step outputs, the stacked carries each step started from and the stacked `saved`
+    step values (what nothing reads, XLA does not compute)."""
+    n_carry, n_y = len(carry_out), len(y_out)
 
     def step(state, xs):
         i, carry = state
         bound = dict(zip(carry_in, carry))
         bound.update(zip(x_in, xs))
-        values = block(bound, list(carry_out) + list(y_out), step=i)
-        return (i + 1, values[:n_carry]), (values[n_carry:], carry)
+        values = block(bound, list(carry_out) + list(y_out) + list(saved), step=i)
+        return (i + 1, values[:n_carry]), (values[n_carry:n_carry + n_y], carry,
+                                           values[n_carry + n_y:])
 
-    (_, final), (ys, started) = lax.scan(
+    (_, final), (ys, started, kept) = lax.scan(
         step, (jnp.zeros((), jnp.int32), list(Init)), list(X),
         length=None if X else length, reverse=reverse)
-    return final, ys, started
+    return final, ys, started, kept
 
 
 def _dims_agree(a, b):
@@ -257,9 +262,11 @@ def _(inputs, attrs, program_desc, block_idx):
                              f"('{attrs['carry_out'][k]}'); a carry keeps its shape and dtype",
                              var=attrs["carry_out"][k])
     ys = _types(program_desc, sub, attrs["y_out"], "step output")
+    saved = _types(program_desc, sub, attrs["saved"], "saved step value")
     return {"Carry": [(tuple(d), t) for d, t in init],
             "Y": [((steps, *d), t) for d, t in ys],
-            "StepCarry": [((steps, *d), t) for d, t in init]}
+            "StepCarry": [((steps, *d), t) for d, t in init],
+            "Saved": [((steps, *d), t) for d, t in saved]}
 
 
 @scan.gradient
@@ -267,13 +274,15 @@ def _(g):
     """A reverse scan over the gradient of the step: its carry is the gradient of the
     forward carry (and the gradients of the captured inputs, summed over the steps); it
     scans the carries each forward step started from, the sequences and the gradients of
-    the per-step outputs (and of StepCarry, which a second order reaches), and recomputes
-    the step's forward values from them: only the carries are saved, as `jax.checkpoint`
-    around the step would save them."""
+    the per-step outputs (and of StepCarry and Saved, which a second order reaches). The
+    step's forward values come from the forward scan's Saved outputs where it has them
+    (the ops writing them are then left out); otherwise the gradient step recomputes
+    them from the carries, as `jax.checkpoint` around the step would."""
     carry_in, x_in = list(g.attr("carry_in")), list(g.attr("x_in"))
     carry_out, y_out = list(g.attr("carry_out")), list(g.attr("y_out"))
     init, xs, captured = g.input_list("Init"), g.input_list("X"), g.input_list("Input")
     started = g.output_list("StepCarry")
+    saved = list(g.attr("saved")) if len(g.output_list("Saved")) == len(g.attr("saved")) else []
     if len(started) != len(init):
         raise ShapeError("this scan does not output StepCarry, which its gradient reads")
     sub = g.attr("block")
@@ -284,21 +293,28 @@ def _(g):
     c_wanted = [k for k in range(len(captured)) if g.in_grad("Input", k) is not None]
     s_grad = [k for k in range(len(init)) if g.has_out_grad("StepCarry", k)]
     d_started = [g.tmp(f"{carry_in[k]}@GRAD@STEP") for k in s_grad]
+    v_grad = [k for k in range(len(saved)) if g.has_out_grad("Saved", k)]
+    d_saved = [g.tmp(f"{saved[k]}@GRAD@STEP") for k in v_grad]
     acc = [g.tmp(f"{captured[k]}@GRAD@ACC") for k in c_wanted]
     declare = [(n, *g.var(i)) for n, i in zip(d_carry, init)]
     stacked = [g.var(g.output_list("Y")[j]) for j in y_grad]
     declare += [(n, dims[1:], dtype) for n, (dims, dtype) in zip(d_y, stacked)]
     declare += [(n, *g.var(init[k])) for n, k in zip(d_started, s_grad)]
+    stacked = [g.var(g.output_list("Saved")[k]) for k in v_grad]
+    declare += [(n, dims[1:], dtype) for n, (dims, dtype) in zip(d_saved, stacked)]
     declare += [(n, *g.var(captured[k])) for n, k in zip(acc, c_wanted)]
     wrt = carry_in + [x_in[k] for k in x_wanted] + [captured[k] for k in c_wanted]
     targets = carry_out + [y_out[j] for j in y_grad] + [carry_in[k] for k in s_grad]
-    idx, grads = g.backward_block(sub, targets, d_carry + d_y + d_started, wrt, declare)
+    targets += [saved[k] for k in v_grad]
+    idx, grads = g.backward_block(sub, targets, d_carry + d_y + d_started + d_saved, wrt,
+                                  declare, given=saved)
     acc_out = [g.block_call(idx, "sum", [a, grads[captured[k]]])
                for a, k in zip(acc, c_wanted)]
     new_carry = [grads[n] for n in carry_in] + acc_out
     new_y = [grads[x_in[k]] for k in x_wanted]
     seqs = started + xs + [g.out_grad("Y", j) for j in y_grad]
     seqs += [g.out_grad("StepCarry", k) for k in s_grad]   # reached by a second order
+    seqs += [g.out_grad("Saved", k) for k in v_grad] + g.output_list("Saved")[:len(saved)]
     carry_init = [g.out_grad("Carry", k) for k in range(len(init))]
     carry_init += [g.call("fill_zeros_like", captured[k]) for k in c_wanted]
     d_init = [g.in_grad("Init", k) or g.tmp("unused@GRAD") for k in range(len(init))]
@@ -306,5 +322,6 @@ def _(g):
          {"Carry": d_init + [g.in_grad("Input", k) for k in c_wanted],
           "Y": [g.in_grad("X", k) for k in x_wanted],
           "StepCarry": [g.tmp("scan.grad.started") for _ in d_init + acc]},
-         block=idx, carry_in=d_carry + acc, x_in=carry_in + x_in + d_y + d_started,
+         block=idx, carry_in=d_carry + acc,
+         x_in=carry_in + x_in + d_y + d_started + d_saved + saved,
          carry_out=new_carry, y_out=new_y, reverse=not g.attr("reverse"), length=g.attr("length"))
