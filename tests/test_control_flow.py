@@ -689,3 +689,29 @@ def test_random_programs_with_cond_and_scan_match_jax_grad(batch):
             for name, want in expected.items():
                 np.testing.assert_allclose(got.get(name, np.zeros_like(want)), want, rtol=2e-5,
                                            atol=2e-6, err_msg=f"seed {seed}, d{name}\n{main}")
+
+
+def test_saved_step_values_nothing_reads_cost_no_memory():
+    steps, batch, hidden = 64, 32, 64
+    main = pd.Program()
+    with pd.program_guard(main, pd.Program()):
+        xs, h0 = pd.data("xs", [steps, batch, hidden]), pd.data("h0", [batch, hidden])
+        w = pd.data("w", [hidden, hidden])
+        _, ys = cf.scan(lambda h, x: (ops.tanh(ops.matmul(h, w) + x) * 2.0,) * 2, h0, xs)
+        out = ops.reduce_sum(ys)
+    assert len(next(o for o in main.global_block().ops if o.type == "scan").output("Saved")) > 3
+    lowered = lower_block(with_feed_fetch(main, ("xs", "h0", "w"), (out.name,)), 0)
+    args = (np.zeros((steps, batch, hidden), np.float32), np.zeros((batch, hidden), np.float32),
+            np.zeros((hidden, hidden), np.float32))
+
+    def hand_written(xs, h0, w):
+        def step(h, x):
+            h = jnp.tanh(h @ w + x) * 2.0
+            return h, h
+        return jnp.sum(jax.lax.scan(step, h0, xs)[1])
+
+    ours = jax.jit(lambda *a: lowered.fn(a, {}, {})).lower(*args).compile().memory_analysis()
+    theirs = jax.jit(hand_written).lower(*args).compile().memory_analysis()
+    if ours is None or theirs is None:
+        pytest.skip("this backend does not report memory use")
+    assert ours.temp_size_in_bytes <= theirs.temp_size_in_bytes
