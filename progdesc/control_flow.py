@@ -6,7 +6,7 @@ and it returns the Variables the sub-block hands back. Variables of enclosing
 blocks it reads become the op's captured inputs; parameters it creates (an
 `fc` in a scan step) live in the global block, shared by every run of it.
 
-    y = control_flow.cond(x.sum() > 0, lambda: x * 2.0, lambda: -x)
+    y = control_flow.cond(pred, lambda: x * 2.0, lambda: -x)   # pred: a bool scalar
 """
 import contextlib
 
@@ -38,10 +38,10 @@ def _flatten(value, what):
                        f"got {type(value).__name__}")
 
 
-def _build(fn, what, args=()):
-    """(sub-block, [result names], rebuild) of calling `fn(*args)` in a new sub-block."""
+def _build(fn, what):
+    """(sub-block, [result names], rebuild) of calling `fn()` in a new sub-block."""
     with block_guard() as block:
-        results, rebuild = _flatten(fn(*args), what)
+        results, rebuild = _flatten(fn(), what)
     return block, [v.name for v in results], rebuild
 
 

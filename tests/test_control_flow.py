@@ -276,7 +276,8 @@ def test_cond_inside_a_scan_step():
         c0 = pd.data("c0", [2], dtype, stop_gradient=False)
 
         def step(c, x):
-            big = ops.greater_than(ops.reduce_sum(x), ops.fill_constant(shape=[], dtype=dtype, value=0.0))
+            zero = ops.fill_constant(shape=[], dtype=dtype, value=0.0)
+            big = ops.greater_than(ops.reduce_sum(x), zero)
             c = cf.cond(big, lambda: c + x, lambda: c * x)
             return c, c
         c, cs = cf.scan(step, c0, xs)

@@ -10,8 +10,10 @@ the pass itself inside `lax.cond` / `lax.switch` / `lax.scan`.
 
 The gradient of an op with sub-blocks is the same op over gradient sub-blocks:
 `g.backward_block` differentiates a sub-block with the backward pass that
-differentiates the global block, in a new sub-block that recomputes the
-forward ops it needs (a copy of them) and then runs their gradient ops.
+differentiates the global block, in a new sub-block that holds a copy of the
+forward ops followed by their gradient ops. A gradient branch of cond/switch
+recomputes its forward values; a gradient step of scan reads the values the
+forward scan saved (its `Saved` outputs) and keeps no copy of the ops writing them.
 """
 import jax.numpy as jnp
 from jax import lax
