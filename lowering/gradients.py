@@ -44,11 +44,14 @@ class GradContext:
     `var(name)` returns (dims, dtype name). `aliasable` holds the (slot,
     position) keys whose gradient `pass_through` may alias to an existing
     variable instead of copying it; `aliases` maps those keys to the variable
-    each one was aliased to.
+    each one was aliased to. `sub_blocks` (for ops with sub-blocks) provides
+    `backward(block_idx, targets, seeds, wrt, declare, given)`, `reads(block_idx,
+    results)` and `append(block_idx, spec)`, see `backward_block`, `block_reads`
+    and `block_call`.
     """
 
     def __init__(self, opdef, inputs, outputs, attrs, *, in_grad_targets, out_grads,
-                 var, new_name, aliasable=frozenset()):
+                 var, new_name, aliasable=frozenset(), sub_blocks=None):
         self.opdef = opdef
         self.inputs = inputs
         self.outputs = outputs
@@ -59,6 +62,7 @@ class GradContext:
         self._var = var
         self._new_name = new_name
         self._aliasable = aliasable
+        self._sub_blocks = sub_blocks
         self.aliases = {}
         self.ops = []
 
@@ -135,6 +139,36 @@ class GradContext:
             self.aliases[key] = grad
         else:
             self.call("assign", grad, out=target)
+
+    # --- sub-blocks ---
+    def backward_block(self, block_idx, targets, seeds, wrt, declare=(), given=()):
+        """Differentiate sub-block `block_idx` with the backward pass of the global block.
+
+        Makes a new sub-block (a child of the block the gradient ops go to)
+        declaring `declare` ([(name, dims, dtype name)]: what a scan binds in
+        it), holding a copy of the sub-block's ops, recomputed there, then the
+        gradient ops of `targets` (its result names) seeded with `seeds` (names
+        visible from the new block) w.r.t. `wrt`. The copied ops that write
+        only names in `given` (values the op binds in the new block: a scan's
+        saved step values) are dropped again once differentiated. Returns (the
+        new block's index, {name in wrt: its gradient's name}); a name the
+        targets do not depend on gets zeros.
+        """
+        return self._sub_blocks.backward(block_idx, targets, seeds, wrt, declare, given)
+
+    def block_call(self, block_idx, op_type, *args, **attrs):
+        """Like `call`, but append the op to sub-block `block_idx` at once."""
+        opdef = registry.get(op_type)
+        out = self._new_name(f"{op_type}.grad")
+        inputs = {slot.name: _as_list(arg) for slot, arg in zip(opdef.inputs, args)
+                  if arg is not None}
+        self._sub_blocks.append(block_idx, OpSpec(op_type, inputs,
+                                                  {opdef.outputs[0].name: [out]}, attrs))
+        return out
+
+    def block_reads(self, block_idx, results):
+        """The variables of enclosing blocks a sub-block reads to compute `results`."""
+        return self._sub_blocks.reads(block_idx, results)
 
     # --- emitting ops ---
     def tmp(self, hint="tmp"):

@@ -38,12 +38,20 @@ def _frozen(value):
 _CACHE = {}
 
 
-def infer(opdef, inputs, attrs):
+def infer(opdef, inputs, attrs, program_desc=None, block_idx=0):
     """Output (dims, dtype name) lists per output slot.
 
     `inputs` maps each bound input slot to a list of (dims, dtype name).
-    Returns {output slot: [(dims, dtype name), ...]}.
+    Returns {output slot: [(dims, dtype name), ...]}. An op with sub-blocks
+    (cond, scan) with an explicit shape rule reads them: the rule is called as
+    `rule(inputs, attrs, program_desc, block_idx)`, `block_idx` being the
+    block the op is in, and not cached (the sub-blocks are not in the key).
     """
+    if opdef.has_blocks and opdef.infer is not None:
+        try:
+            return opdef.infer(inputs, attrs, program_desc, block_idx)
+        except ProgdescError as e:
+            raise type(e)(e.detail, op_type=opdef.type, var=e.var, slot=e.slot) from None
     try:
         key = (opdef.type, id(opdef), tuple(attrs.items()),
                tuple([(k, tuple(v)) for k, v in inputs.items()]))

@@ -12,6 +12,11 @@ Ops whose results reach neither a fetch nor a persistable variable are
 dropped before tracing. Random ops draw `fold_in(rng_state, op_index + 1)`;
 the state advances to `fold_in(rng_state, 0)` after each run.
 
+An op with sub-blocks (cond, switch, scan) gets each of them as a `SubBlock`:
+the same pass over the sub-block's ops, which its lowering rule calls inside
+`lax.cond` / `lax.switch` / `lax.scan`. A sub-block sees the values of its
+op's inputs and its own bindings, and is pruned to the results it hands back.
+
 The program's precision policy (`ProgramDesc.precision`) is applied to the
 whole traced block as `jax.default_matmul_precision`, so it reaches every
 float32 dot and convolution: those of gradient ops and of ops lowered through
@@ -25,6 +30,7 @@ import jax
 
 from lowering import progdesc_pb2 as pb
 from lowering import registry
+from lowering.blocks import block_attrs
 from lowering.desc import read_attrs, slot_map
 from lowering.errors import FeedError, FetchError, ProgdescError, ProgramError
 from lowering.gc_pause import gc_paused
@@ -73,6 +79,7 @@ class _Step:
     outputs: dict
     attrs: dict
     callsite: str
+    block_attrs: tuple = ()   # names of the attributes holding sub-block indices
 
 
 @dataclass
@@ -94,7 +101,13 @@ def _var_index(program_desc, block_idx):
     return {v.name: v for block in reversed(chain) for v in block.vars}
 
 
-def _plan(program_desc, block_idx):
+def _plan(program_desc, block_idx, results=None):
+    """(kept steps, var index, persistable names) of block `block_idx`.
+
+    Block 0 keeps the ops that reach a fetch or a persistable variable; a
+    sub-block (`results` given) keeps the ops that reach `results`, the names
+    it hands back to its op.
+    """
     block = program_desc.blocks[block_idx]
     var_index = _var_index(program_desc, block_idx)
     persistable, stop = set(), set()
@@ -119,12 +132,15 @@ def _plan(program_desc, block_idx):
         outputs = slot_map(op_desc.outputs)
         stopped = stop.intersection(*outputs.values()) if stop else _NOTHING
         steps.append(_Step(stopped, i, desc_index, opdef, slot_map(op_desc.inputs), outputs,
-                           attrs, op_desc.callsite))
+                           attrs, op_desc.callsite,
+                           tuple(block_attrs(opdef)) if opdef.has_blocks else ()))
 
-    needed, kept = set(), []
+    roots = _NOTHING if results is None else set(results)
+    needed, kept = set(roots), []
     for step in reversed(steps):
         outs = [n for names in step.outputs.values() for n in names]
-        if step.opdef.type == "fetch" or any(n in needed or n in persistable for n in outs):
+        if (results is None and step.opdef.type == "fetch") or any(
+                n in needed or (results is None and n in persistable) for n in outs):
             kept.append(step)
             if step.opdef.type != "fetch":
                 needed.difference_update(outs)
@@ -134,6 +150,7 @@ def _plan(program_desc, block_idx):
 
 
 _NOTHING = frozenset()
+_SUB_BLOCK_KEYS = 2**31 - 1   # a sub-block's key folds in this minus its op's index
 
 
 def draws_random(opdef, attrs):
@@ -141,39 +158,76 @@ def draws_random(opdef, attrs):
     return opdef.random and not attrs.get("is_test", False)
 
 
+def _sub_blocks(step):
+    """The sub-block indices an op refers to."""
+    out = []
+    for name in step.block_attrs:
+        value = step.attrs[name]
+        out.extend(value if isinstance(value, tuple) else (value,))
+    return out
+
+
+def _draws_random_in(program_desc, steps):
+    """Whether any of `steps`, or an op of their sub-blocks, draws random numbers."""
+    for step in steps:
+        if draws_random(step.opdef, step.attrs) or any(
+                _draws_random_in(program_desc, _all_steps(program_desc, idx))
+                for idx in _sub_blocks(step)):
+            return True
+    return False
+
+
+def _all_steps(program_desc, block_idx):
+    """Every op of a block as a step, none pruned."""
+    block = program_desc.blocks[block_idx]
+    return _plan(program_desc, block_idx, [n for o in block.ops for s in o.outputs
+                                           for n in s.arguments])[0]
+
+
+def _check_reads(steps, available, persistable, var_index, block_idx):
+    """Raise if a step reads a name that is neither in `available` nor written by an earlier
+    step (a persistable is read from the scope in block 0); returns the persistables read."""
+    defined, reads = set(available), {}
+    for step in steps:
+        for name in (n for names in step.inputs.values() for n in names):
+            if name in defined or name == FEED_VAR:
+                continue
+            if name in persistable and block_idx == 0:
+                reads[name] = None
+                defined.add(name)
+                continue
+            var = var_index.get(name)
+            fed = var is not None and var.need_check_feed and block_idx == 0
+            raise (FeedError if fed else ProgramError)(
+                "is needed but not fed" if fed else
+                "is read before any op writes it and is neither fed nor persistable"
+                if block_idx == 0 else
+                "is read by a sub-block before any of its ops writes it, and is not an input "
+                "of the op the sub-block belongs to",
+                op_type=step.opdef.type, op_index=step.index, block_idx=block_idx,
+                var=name, callsite=step.callsite)
+        defined.update(n for names in step.outputs.values() for n in names)
+    return reads
+
+
 def lower_block(program_desc, block_idx=0, precision=None):
     """Lower block `block_idx` of a `ProgramDesc` (with feed/fetch ops) to a `LoweredBlock`.
 
     `precision` (a name in PRECISIONS) overrides the program's precision policy.
+    Ops with sub-blocks lower them with the same pass (`SubBlock`), traced inside
+    the op's `lax.cond` / `lax.switch` / `lax.scan`.
     """
     precision = check_precision(precision or precision_of(program_desc))
     with gc_paused():
         steps, var_index, persistable = _plan(program_desc, block_idx)
     fetch_names = {}
-    defined, reads, writes = set(), {}, {}   # dicts: ordered sets
-    uses_rng = False
     for step in steps:
         if step.opdef.type == "fetch":
             fetch_names[step.attrs["col"]] = step.inputs["X"][0]
-        for name in (n for names in step.inputs.values() for n in names):
-            if name in defined or name == FEED_VAR:
-                continue
-            if name in persistable:
-                reads[name] = None
-                defined.add(name)
-            else:
-                var = var_index.get(name)
-                fed = var is not None and var.need_check_feed
-                raise (FeedError if fed else ProgramError)(
-                    "is needed but not fed" if fed else
-                    "is read before any op writes it and is neither fed nor persistable",
-                    op_type=step.opdef.type, op_index=step.index, block_idx=block_idx,
-                    var=name, callsite=step.callsite)
-        for name in (n for names in step.outputs.values() for n in names):
-            defined.add(name)
-            if name in persistable:
-                writes[name] = None
-        uses_rng |= draws_random(step.opdef, step.attrs)
+    reads = _check_reads(steps, (), persistable, var_index, block_idx)
+    writes = {n: None for step in steps for names in step.outputs.values() for n in names
+              if n in persistable}
+    uses_rng = _draws_random_in(program_desc, steps)
     if uses_rng:
         reads[RNG_VAR] = writes[RNG_VAR] = None
     if sorted(fetch_names) != list(range(len(fetch_names))):
@@ -181,14 +235,14 @@ def lower_block(program_desc, block_idx=0, precision=None):
 
     n_fetch = len(fetch_names)
     write_names = tuple(writes)
+    plans = {}   # (block index, results, bound names) -> checked steps of a sub-block
 
     def fn(feeds, mutable, readonly):
         env = {**readonly, **mutable, FEED_VAR: list(feeds)}
         fetches = [None] * n_fetch
         rng = env.get(RNG_VAR)
         with _precision_scope(precision):
-            for step in steps:
-                _run_step(step, env, rng, fetches, block_idx)
+            _run_steps(steps, env, rng, fetches, block_idx, program_desc, plans)
         if uses_rng:
             env[RNG_VAR] = jax.random.fold_in(rng, 0)
         return tuple(fetches), {name: env[name] for name in write_names}
@@ -197,7 +251,53 @@ def lower_block(program_desc, block_idx=0, precision=None):
                         write_names, tuple(s.desc_index for s in steps))
 
 
-def _run_step(step, env, rng, fetches, block_idx):
+class SubBlock:
+    """A sub-block as the lowering rule of its op sees it: a function of its bindings.
+
+    `block(bindings, results)` runs the sub-block's ops (those `results` need)
+    over the op's inputs and `bindings` ({name: value}, e.g. a scan step's
+    carry and slices) and returns the values of `results`, a list of names.
+    `step` (a traced integer, in a loop) is folded into the random key, so each
+    iteration of a loop draws different random numbers.
+    """
+
+    def __init__(self, idx, visible, rng, program_desc, plans):
+        self.idx = idx
+        self._visible = visible
+        self._rng = rng
+        self._program_desc = program_desc
+        self._plans = plans
+
+    def __call__(self, bindings, results, step=None):
+        """The values of `results` after running the sub-block over `bindings`."""
+        results = tuple(results)
+        key = (self.idx, results, frozenset(bindings))
+        steps = self._plans.get(key)
+        if steps is None:
+            steps, var_index, _ = _plan(self._program_desc, self.idx, results)
+            available = set(self._visible) | set(bindings)
+            _check_reads(steps, available, (), var_index, self.idx)
+            missing = [n for n in results if n not in available
+                       and not any(n in names for s in steps for names in s.outputs.values())]
+            if missing:
+                raise ProgramError(f"sub-block {self.idx} hands back '{missing[0]}', which none "
+                                   "of its ops writes and its op does not read", var=missing[0])
+            self._plans[key] = steps
+        env = {**self._visible, **bindings}
+        rng = self._rng
+        if rng is not None and step is not None:
+            rng = jax.random.fold_in(rng, step)
+        _run_steps(steps, env, rng, None, self.idx, self._program_desc, self._plans)
+        return [env[n] for n in results]
+
+
+def _run_steps(steps, env, rng, fetches, block_idx, program_desc, plans):
+    """Trace the ops of one block (block 0 or a sub-block) over `env`, in order."""
+    for step in steps:
+        _run_step(step, env, rng, fetches, block_idx, program_desc, plans)
+
+
+def _run_step(step, env, rng, fetches, block_idx, program_desc, plans):
     opdef = step.opdef
     if opdef.type == "fetch":
         fetches[step.attrs["col"]] = env[step.inputs["X"][0]]
@@ -211,10 +311,21 @@ def _run_step(step, env, rng, fetches, block_idx):
             args[slot.name] = env[names[0]] if names else None
     if opdef.random:
         args["key"] = jax.random.fold_in(rng, step.index + 1) if rng is not None else None
+    attrs = step.attrs
+    if step.block_attrs:
+        attrs = dict(attrs)
+        visible = {n: env[n] for names in step.inputs.values() for n in names}
+        sub_rng = None if rng is None else jax.random.fold_in(rng, _SUB_BLOCK_KEYS - step.index)
+        for name in step.block_attrs:
+            value = attrs[name]
+            make = lambda idx: SubBlock(idx, visible, sub_rng, program_desc, plans)  # noqa: E731
+            attrs[name] = [make(i) for i in value] if isinstance(value, tuple) else make(value)
     try:
-        result = opdef.lower(**args, **step.attrs)
+        result = opdef.lower(**args, **attrs)
         produced = split_outputs(opdef, result)
     except ProgdescError as e:
+        if e.op_type is not None and e.op_index is not None:   # an op of a sub-block
+            raise
         raise type(e)(e.detail, op_type=opdef.type, op_index=step.index, block_idx=block_idx,
                       callsite=step.callsite) from None
     except Exception as e:  # noqa: BLE001  (a rule that fails on these inputs)

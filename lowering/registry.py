@@ -180,6 +180,7 @@ class OpDef:
     # {input slot name: accepted dtype names} of the slots that do not take any dtype
     accepted_dtypes: dict = field(init=False, repr=False, compare=False)
     required_inputs: tuple = field(init=False, repr=False, compare=False)   # slot names
+    has_blocks: bool = field(init=False, repr=False, compare=False)   # refers to sub-blocks
 
     def __post_init__(self):
         self._attr_index = {a.name: a for a in self.attrs}
@@ -189,6 +190,7 @@ class OpDef:
         self.output_index = {s.name: s for s in self.outputs}
         self.accepted_dtypes = {s.name: s.accepted for s in self.inputs if s.dtypes != "any"}
         self.required_inputs = tuple(s.name for s in self.inputs if not s.optional)
+        self.has_blocks = any(a.type in ("block", "blocks") for a in self.attrs)
 
     def attr(self, name):
         """The `Attr` declared under `name`, or None."""

@@ -5,6 +5,7 @@ to the block like any other op; nothing here computes a value.
 """
 from lowering import registry
 from lowering import progdesc_pb2 as pb
+from lowering.blocks import free_reads
 from lowering.desc import read_attrs, slot_map
 from lowering.errors import BackwardError, ProgdescError
 from lowering.gc_pause import gc_paused
@@ -31,7 +32,8 @@ def emit_grad_ops(block, op_desc, op_index, in_grad_targets, out_grads, aliasabl
     inputs, outputs = slots or (slot_map(op_desc.inputs), slot_map(op_desc.outputs))
     g = GradContext(opdef, inputs, outputs, lambda: read_attrs(opdef, op_desc),
                     in_grad_targets=in_grad_targets, out_grads=out_grads,
-                    var=block._shape_dtype, new_name=block.program._names, aliasable=aliasable)
+                    var=block._shape_dtype, new_name=block.program._names, aliasable=aliasable,
+                    sub_blocks=_SubBlocks(block) if opdef.has_blocks else None)
     opdef.grad(g)
     for spec in g.ops:
         try:
@@ -41,6 +43,73 @@ def emit_grad_ops(block, op_desc, op_index, in_grad_targets, out_grads, aliasabl
                                 op_type=opdef.type, op_index=op_index, block_idx=block.idx,
                                 var=e.var, callsite=op_desc.callsite) from None
     return g.aliases, g.ops
+
+
+class _SubBlocks:
+    """What the gradient maker of an op with sub-blocks in `block` uses (see GradContext)."""
+
+    def __init__(self, block):
+        self.block = block
+
+    def backward(self, block_idx, targets, seeds, wrt, declare=(), given=()):
+        """(index of a new child of `block` declaring `declare`, holding a copy of sub-block
+        `block_idx` (but its ops that only write names in `given`) and the gradient ops of
+        `targets` w.r.t. `wrt`, {name in wrt: gradient name})."""
+        program = self.block.program
+        saved = program._current
+        try:
+            new = program.create_block(parent_idx=self.block.idx)
+            for name, dims, dtype in declare:
+                new.create_var(name, dims, dtype)
+            _copy_block(program, program.blocks[block_idx], new)
+            grads = _grad_ops(new, list(targets), list(seeds), list(wrt), set())
+            for n in wrt:
+                if grads[n] is None:
+                    grads[n] = program._names(f"{grad_name(n)}@ZERO")
+                    _append(new, OpSpec("fill_zeros_like", {"X": [n]}, {"Out": [grads[n]]}))
+            given = set(given)
+            kept = [d for d in new.desc.ops if not given.issuperset(_outputs(d) or [None])]
+            del new.desc.ops[:]
+            new.desc.ops.extend(kept)
+        finally:
+            program._current = saved
+        return new.idx, grads
+
+    def append(self, block_idx, spec):
+        """Append the op `spec` to sub-block `block_idx`."""
+        _append(self.block.program.blocks[block_idx], spec)
+
+    def reads(self, block_idx, results):
+        """The names of enclosing blocks sub-block `block_idx` reads to compute `results`."""
+        return free_reads(self.block.program.desc, block_idx, results)
+
+
+def _copy_block(program, source, target):
+    """Copy the variables and ops of Block `source` into the empty Block `target`, as
+    backward ops (they recompute the forward values a gradient needs); the sub-blocks
+    of its ops are copied too, as new children of `target`."""
+    for v in source.desc.vars:
+        target.desc.vars.add().CopyFrom(v)
+    for op_desc in source.desc.ops:
+        copy = target.desc.ops.add()
+        copy.CopyFrom(op_desc)
+        copy.role = pb.BACKWARD
+        for name in sorted(copy.attrs):
+            attribute = copy.attrs[name]
+            which = attribute.WhichOneof("value")
+            if which == "block_idx":
+                attribute.block_idx = _copy_sub_block(program, attribute.block_idx, target)
+            elif which == "blocks_idx":
+                attribute.blocks_idx.values[:] = [_copy_sub_block(program, i, target)
+                                                  for i in attribute.blocks_idx.values]
+    target._reindex()
+    program._touch()
+
+
+def _copy_sub_block(program, block_idx, parent):
+    child = program.create_block(parent_idx=parent.idx)
+    _copy_block(program, program.blocks[block_idx], child)
+    return child.idx
 
 
 def _append(block, spec, callsite=""):

@@ -13,6 +13,7 @@ from google.protobuf import text_format
 
 from lowering import dtypes, infer, registry
 from lowering import progdesc_pb2 as pb
+from lowering.blocks import check_block_references, drop_unused_blocks
 from lowering.desc import fill_op_desc, read_attrs, slot_map
 from lowering.errors import FormatError, ProgdescError, ProgramError
 from lowering.lower import PRECISIONS, RNG_VAR, precision_of, precision_value
@@ -285,7 +286,7 @@ class Block:
             opdef = registry.get(op_type)
             in_map, in_shapes = self._bind_inputs(opdef, inputs)
             full_attrs, encoded_attrs = opdef.checked_attrs(attrs or {})
-            inferred = infer.infer(opdef, in_shapes, full_attrs)
+            inferred = infer.infer(opdef, in_shapes, full_attrs, self.program.desc, self.idx)
             if outputs is None:
                 outputs = self._fresh_outputs(opdef, inferred, name)
             out_map = _bind_slots(opdef.output_index, outputs, "output")
@@ -593,6 +594,14 @@ def block_text(block):
     return "\n".join(lines)
 
 
+def _indented(text, block):
+    """`text` indented two spaces per enclosing block of `block` (sub-blocks show nested)."""
+    depth = 0
+    while block.idx != 0 and block.parent_idx >= 0:
+        depth, block = depth + 1, block.parent
+    return "\n".join("  " * depth + line for line in text.splitlines())
+
+
 _program_serials = itertools.count()
 
 
@@ -705,8 +714,6 @@ class Program:
     def clone(self, for_test=False):
         """A deep copy; `for_test` drops backward/optimizer ops and sets `is_test` attrs."""
         p = Program.from_desc(self.desc)
-        p._names._counts = dict(self._names._counts)
-        p._op_names._counts = dict(self._op_names._counts)
         if for_test:
             for block in p.blocks:
                 keep = [d for d in block.desc.ops
@@ -716,7 +723,11 @@ class Program:
                 for d in block.desc.ops:
                     if "is_test" in d.attrs:
                         d.attrs["is_test"].b = True
+            if drop_unused_blocks(p.desc):   # the gradient sub-blocks
+                p._rebuild()
             p._touch()
+        p._names._counts = dict(self._names._counts)
+        p._op_names._counts = dict(self._op_names._counts)
         return p
 
     @classmethod
@@ -783,12 +794,15 @@ class Program:
                 if op.role not in pb.OpRole.values():
                     raise FormatError(f"unknown op role {op.role}", op_type=op.type, op_index=j,
                                       block_idx=i)
+        bad_reference = check_block_references(desc)
+        if bad_reference:
+            raise FormatError(bad_reference)
         return cls.from_desc(desc)
 
     def __str__(self):
         precision = "" if self.precision == "default" else f", precision {self.precision}"
         head = f"program (format {self.desc.format_version}, seed {self.random_seed}{precision})"
-        return "\n".join([head] + [block_text(b) for b in self.blocks])
+        return "\n".join([head] + [_indented(block_text(b), b) for b in self.blocks])
 
     def __repr__(self):
         n = sum(len(b.desc.ops) for b in self.blocks)

@@ -1,8 +1,11 @@
 """Inference programs: keep only the ops a set of fetch targets needs (seed 001).
 
 The result carries no gradient or optimizer ops, runs dropout and
-batch_norm in test mode, and declares only the variables its ops use.
+batch_norm in test mode, and declares only the variables its ops use; the
+sub-blocks of the ops it keeps (which read the global block only through
+their op's inputs) are kept whole, the others dropped.
 """
+from lowering.blocks import drop_unused_blocks
 from lowering.errors import FetchError
 from progdesc.framework import Program, Variable
 
@@ -47,5 +50,6 @@ def prune(program, feed_names, fetch_targets):
         elif var.name in feeds:
             var.need_check_feed = True
     block._reindex()
+    drop_unused_blocks(pruned.desc)
     pruned._touch()
     return Program.from_desc(pruned.desc)

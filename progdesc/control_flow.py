@@ -1,0 +1,146 @@
+"""Control flow that reads like Python: `cond`, `switch` and `scan` build sub-blocks.
+
+Each branch or step function is called once, at build time, inside a fresh
+sub-block of the current block (`block_guard`): the ops it appends go there,
+and it returns the Variables the sub-block hands back. Variables of enclosing
+blocks it reads become the op's captured inputs; parameters it creates (an
+`fc` in a scan step) live in the global block, shared by every run of it.
+
+    y = control_flow.cond(pred, lambda: x * 2.0, lambda: -x)   # pred: a bool scalar
+"""
+import contextlib
+
+from lowering.blocks import free_reads
+from lowering.errors import ProgramError
+from progdesc.framework import Variable, default_main_program
+
+
+@contextlib.contextmanager
+def block_guard(program=None):
+    """Inside, ops are appended to a new sub-block of the current block; yields the Block."""
+    program = program or default_main_program()
+    parent = program._current
+    block = program.create_block(parent_idx=parent)
+    try:
+        yield block
+    finally:
+        program._current = parent
+
+
+def _flatten(value, what):
+    """([Variable], rebuild) of a Variable or a tuple/list of them."""
+    if isinstance(value, Variable):
+        return [value], lambda vs: vs[0]
+    if isinstance(value, (tuple, list)) and all(isinstance(v, Variable) for v in value):
+        kind = type(value)
+        return list(value), lambda vs: kind(vs)
+    raise ProgramError(f"{what} must return a Variable or a tuple of Variables, "
+                       f"got {type(value).__name__}")
+
+
+def _build(fn, what):
+    """(sub-block, [result names], rebuild) of calling `fn()` in a new sub-block."""
+    with block_guard() as block:
+        results, rebuild = _flatten(fn(), what)
+    return block, [v.name for v in results], rebuild
+
+
+def _captures(program, blocks):
+    """The names of enclosing blocks that `blocks` ([(Block, results)]) read, in order."""
+    names = []
+    for block, results in blocks:
+        names += [n for n in free_reads(program.desc, block.idx, results) if n not in names]
+    return names
+
+
+def _branches(fns):
+    program = default_main_program()
+    built = [_build(fn, f"branch {k}") for k, fn in enumerate(fns)]
+    counts = [len(results) for _, results, _ in built]
+    if len(set(counts)) > 1:
+        raise ProgramError(f"branches return different numbers of outputs: {counts}")
+    return program, built, _captures(program, [(b, r) for b, r, _ in built])
+
+
+def _outputs(program, out_map, rebuild):
+    block = program.current_block()
+    return rebuild([block.var(n) for n in out_map["Out"]])
+
+
+def cond(pred, true_fn, false_fn, name=None):
+    """`true_fn()` if the bool scalar `pred` is true, else `false_fn()` (lowered to lax.cond).
+
+    Both functions take no argument and return a Variable or a tuple of them,
+    of the same shapes and dtypes; `cond` returns the same structure.
+    """
+    program, built, captures = _branches([true_fn, false_fn])
+    (tb, touts, rebuild), (fb, fouts, _) = built
+    _, out_map = program.current_block()._add_op(
+        "cond", {"Cond": pred, "Input": captures}, None,
+        {"true_block": tb.idx, "false_block": fb.idx, "true_outputs": touts,
+         "false_outputs": fouts}, name=name)
+    return _outputs(program, out_map, rebuild)
+
+
+def switch(index, branch_fns, name=None):
+    """`branch_fns[index]()` for the int scalar `index` (lowered to lax.switch, which clamps an
+    index out of range to the first or last branch).
+
+    Every function takes no argument and returns a Variable or a tuple of them,
+    of the same shapes and dtypes across branches; `switch` returns the same structure.
+    """
+    program, built, captures = _branches(list(branch_fns))
+    _, out_map = program.current_block()._add_op(
+        "switch", {"Index": index, "Input": captures}, None,
+        {"blocks": [b.idx for b, _, _ in built],
+         "branch_outputs": [n for _, results, _ in built for n in results]}, name=name)
+    return _outputs(program, out_map, built[0][2])
+
+
+def _as_list(value, what):
+    """([Variable], rebuild) of None, a Variable or a tuple/list of them."""
+    if value is None:
+        return [], lambda vs: None
+    return _flatten(value, what)
+
+
+def scan(step_fn, init, xs=None, *, length=None, reverse=False, name=None):
+    """Apply `step_fn(carry, x) -> (carry, y)` along axis 0 of `xs` (lowered to lax.scan).
+
+    `init` and `xs` are a Variable, a tuple of them or None (no carry, or
+    `length` steps without sequences); `step_fn` sees `carry` and `x` (the
+    slice of each sequence) in the same structure, and returns the new carry,
+    of the same shapes and dtypes, and `y` (a Variable, a tuple of them or None).
+    Returns (final carry, y stacked along a new axis 0), as `lax.scan` does.
+    `reverse` scans from the last element to the first. The scan op also outputs
+    every value the step computes, stacked (`Saved`), for its gradient to read
+    instead of computing them again; what nothing reads, XLA does not compute.
+    """
+    program = default_main_program()
+    init_vars, rebuild_carry = _as_list(init, "scan's init")
+    seq_vars, rebuild_x = _as_list(xs, "scan's xs")
+    with block_guard(program) as block:
+        carry_in = [block.create_var(program._names(f"{v.name}.carry"), v.shape, v.dtype)
+                    for v in init_vars]
+        x_in = [block.create_var(program._names(f"{v.name}.step"), v.shape[1:], v.dtype)
+                for v in seq_vars]
+        result = step_fn(rebuild_carry(carry_in), rebuild_x(x_in))
+        if not isinstance(result, tuple) or len(result) != 2:
+            raise ProgramError("a scan step must return (carry, y)")
+        carry_out, _ = _as_list(result[0], "a scan step's carry")
+        y_out, rebuild_y = _as_list(result[1], "a scan step's y")
+    if len(carry_out) != len(init_vars):
+        raise ProgramError(f"the scan step returns {len(carry_out)} carried values for "
+                           f"{len(init_vars)} in init")
+    results = [v.name for v in carry_out + y_out]
+    saved = list(dict.fromkeys(n for op_desc in block.desc.ops for s in op_desc.outputs
+                               for n in s.arguments if n in block.vars))
+    _, out_map = program.current_block()._add_op(
+        "scan", {"Init": init_vars, "X": seq_vars, "Input": _captures(program, [(block, results)])},
+        None, {"block": block.idx, "carry_in": [v.name for v in carry_in],
+               "x_in": [v.name for v in x_in], "carry_out": [v.name for v in carry_out],
+               "y_out": [v.name for v in y_out], "saved": saved, "reverse": reverse,
+               "length": -1 if length is None else length}, name=name)
+    outer = program.current_block()
+    return (rebuild_carry([outer.var(n) for n in out_map.get("Carry", [])]),
+            rebuild_y([outer.var(n) for n in out_map.get("Y", [])]))
