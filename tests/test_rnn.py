@@ -110,6 +110,8 @@ def test_forward_matches_numpy_with_a_symbolic_batch(kind, reverse):
     main, startup, outs, _ = _build(kind, reverse=reverse)
     assert [v.shape for v in outs] == [(-1, T, H)] + [(-1, H)] * (len(outs) - 1)
     assert outs[0].name == f"{kind}_0.out"
+    step_ops = [op.type for op in main.blocks[1].ops]   # the input projection is outside
+    assert len(main.blocks) == 2 and step_ops.count("matmul") == 1
     exe, scope = _initialized(startup)
     weights = [scope.get(n) for n in _params(kind)]
     reference = _lstm_numpy if kind == "lstm" else _gru_numpy
