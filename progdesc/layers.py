@@ -318,6 +318,7 @@ def _recurrent_params(prefix, input, hidden_size, gates, param_attr, bias_attr, 
 
 
 def _check_sequence(input, layer):
+    """Refuse, before `layer` appends anything, an input that is not [batch, time, features]."""
     if len(input.shape) != 3:
         raise ProgramError(f"{layer} takes a [batch, time, features] input, got shape "
                            f"{list(input.shape)}", var=input.name, callsite=_user_callsite())

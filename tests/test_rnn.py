@@ -232,6 +232,22 @@ def test_a_named_param_attr_names_each_weight_and_a_bad_input_rank_is_refused():
             layers.lstm(flat, H)
 
 
+def test_bias_attr_false_makes_no_bias():
+    main, startup = pd.Program(random_seed=2), pd.Program(random_seed=2)
+    with pd.program_guard(main, startup):
+        x = pd.data("x", [-1, T, D], "float32")
+        out, h = layers.gru(x, H, bias_attr=False)
+    assert {v.name for v in main.all_parameters()} == {"gru_0.w_0", "gru_0.w_1"}
+    exe, scope = _initialized(startup)
+    feed = {"x": _feed("gru")["x"]}
+    got = exe.run(main, feed=feed, fetch_list=[out, h], scope=scope)
+    zero_bias, zero_h = np.zeros(3 * H, np.float32), np.zeros((B, H), np.float32)
+    expect = _gru_numpy(feed["x"], scope.get("gru_0.w_0"), scope.get("gru_0.w_1"),
+                        zero_bias, zero_bias, zero_h)
+    for a, e in zip(got, expect):
+        np.testing.assert_allclose(a, e, rtol=1e-5, atol=1e-5)
+
+
 TEXT = ("the quick brown fox jumps over the lazy dog. "
         "a stitch in time saves nine. "
         "all that glitters is not gold. ")
