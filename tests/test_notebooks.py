@@ -96,5 +96,7 @@ def test_notebook_runs(path, kernel_env, tmp_path):
         result = [o for o in losses.outputs if o.output_type == "execute_result"][0]
         first, last = ast.literal_eval(result["data"]["text/plain"])   # (float, float)
         assert last < first / 2
-        assert any("image/svg+xml" in o.get("data", {}) for c in nb.cells
-                   for o in c.get("outputs", []))
+        drawings = [o["data"]["image/svg+xml"] for c in nb.cells for o in c.get("outputs", [])
+                    if "image/svg+xml" in o.get("data", {})]
+        assert len(drawings) == 1   # the step and its gradient drawn inside their scan ops
+        assert "block 1" in drawings[0] and "block 2" in drawings[0]
