@@ -1,6 +1,6 @@
 """`python -m bench` (`make bench`): progdesc against hand-written Flax + optax (issue 6).
 
-Workloads: mlp, cnn, transformer (bench/workloads.py), plus their large shapes
+Workloads: mlp, cnn, transformer, lstm (bench/workloads.py), plus their large shapes
 (mlp_large, cnn_large, transformer_large) on a GPU or with --large, and the bfloat16
 mixed-precision variant of each (mlp_bf16, ..., transformer_large_bf16: progdesc.amp
 against Flax with dtype=bfloat16) on a GPU or with --bf16. On a CPU the bf16 variants are
@@ -231,7 +231,8 @@ def run_torch(workloads, steps, warmup, python=None):
             return None
         python = sys.executable
     # a bf16 workload's reference is the compile_bf16 variant of its float32 workload
-    names = list(dict.fromkeys(W.FLOAT32_OF.get(n, n) for n in workloads))
+    names = list(dict.fromkeys(W.FLOAT32_OF.get(n, n) for n in workloads
+                               if n not in W.RECURRENT))
     cmd = [python, os.path.join(HERE, "torch_reference.py"), "--steps", str(steps),
            "--warmup", str(warmup), "--workloads", ",".join(names)]
     found = None
@@ -377,7 +378,8 @@ def main(argv=None):
     ap.add_argument("--workloads", default=None,
                     help=f"comma-separated workloads ({', '.join(W.SPECS)}); default: "
                          f"{', '.join(W.STANDARD)}, the large ones on a GPU or with --large, "
-                         "and the bf16 variants of those on a GPU or with --bf16")
+                         "the bf16 variants of those on a GPU or with --bf16, and "
+                         f"{', '.join(W.RECURRENT)}")
     ap.add_argument("--large", action="store_true",
                     help="add the large shapes on the CPU too, for trying (slow: on a CPU, "
                          "pick e.g. --only steps --workloads mlp_large,cnn_large)")
@@ -426,6 +428,7 @@ def main(argv=None):
         names = list(W.STANDARD) + (list(W.LARGE) if args.large or gpu else [])
         if args.bf16 or gpu:
             names += [n + "_bf16" for n in names]
+        names += list(W.RECURRENT)
     log("workloads: " + "; ".join(f"{n} ({W.SPECS[n].describe()})" for n in names))
     if "torch" in only:
         log("PyTorch reference (subprocess; separate in time from the JAX steps below):")

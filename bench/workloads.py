@@ -1,4 +1,4 @@
-"""The three training workloads, each written twice: with progdesc and with Flax + optax.
+"""The training workloads, each written twice: with progdesc and with Flax + optax.
 
 Both versions of a workload have the same shapes, ops and dtypes (float32, Adam with
 learning rate 1e-3, mean softmax cross entropy over integer labels). Differences that
@@ -7,6 +7,12 @@ remain on purpose, as each user would write it:
 - CNN: progdesc is NCHW (its only layout), Flax is NHWC (its only layout for nn.Conv);
   the convolutions are 5x5 with 'SAME' padding (progdesc: explicit padding 2) in both.
 - Labels: progdesc int64 [N, 1] (its hard-label convention), Flax int32 [N].
+- LSTM language model (issue 15): token ids [N, T] -> embedding -> one LSTM layer ->
+  per-position logits over the vocabulary, loss against the next token ([N, T, 1] int64
+  in progdesc, [N, T] int32 in Flax). progdesc's `layers.lstm` is a `scan` over time
+  with the input projection of all steps computed before it; Flax's is `nn.RNN` (an
+  `nn.scan`) over `nn.OptimizedLSTMCell`, which projects each step's input inside the
+  step. Same equations and gate order.
 - Initial weights differ (same initializer families); they do not change the timings.
 
 Each shape also has a bfloat16 mixed-precision variant, named with `_bf16` (`mlp_bf16`,
@@ -34,9 +40,9 @@ ADAM_LR = 1e-3
 
 @dataclass
 class Spec:
-    name: str               # the model: mlp, cnn or transformer
+    name: str               # the model: mlp, cnn, transformer or lstm
     batch: int
-    x_shape: tuple          # per-example input shape, progdesc layout
+    x_shape: tuple          # per-example input shape, progdesc layout (lstm: (time,))
     classes: int = 10
     extra: dict = field(default_factory=dict)
     amp: str = None         # None (float32) or the low dtype of mixed precision: 'bfloat16'
@@ -44,6 +50,10 @@ class Spec:
     def describe(self):
         """Shapes in words, e.g. 'transformer 2 layers d256 4 heads ffn 1024 s128 b16'."""
         amp = f" {self.amp} AMP" if self.amp else ""
+        if self.name == "lstm":
+            e = self.extra
+            return (f"lstm LM embed {e['embed']} hidden {e['hidden']} vocab {self.classes} "
+                    f"s{self.x_shape[0]} b{self.batch}")
         if self.name != "transformer":
             return f"{self.name} b{self.batch}{amp}"
         seq, d = self.x_shape
@@ -62,19 +72,27 @@ SPECS = {
     "cnn_large": Spec("cnn", 512, (1, 28, 28)),
     "transformer_large": Spec("transformer", 64, (512, 512),
                               extra=dict(layers=6, heads=8, ffn=2048)),
+    # issue 15: an LSTM language model; `python -m bench` runs it with the standard ones
+    "lstm": Spec("lstm", 32, (64,), classes=1000, extra=dict(embed=128, hidden=256)),
 }
 STANDARD = ("mlp", "cnn", "transformer")
+RECURRENT = ("lstm",)       # not in torch_reference.py
 LARGE = ("mlp_large", "cnn_large", "transformer_large")
 FLOAT32_OF = {n + "_bf16": n for n in STANDARD + LARGE}     # bf16 workload -> float32 one
 SPECS.update({b: replace(SPECS[f], amp="bfloat16") for b, f in FLOAT32_OF.items()})
 
 
 def make_batches(spec, n=4, seed=0, batch=None):
-    """`n` (x, label) NumPy batches in progdesc's layout: x float32, label int64 [N, 1]."""
+    """`n` (x, label) NumPy batches in progdesc's layout: x float32, label int64 [N, 1]
+    (lstm: x int64 token ids [N, T], label the next tokens [N, T, 1])."""
     rng = np.random.default_rng(seed)
     b = batch or spec.batch
     out = []
     for _ in range(n):
+        if spec.name == "lstm":
+            tokens = rng.integers(0, spec.classes, size=(b, spec.x_shape[0] + 1))
+            out.append((tokens[:, :-1], tokens[:, 1:, None]))
+            continue
         x = rng.standard_normal((b,) + spec.x_shape).astype(np.float32)
         y = rng.integers(0, spec.classes, size=(b, 1)).astype(np.int64)
         out.append((x, y))
@@ -86,6 +104,8 @@ def flax_batch(spec, batch):
     x, y = batch
     if spec.name == "cnn":
         x = np.ascontiguousarray(x.transpose(0, 2, 3, 1))
+    if spec.name == "lstm":
+        return x.astype(np.int32), y[..., 0].astype(np.int32)
     return x, y[:, 0].astype(np.int32)
 
 
@@ -99,8 +119,12 @@ def build_progdesc(spec, seed=0):
 
     main, startup = pd.Program(random_seed=seed), pd.Program(random_seed=seed)
     with pd.program_guard(main, startup):
-        x = pd.data("x", [None, *spec.x_shape])
-        label = pd.data("label", [None, 1], "int64")
+        if spec.name == "lstm":
+            x = pd.data("x", [None, *spec.x_shape], "int64")
+            label = pd.data("label", [None, *spec.x_shape, 1], "int64")
+        else:
+            x = pd.data("x", [None, *spec.x_shape])
+            label = pd.data("label", [None, 1], "int64")
         if spec.name == "mlp":
             h = layers.fc(x, 512, act="relu")
             h = layers.fc(h, 512, act="relu")
@@ -120,6 +144,10 @@ def build_progdesc(spec, seed=0):
                     activation="gelu", is_test=True)
             pooled = ops.reduce_mean(h, axis=[1])
             logits = layers.fc(pooled, spec.classes)
+        elif spec.name == "lstm":
+            emb = layers.embedding(x, size=[spec.classes, spec.extra["embed"]])
+            out, _ = layers.lstm(emb, spec.extra["hidden"])
+            logits = layers.fc(out, spec.classes, num_flatten_dims=2)
         else:
             raise ValueError(spec.name)
         loss = ops.mean(layers.softmax_with_cross_entropy(logits, label))
@@ -251,6 +279,15 @@ def _flax_module(spec):
                     x = EncoderLayer()(x)
                 return Dense(spec.classes)(x.mean(axis=1))
         return Transformer()
+
+    if spec.name == "lstm":
+        class LSTMLanguageModel(nn.Module):
+            @nn.compact
+            def __call__(self, ids):                # [N, T] int32
+                x = nn.Embed(spec.classes, spec.extra["embed"])(ids)
+                x = nn.RNN(nn.OptimizedLSTMCell(spec.extra["hidden"]))(x)
+                return nn.Dense(spec.classes)(x)    # [N, T, vocab]
+        return LSTMLanguageModel()
     raise ValueError(spec.name)
 
 

@@ -13,6 +13,7 @@ import math
 
 from lowering import registry
 from lowering.errors import ProgramError
+from progdesc import control_flow
 from progdesc import initializer as init
 from progdesc import ops
 from progdesc.framework import _user_callsite, default_main_program
@@ -288,6 +289,117 @@ def transformer_encoder_layer(x, num_heads, dim_feedforward, dropout_rate=0.1,
 
         x = residual(x, attention, "norm1")
         return _output(residual(x, feed_forward, "norm2"), prefix)
+
+
+# --- recurrent layers: control_flow.scan over time ---
+
+def _recurrent_params(prefix, input, hidden_size, gates, param_attr, bias_attr, biases):
+    """(input weights `w_0` [D, gates*H], recurrent weights `w_1` [H, gates*H], [`biases`
+    biases `b_k` [gates*H]], none if `bias_attr` is False), all U(-1/sqrt(H), 1/sqrt(H)) by
+    default as in PyTorch; a named ParamAttr is suffixed '.w_0', '.w_1', '.b_0', ..."""
+    def attr_for(attr, suffix):
+        if attr is False or not (attr := ParamAttr.of(attr)).name:
+            return attr
+        return dataclasses.replace(attr, name=f"{attr.name}.{suffix}")
+
+    features = _known(input.shape[2:], "feature dim of the [batch, time, features] input",
+                      input)[0]
+    bound = 1.0 / math.sqrt(hidden_size)
+    uniform = init.Uniform(-bound, bound)
+    width = gates * hidden_size
+    w_x = _param(prefix, "w_0", [features, width], attr_for(param_attr, "w_0"), uniform,
+                 input.dtype)
+    w_h = _param(prefix, "w_1", [hidden_size, width], attr_for(param_attr, "w_1"), uniform,
+                 input.dtype)
+    b = [] if bias_attr is False else [
+        _param(prefix, f"b_{k}", [width], attr_for(bias_attr, f"b_{k}"), uniform, input.dtype)
+        for k in range(biases)]
+    return w_x, w_h, b
+
+
+def _check_sequence(input, layer):
+    """Refuse, before `layer` appends anything, an input that is not [batch, time, features]."""
+    if len(input.shape) != 3:
+        raise ProgramError(f"{layer} takes a [batch, time, features] input, got shape "
+                           f"{list(input.shape)}", var=input.name, callsite=_user_callsite())
+
+
+def _time_major_projection(input, w_x, bias):
+    """input [B, T, D] -> [T, B, gates*H]: every step's input projection in one matmul."""
+    xs = ops.matmul(ops.transpose(input, perm=[1, 0, 2]), w_x)
+    return ops.add(xs, bias[0]) if bias else xs
+
+
+def _zero_state(xs, hidden_size):
+    """Zeros [B, H] for the batch of the time-major `xs` [T, B, *] (the batch may be -1)."""
+    first = ops.slice(xs, axes=[0, 2], starts=[0, 0], ends=[1, hidden_size])
+    return ops.squeeze(ops.fill_zeros_like(first), axes=[0])
+
+
+def lstm(input, hidden_size, init_h=None, init_c=None, reverse=False, param_attr=None,
+         bias_attr=None, name=None):
+    """A long short-term memory layer over a batch-major [B, T, D] input, built from
+    `control_flow.scan` over time; returns (outputs [B, T, H], (h_T, c_T)).
+
+    PyTorch's `nn.LSTM` equations and gate order (the same as Flax's
+    `OptimizedLSTMCell`), with one bias (PyTorch's b_ih + b_hh):
+        i, f, g, o = split(x_t @ W_x + h @ W_h + b, 4)
+        c' = sigmoid(f) * c + sigmoid(i) * tanh(g);  h' = sigmoid(o) * tanh(c')
+    Parameters: `<name>.w_0` W_x [D, 4H], `.w_1` W_h [H, 4H], `.b_0` b [4H].
+    `init_h`, `init_c` [B, H] default to zeros. `reverse` runs from the last
+    step to the first (outputs stay at their input positions, h_T is then the
+    state after step 0). x_t @ W_x is computed for all steps before the scan.
+    """
+    _check_sequence(input, "lstm")
+    with _layer("lstm", name) as prefix:
+        w_x, w_h, bias = _recurrent_params(prefix, input, hidden_size, 4, param_attr,
+                                           bias_attr, 1)
+        xs = _time_major_projection(input, w_x, bias)
+        h0 = _zero_state(xs, hidden_size) if init_h is None else init_h
+        c0 = _zero_state(xs, hidden_size) if init_c is None else init_c
+
+        def step(carry, x_t):
+            h, c = carry
+            i, f, g, o = ops.split(ops.add(x_t, ops.matmul(h, w_h)), num=4, axis=1)
+            c = ops.add(ops.mul(ops.sigmoid(f), c), ops.mul(ops.sigmoid(i), ops.tanh(g)))
+            h = ops.mul(ops.sigmoid(o), ops.tanh(c))
+            return (h, c), h
+
+        (h, c), hs = control_flow.scan(step, (h0, c0), xs, reverse=reverse)
+        return _output(ops.transpose(hs, perm=[1, 0, 2]), prefix), (h, c)
+
+
+def gru(input, hidden_size, init_h=None, reverse=False, param_attr=None, bias_attr=None,
+        name=None):
+    """A gated recurrent unit layer over a batch-major [B, T, D] input, built from
+    `control_flow.scan` over time; returns (outputs [B, T, H], h_T).
+
+    PyTorch's `nn.GRU` equations and gate order (r, z, n; Flax's `GRUCell` is
+    the same), with separate input and hidden biases:
+        xr, xz, xn = split(x_t @ W_x + b_x, 3);  hr, hz, hn = split(h @ W_h + b_h, 3)
+        r = sigmoid(xr + hr);  z = sigmoid(xz + hz);  n = tanh(xn + r * hn)
+        h' = (1 - z) * n + z * h
+    Parameters: `<name>.w_0` W_x [D, 3H], `.w_1` W_h [H, 3H], `.b_0` b_x [3H],
+    `.b_1` b_h [3H]. `init_h` [B, H] defaults to zeros; `reverse` as in `lstm`.
+    """
+    _check_sequence(input, "gru")
+    with _layer("gru", name) as prefix:
+        w_x, w_h, bias = _recurrent_params(prefix, input, hidden_size, 3, param_attr,
+                                           bias_attr, 2)
+        xs = _time_major_projection(input, w_x, bias)
+        h0 = _zero_state(xs, hidden_size) if init_h is None else init_h
+
+        def step(h, x_t):
+            hh = ops.matmul(h, w_h)
+            hr, hz, hn = ops.split(ops.add(hh, bias[1]) if bias else hh, num=3, axis=1)
+            xr, xz, xn = ops.split(x_t, num=3, axis=1)
+            r, z = ops.sigmoid(ops.add(xr, hr)), ops.sigmoid(ops.add(xz, hz))
+            n = ops.tanh(ops.add(xn, ops.mul(r, hn)))
+            h = ops.add(n, ops.mul(z, ops.sub(h, n)))
+            return h, h
+
+        h, hs = control_flow.scan(step, h0, xs, reverse=reverse)
+        return _output(ops.transpose(hs, perm=[1, 0, 2]), prefix), h
 
 
 # --- losses ---

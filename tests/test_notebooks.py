@@ -5,6 +5,7 @@ kernel spec written to a temporary JUPYTER_PATH), with the repository on
 PYTHONPATH and matplotlib's non-interactive Agg backend, so no display and no
 installed kernel are needed. A cell error fails the test and names the cell.
 """
+import ast
 import json
 import os
 import pathlib
@@ -20,7 +21,7 @@ TIMEOUT_PER_CELL = 300
 
 def test_notebooks_exist():
     assert [p.name for p in NOTEBOOKS] == ["01_quickstart.ipynb", "02_gradients.ipynb",
-                                           "03_export.ipynb"]
+                                           "03_export.ipynb", "04_control_flow.ipynb"]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
@@ -86,3 +87,16 @@ def test_notebook_runs(path, kernel_env, tmp_path):
                     if "image/svg+xml" in o.get("data", {})]
         assert len(drawings) == 2 and all("fc_0" in d and "fc_1" in d for d in drawings)
         assert "(backward)" not in drawings[0] and "(backward)" in drawings[1]
+    if path.stem == "04_control_flow":
+        printed = "".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", [])
+                          if o.output_type == "stream")
+        assert "block 1 (parent 0)" in printed and "block 2 (parent 0)" in printed
+        assert "reverse=True" in printed   # the gradient's reverse scan
+        losses = [c for c in nb.cells if "losses[0], losses[-1]" in c.source][0]
+        result = [o for o in losses.outputs if o.output_type == "execute_result"][0]
+        first, last = ast.literal_eval(result["data"]["text/plain"])   # (float, float)
+        assert last < first / 2
+        drawings = [o["data"]["image/svg+xml"] for c in nb.cells for o in c.get("outputs", [])
+                    if "image/svg+xml" in o.get("data", {})]
+        assert len(drawings) == 1   # the step and its gradient drawn inside their scan ops
+        assert "block 1" in drawings[0] and "block 2" in drawings[0]
