@@ -1,4 +1,5 @@
-"""Control flow that reads like Python: `cond`, `switch` and `scan` build sub-blocks.
+"""Control flow that reads like Python: `cond`, `switch`, `scan` and `while_loop` build
+sub-blocks.
 
 Each branch or step function is called once, at build time, inside a fresh
 sub-block of the current block (`block_guard`): the ops it appends go there,
@@ -144,3 +145,37 @@ def scan(step_fn, init, xs=None, *, length=None, reverse=False, name=None):
     outer = program.current_block()
     return (rebuild_carry([outer.var(n) for n in out_map.get("Carry", [])]),
             rebuild_y([outer.var(n) for n in out_map.get("Y", [])]))
+
+
+def while_loop(cond_fn, body_fn, loop_vars, max_iters=None, name=None):
+    """Run `loop_vars = body_fn(*loop_vars)` while `cond_fn(*loop_vars)` holds.
+
+    `loop_vars` is a Variable or a tuple/list of them; `cond_fn` returns a bool
+    scalar Variable and `body_fn` the next loop variables, of the same shapes
+    and dtypes, in the same structure, which `while_loop` returns. Without
+    `max_iters` it lowers to `lax.while_loop` and has no gradient; with it, to
+    a `lax.scan` of `max_iters` steps that applies the body only while the
+    condition holds (stopping after `max_iters` iterations at most), whose
+    gradient is a reverse scan, as a scan's is.
+    """
+    program = default_main_program()
+    init_vars, rebuild = _flatten(loop_vars, "while_loop's loop_vars")
+    with block_guard(program) as block:
+        carry_in = [block.create_var(program._names(f"{v.name}.loop"), v.shape, v.dtype)
+                    for v in init_vars]
+        holds = cond_fn(*carry_in)
+        if not isinstance(holds, Variable):
+            raise ProgramError(f"a while_loop's cond_fn must return a bool scalar Variable, "
+                               f"got {type(holds).__name__}")
+        carry_out, _ = _flatten(body_fn(*carry_in), "a while_loop's body_fn")
+    if len(carry_out) != len(init_vars):
+        raise ProgramError(f"the while_loop body returns {len(carry_out)} loop variables for "
+                           f"{len(init_vars)} in loop_vars")
+    results = [holds.name] + [v.name for v in carry_out]
+    _, out_map = program.current_block()._add_op(
+        "while", {"Init": init_vars, "Input": _captures(program, [(block, results)])}, None,
+        {"block": block.idx, "carry_in": [v.name for v in carry_in],
+         "carry_out": [v.name for v in carry_out], "cond": holds.name,
+         "max_iters": -1 if max_iters is None else max_iters}, name=name)
+    outer = program.current_block()
+    return rebuild([outer.var(n) for n in out_map["Carry"]])
