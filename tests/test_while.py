@@ -1,0 +1,196 @@
+"""The `while` op and `control_flow.while_loop`: forward against NumPy loops, the gradient of
+a bounded loop against jax.grad and finite differences, serialization, symbolic batches,
+printing and the errors a user can cause."""
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import progdesc as pd
+from progdesc import control_flow as cf
+from progdesc import ops
+from test_control_flow import _error, _fd_check, _program, _run
+
+RNG = np.random.default_rng(1)
+
+
+def _line_of(fragment):
+    """'test_while.py:<n>' of the first line of this file holding `fragment`."""
+    with open(__file__) as f:
+        for n, line in enumerate(f, 1):
+            if fragment in line and "_line_of" not in line:
+                return f"test_while.py:{n}"
+    raise AssertionError(fragment)
+
+
+def _doubling(max_iters=None):
+    """x <- 2x + 1 and i <- i + 1 while i < n (fed)."""
+    def build(dtype):
+        x0 = pd.data("x0", [-1, 2], dtype)
+        n = pd.data("n", [], "int32")
+        i0 = ops.fill_constant(shape=[], dtype="int32", value=0)
+        one = ops.fill_constant(shape=[], dtype="int32", value=1)
+        i, x = cf.while_loop(lambda i, x: ops.less_than(i, n),
+                             lambda i, x: (i + one, x * 2.0 + 1.0), (i0, x0), max_iters=max_iters)
+        return i, x
+    return build
+
+
+@pytest.mark.parametrize("max_iters", [None, 3, 10])
+def test_while_forward_matches_a_numpy_loop(max_iters):
+    main, (i, x) = _program(_doubling(max_iters))
+    assert x.shape == (-1, 2) and i.dtype == "int32"
+    x0 = RNG.normal(size=(3, 2)).astype("float32")
+    for n in (0, 5):
+        got_i, got_x = _run(main, {"x0": x0, "n": np.array(n, np.int32)}, [i, x])
+        ref_i, ref_x = 0, x0.copy()
+        while ref_i < n and (max_iters is None or ref_i < max_iters):
+            ref_i, ref_x = ref_i + 1, ref_x * 2 + 1
+        assert int(got_i) == ref_i
+        np.testing.assert_allclose(got_x, ref_x, rtol=1e-6)
+
+
+# --- Newton's method for sqrt(a), bounded so that it is differentiable ---
+
+MAX_ITERS = 12
+
+
+def _newton(dtype):
+    a = pd.data("a", [-1], dtype, stop_gradient=False)
+    tol = ops.fill_constant(shape=[], dtype=dtype, value=1e-9)
+    root = cf.while_loop(lambda x: ops.greater_than(ops.reduce_max(ops.abs(x * x - a)), tol),
+                         lambda x: (x + a / x) * 0.5, a * 0.5 + 0.5, max_iters=MAX_ITERS)
+    return ops.reduce_sum(root * root * root), root
+
+
+def _newton_jax(a):
+    """The same loop hand-written as a masked lax.scan."""
+    def step(x, _):
+        holds = jnp.max(jnp.abs(x * x - a)) > 1e-9
+        return jnp.where(holds, (x + a / x) * 0.5, x), None
+    root, _ = jax.lax.scan(step, a * 0.5 + 0.5, None, length=MAX_ITERS)
+    return jnp.sum(root ** 3)
+
+
+def test_newton_forward_and_gradient_match_jax_and_the_closed_form():
+    main, (loss, root) = _program(_newton, "float64")
+    with pd.program_guard(main):
+        (ga,) = pd.gradients([loss], [main.global_block().var("a")])
+    a = np.array([2.0, 9.0, 0.5, 30.0])
+    got_root, got_ga = _run(main, {"a": a}, [root, ga], x64=True)
+    np.testing.assert_allclose(got_root, np.sqrt(a), rtol=1e-12)
+    with jax.enable_x64(True):
+        ref = jax.grad(_newton_jax)(jnp.asarray(a))
+    np.testing.assert_allclose(got_ga, ref, rtol=1e-10)
+    np.testing.assert_allclose(got_ga, 1.5 * np.sqrt(a), rtol=1e-8)   # d/da a^(3/2)
+
+
+def test_newton_gradient_matches_finite_differences():
+    _fd_check(_newton, {"a": np.array([2.0, 0.7])}, ["a"])
+
+
+def test_a_loop_cut_off_by_max_iters_has_the_gradient_of_its_iterations():
+    def build(dtype):
+        x0 = pd.data("x0", [3], dtype, stop_gradient=False)
+        w = pd.data("w", [3], dtype, stop_gradient=False)
+        big = ops.fill_constant(shape=[], dtype=dtype, value=100.0)
+        x = cf.while_loop(lambda x: ops.less_than(ops.reduce_sum(x * x), big),
+                          lambda x: ops.tanh(x * w) + x, x0, max_iters=4)
+        return ops.reduce_sum(x * x), x
+
+    main, (loss, _) = _program(build)
+    names = ["x0", "w"]
+    with pd.program_guard(main):
+        grads = pd.gradients([loss], [main.global_block().var(n) for n in names])
+    feed = {"x0": RNG.normal(size=3).astype("float32"), "w": RNG.normal(size=3).astype("float32")}
+
+    def ref(x, w):
+        def step(x, _):
+            return jnp.where(jnp.sum(x * x) < 100.0, jnp.tanh(x * w) + x, x), None
+        return jnp.sum(jax.lax.scan(step, x, None, length=4)[0] ** 2)
+
+    expect = jax.grad(ref, argnums=(0, 1))(feed["x0"], feed["w"])
+    for name, a, b in zip(names, _run(main, feed, grads), expect):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def test_serialization_round_trip_keeps_the_loop_and_its_gradient():
+    main, (loss, root) = _program(_newton)
+    with pd.program_guard(main):
+        (ga,) = pd.gradients([loss], [main.global_block().var("a")])
+    feed = {"a": np.array([2.0, 5.0], np.float32)}
+    expect = _run(main, feed, [root, ga])
+    for again in (pd.Program.from_bytes(main.to_bytes()), pd.Program.from_text(main.to_text())):
+        assert again.to_bytes() == main.to_bytes()
+        for a, b in zip(_run(again, feed, [root.name, ga.name]), expect):
+            np.testing.assert_array_equal(a, b)
+
+
+def test_export_compiled_runs_a_while_loop_with_a_symbolic_batch(tmp_path):
+    from progdesc import export
+
+    main, (i, x) = _program(_doubling())
+    path = str(tmp_path / "while.pdx")
+    export.export_compiled(path, main, ["x0", "n"], [x], pd.Scope())
+    compiled = export.load_compiled(path)
+    for batch in (1, 4):
+        x0 = RNG.normal(size=(batch, 2)).astype("float32")
+        got = compiled(x0, np.array(3, np.int32))
+        got = got[0] if isinstance(got, (list, tuple)) else got
+        np.testing.assert_allclose(np.asarray(got), ((x0 * 2 + 1) * 2 + 1) * 2 + 1, rtol=1e-6)
+
+
+def test_print_shows_the_loop_its_body_and_the_reverse_scan_of_its_gradient():
+    main, (loss, _) = _program(_newton)
+    with pd.program_guard(main):
+        pd.gradients([loss], [main.global_block().var("a")])
+    text = str(main)
+    assert re.search(r"= while\(Init=.*\{block=1, .*max_iters=12\}", text)
+    assert re.search(r"^  block 1 \(parent 0\) \{$", text, re.M)
+    assert re.search(r"= scan\(.*X=while_0\.stepcarry_0.*reverse=True, length=12\}", text)
+    assert re.search(r"^    \S+\.masked_0: float32\[-1\] = where\(", text, re.M)
+
+
+# --- errors a user can cause ---
+
+def test_the_gradient_of_an_unbounded_loop_is_refused():
+    def build():
+        x0 = pd.data("x0", [2], stop_gradient=False)
+        ten = ops.fill_constant(shape=[], value=10.0)
+        x = cf.while_loop(lambda x: ops.less_than(ops.reduce_sum(x), ten),  # unbounded
+                          lambda x: x * 2.0, x0)
+        pd.gradients([ops.reduce_sum(x)], [x0])
+    msg = _error(build, pd.BackwardError)
+    assert "'while'" in msg and _line_of("# unbounded") in msg and "max_iters" in msg
+
+
+def test_a_body_that_changes_a_loop_variable_is_refused():
+    def grows():
+        x0, t = pd.data("x0", [2]), pd.data("t", [], "bool")
+        cf.while_loop(lambda x: t, lambda x: ops.concat([x, x]), x0)  # loop-grows
+    msg = _error(grows)
+    assert "'while'" in msg and _line_of("# loop-grows") in msg and "block 1" in msg
+    assert "float32[2]" in msg and "float32[4]" in msg
+
+    def casts():
+        x0, t = pd.data("x0", [2]), pd.data("t", [], "bool")
+        cf.while_loop(lambda x: t, lambda x: ops.cast(x, dtype="int32"), x0)  # loop-casts
+    msg = _error(casts)
+    assert "'while'" in msg and _line_of("# loop-casts") in msg and "int32[2]" in msg
+
+
+def test_a_condition_that_is_not_a_bool_scalar_is_refused():
+    def vector():
+        x0 = pd.data("x0", [2])
+        cf.while_loop(lambda x: ops.greater_than(x, x0), lambda x: x, x0)  # vector-cond
+    msg = _error(vector)
+    assert "'while'" in msg and _line_of("# vector-cond") in msg and "bool[2]" in msg
+    assert "block 1" in msg
+
+    def floating():
+        x0 = pd.data("x0", [2])
+        cf.while_loop(lambda x: ops.reduce_sum(x), lambda x: x, x0)  # float-cond
+    msg = _error(floating)
+    assert "'while'" in msg and _line_of("# float-cond") in msg and "float32[]" in msg
