@@ -10,7 +10,8 @@ import pytest
 
 import progdesc as pd
 from progdesc import control_flow as cf
-from progdesc import ops
+from progdesc import layers, ops
+from progdesc.param import create_global_var
 from test_control_flow import _error, _fd_check, _program, _run
 
 RNG = np.random.default_rng(1)
@@ -151,6 +152,59 @@ def test_print_shows_the_loop_its_body_and_the_reverse_scan_of_its_gradient():
     assert re.search(r"^  block 1 \(parent 0\) \{$", text, re.M)
     assert re.search(r"= scan\(.*X=while_0\.stepcarry_0.*reverse=True, length=12\}", text)
     assert re.search(r"^    \S+\.masked_0: float32\[-1\] = where\(", text, re.M)
+
+
+# --- persistables written inside a loop body ---
+
+def test_a_counter_incremented_in_a_while_body_goes_back_to_the_scope():
+    main, startup = pd.Program(), pd.Program()
+    with pd.program_guard(main, startup):
+        x0, n = pd.data("x0", [2]), pd.data("n", [], "int32")
+        count = create_global_var("count", [], 0.0)
+        one = ops.fill_constant(shape=[], dtype="int32", value=1)
+
+        def body(i, x):
+            main.current_block().append_op("increment", {"X": count}, {"Out": count})
+            return i + one, x * 2.0
+        i, x = cf.while_loop(lambda i, x: ops.less_than(i, n), body,
+                             (ops.fill_constant(shape=[], dtype="int32", value=0), x0))
+    assert main.blocks[1].desc.ops[1].type == "increment"
+    exe, scope = pd.Executor(), pd.Scope()
+    exe.run(startup, scope=scope)
+    total = 0
+    for n_iters in (3, 0, 5):
+        got_i, got_x = exe.run(main, feed={"x0": np.ones(2, np.float32),
+                                           "n": np.array(n_iters, np.int32)},
+                               fetch_list=[i, x], scope=scope)
+        total += n_iters
+        assert int(got_i) == n_iters and got_x.tolist() == [2.0 ** n_iters] * 2
+        assert float(np.asarray(scope.get("count"))) == total
+    again = pd.Program.from_bytes(main.to_bytes())
+    exe.run(again, feed={"x0": np.ones(2, np.float32), "n": np.array(2, np.int32)},
+            fetch_list=[i.name], scope=scope)
+    assert float(np.asarray(scope.get("count"))) == total + 2
+
+
+def test_batch_norm_in_a_scan_step_updates_its_running_statistics():
+    main, startup = pd.Program(), pd.Program()
+    with pd.program_guard(main, startup):
+        xs = pd.data("xs", [4, -1, 3])
+        _, ys = cf.scan(lambda c, x: (c, layers.batch_norm(x, momentum=0.8, name="bn")),
+                        None, xs)
+        loss = ops.reduce_sum(ys * ys)
+        pd.optimizer.SGD(0.1).minimize(loss)
+    exe, scope = pd.Executor(precision="highest"), pd.Scope()
+    exe.run(startup, scope=scope)
+    xs_v = (RNG.normal(size=(4, 6, 3)) * 2 + 1).astype("float32")
+    mean, var = np.zeros(3), np.ones(3)
+    for _ in range(2):
+        got = exe.run(main, feed={"xs": xs_v}, fetch_list=[ys], scope=scope)[0]
+        for t, x in enumerate(xs_v):
+            mean = 0.8 * mean + 0.2 * x.mean(axis=0)
+            var = 0.8 * var + 0.2 * x.var(axis=0)
+        np.testing.assert_allclose(np.asarray(scope.get("bn.w_1")), mean, rtol=1e-5)
+        np.testing.assert_allclose(np.asarray(scope.get("bn.w_2")), var, rtol=1e-5)
+    assert got.shape == (4, 6, 3)
 
 
 # --- errors a user can cause ---
