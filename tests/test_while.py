@@ -248,3 +248,62 @@ def test_a_condition_that_is_not_a_bool_scalar_is_refused():
         cf.while_loop(lambda x: ops.reduce_sum(x), lambda x: x, x0)  # float-cond
     msg = _error(floating)
     assert "'while'" in msg and _line_of("# float-cond") in msg and "float32[]" in msg
+
+
+# --- StaticRNN ---
+
+def test_static_rnn_matches_a_numpy_loop_and_its_gradient_matches_jax():
+    main = pd.Program()
+    with pd.program_guard(main, pd.Program()):
+        xs = pd.data("xs", [5, -1, 3], stop_gradient=False)
+        h0 = pd.data("h0", [-1, 4], stop_gradient=False)
+        w, u = pd.data("w", [4, 4], stop_gradient=False), pd.data("u", [3, 4], stop_gradient=False)
+        rnn = cf.StaticRNN()
+        with rnn.step():
+            x_t = rnn.step_input(xs)
+            h = rnn.memory(init=h0)
+            new_h = ops.tanh(ops.matmul(h, w) + ops.matmul(x_t, u))
+            rnn.update_memory(h, new_h)
+            rnn.step_output(new_h)
+            rnn.step_output(ops.reduce_sum(new_h, axis=[1]))
+        hs, sums = rnn()
+        loss = ops.reduce_sum(hs * hs) + ops.reduce_sum(sums)
+        grads = pd.gradients([loss], [xs, h0, w, u])
+    assert hs.shape == (5, -1, 4) and sums.shape == (5, -1)
+    feed = {"xs": RNG.normal(size=(5, 2, 3)).astype("float32"),
+            "h0": RNG.normal(size=(2, 4)).astype("float32"),
+            "w": (RNG.normal(size=(4, 4)) * 0.5).astype("float32"),
+            "u": RNG.normal(size=(3, 4)).astype("float32")}
+    got_hs, got_sums, *got_grads = _run(main, feed, [hs, sums] + grads)
+    h, expect = feed["h0"], []
+    for x in feed["xs"]:
+        h = np.tanh(h @ feed["w"] + x @ feed["u"])
+        expect.append(h)
+    np.testing.assert_allclose(got_hs, np.stack(expect), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got_sums, np.stack(expect).sum(axis=2), rtol=1e-5, atol=1e-5)
+
+    def ref(xs, h0, w, u):
+        def step(h, x):
+            h = jnp.tanh(h @ w + x @ u)
+            return h, (h, jnp.sum(h, axis=1))
+        _, (hs, sums) = jax.lax.scan(step, h0, xs)
+        return jnp.sum(hs * hs) + jnp.sum(sums)
+
+    expect = jax.grad(ref, argnums=(0, 1, 2, 3))(*(feed[n] for n in ("xs", "h0", "w", "u")))
+    for a, b in zip(got_grads, expect):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_static_rnn_misuse_is_refused():
+    def outside():
+        rnn = cf.StaticRNN()
+        rnn.step_input(pd.data("xs", [3, 2]))
+    assert "inside `with rnn.step():`" in _error(outside, pd.ProgramError)
+
+    def never_updated():
+        xs, h0 = pd.data("xs", [3, 2]), pd.data("h0", [2])
+        rnn = cf.StaticRNN()
+        with rnn.step():
+            rnn.step_output(rnn.step_input(xs) + rnn.memory(init=h0))
+    msg = _error(never_updated, pd.ProgramError)
+    assert "never updated" in msg and "h0.mem" in msg

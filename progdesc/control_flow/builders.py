@@ -176,23 +176,33 @@ def scan(step_fn, init, xs=None, *, length=None, reverse=False, name=None):
     if len(carry_out) != len(init_vars):
         raise ProgramError(f"the scan step returns {len(carry_out)} carried values for "
                            f"{len(init_vars)} in init")
+    carry, ys = scan_op(program, block, list(zip(init_vars, carry_in, carry_out)),
+                        list(zip(seq_vars, x_in)), y_out, reverse, length, name)
+    return rebuild_carry(carry), rebuild_y(ys)
+
+
+def scan_op(program, block, carries, sequences, y_out, reverse=False, length=None, name=None):
+    """Append the scan op running the step `block` (built in `block_guard`) to the current
+    block: `carries` are [(initial value, step variable bound to it, step variable handed
+    on)], `sequences` [(sequence, step variable bound to its slice)], `y_out` the step's
+    outputs. Persistables of enclosing blocks the step writes are carried too, and written
+    back. Returns ([final carries], [stacked outputs]) as Variables of the current block."""
     state = _carry_persistables(program, block)
-    carry_in = [v.name for v in carry_in] + [first for _, first, _ in state]
-    carry_out = [v.name for v in carry_out] + [last for _, _, last in state]
+    carry_in = [v.name for _, v, _ in carries] + [first for _, first, _ in state]
+    carry_out = [v.name for _, _, v in carries] + [last for _, _, last in state]
     results = carry_out + [v.name for v in y_out]
     saved = list(dict.fromkeys(n for op_desc in block.desc.ops for s in op_desc.outputs
                                for n in s.arguments if n in block.vars))
     outer = program.current_block()
     op_desc, out_map = outer._add_op(
-        "scan", {"Init": init_vars + [v for v, _, _ in state], "X": seq_vars,
-                 "Input": _captures(program, [(block, results)])},
-        None, {"block": block.idx, "carry_in": carry_in, "x_in": [v.name for v in x_in],
+        "scan", {"Init": [v for v, _, _ in carries] + [v for v, _, _ in state],
+                 "X": [v for v, _ in sequences], "Input": _captures(program, [(block, results)])},
+        None, {"block": block.idx, "carry_in": carry_in, "x_in": [v.name for _, v in sequences],
                "carry_out": carry_out, "y_out": [v.name for v in y_out], "saved": saved,
                "reverse": reverse, "length": -1 if length is None else length}, name=name)
     _write_back(outer, op_desc, state)
-    return (rebuild_carry([outer.var(n) for n in out_map.get("Carry", [])[:len(init_vars)]]),
-            rebuild_y([outer.var(n) for n in out_map.get("Y", [])]))
-
+    return ([outer.var(n) for n in out_map.get("Carry", [])[:len(carries)]],
+            [outer.var(n) for n in out_map.get("Y", [])])
 
 def while_loop(cond_fn, body_fn, loop_vars, max_iters=None, name=None):
     """Run `loop_vars = body_fn(*loop_vars)` while `cond_fn(*loop_vars)` holds.
