@@ -307,3 +307,39 @@ def test_static_rnn_misuse_is_refused():
             rnn.step_output(rnn.step_input(xs) + rnn.memory(init=h0))
     msg = _error(never_updated, pd.ProgramError)
     assert "never updated" in msg and "h0.mem" in msg
+
+
+def test_each_iteration_of_a_while_draws_different_random_numbers():
+    main = pd.Program(random_seed=3)
+    with pd.program_guard(main, pd.Program()):
+        ones = pd.data("ones", [64])
+        n = ops.fill_constant(shape=[], dtype="int32", value=4)
+        step = ops.fill_constant(shape=[], dtype="int32", value=1)
+        _, total = cf.while_loop(lambda i, t: ops.less_than(i, n),
+                                 lambda i, t: (i + step, t + layers.dropout(ones, 0.5)),
+                                 (ops.fill_constant(shape=[], dtype="int32", value=0), ones * 0.0))
+    got = _run(main, {"ones": np.ones(64, np.float32)}, [total])[0]
+    assert set(np.unique(got).tolist()) - {0.0, 8.0}   # the same mask 4 times gives only 0 or 8
+
+
+def test_readme_while_and_static_rnn_example_builds_and_runs():
+    import os
+    with open(os.path.join(os.path.dirname(__file__), os.pardir, "README.md")) as f:
+        section = f.read().split("## Control flow", 1)[1].split("\n## ", 1)[0]
+    example = re.findall(r"```python\n(.*?)```", section, re.S)[1]
+    main, startup = pd.Program(), pd.Program()
+    with pd.program_guard(main, startup):
+        names = {"a": pd.data("a", [-1], stop_gradient=False), "xs": pd.data("xs", [5, -1, 3]),
+                 "h0": pd.data("h0", [-1, 64])}
+        space = {"cf": cf, "ops": ops, "layers": layers, **names}
+        exec(example, space)  # noqa: S102  (the README's own code)
+        (ga,) = pd.gradients([ops.reduce_sum(space["root"])], [names["a"]])
+    exe, scope = pd.Executor(), pd.Scope()
+    exe.run(startup, scope=scope)
+    a = np.array([2.0, 9.0], np.float32)
+    root, grad, hs = exe.run(main, feed={"a": a, "xs": np.ones((5, 2, 3), np.float32),
+                                         "h0": np.zeros((2, 64), np.float32)},
+                             fetch_list=[space["root"], ga, space["hs"]], scope=scope)
+    np.testing.assert_allclose(root, np.sqrt(a), rtol=1e-5)
+    np.testing.assert_allclose(grad, 0.5 / np.sqrt(a), rtol=1e-4)
+    assert hs.shape == (5, 2, 64)
