@@ -343,3 +343,21 @@ def test_readme_while_and_static_rnn_example_builds_and_runs():
     np.testing.assert_allclose(root, np.sqrt(a), rtol=1e-5)
     np.testing.assert_allclose(grad, 0.5 / np.sqrt(a), rtol=1e-4)
     assert hs.shape == (5, 2, 64)
+
+
+@pytest.mark.parametrize("n", [2, 9])
+def test_gradient_through_a_loop_with_an_integer_counter(n):
+    main = pd.Program()
+    with pd.program_guard(main, pd.Program()):
+        x0 = pd.data("x0", [-1, 2], stop_gradient=False)
+        stop = pd.data("n", [], "int32")
+        one = ops.fill_constant(shape=[], dtype="int32", value=1)
+        _, x = cf.while_loop(lambda i, x: ops.less_than(i, stop), lambda i, x: (i + one, x * x),
+                             (ops.fill_constant(shape=[], dtype="int32", value=0), x0),
+                             max_iters=5)
+        (g,) = pd.gradients([ops.reduce_sum(x)], [x0])
+    xv = np.array([[1.02, 0.97], [0.9, -1.01]], np.float32)
+    got_x, got_g = _run(main, {"x0": xv, "n": np.array(n, np.int32)}, [x, g])
+    power = 2.0 ** min(n, 5)   # x squared min(n, max_iters) times
+    np.testing.assert_allclose(got_x, xv ** power, rtol=1e-5)
+    np.testing.assert_allclose(got_g, power * xv ** (power - 1), rtol=1e-4)
