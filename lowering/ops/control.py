@@ -14,6 +14,8 @@ differentiates the global block, in a new sub-block that holds a copy of the
 forward ops followed by their gradient ops. A gradient branch of cond/switch
 recomputes its forward values; a gradient step of scan reads the values the
 forward scan saved (its `Saved` outputs) and keeps no copy of the ops writing them.
+A `while` with `max_iters` lowers to a masked scan, and its gradient is the gradient
+scan's maker emits for that scan; an unbounded `while` has none.
 """
 import jax.numpy as jnp
 from jax import lax

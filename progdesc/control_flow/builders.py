@@ -204,6 +204,7 @@ def scan_op(program, block, carries, sequences, y_out, reverse=False, length=Non
     return ([outer.var(n) for n in out_map.get("Carry", [])[:len(carries)]],
             [outer.var(n) for n in out_map.get("Y", [])])
 
+
 def while_loop(cond_fn, body_fn, loop_vars, max_iters=None, name=None):
     """Run `loop_vars = body_fn(*loop_vars)` while `cond_fn(*loop_vars)` holds.
 
