@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import progdesc as pd
+from lowering import progdesc_pb2 as pb
 from progdesc import control_flow as cf
 from progdesc import layers, ops
 from progdesc.param import create_global_var
@@ -361,3 +362,17 @@ def test_gradient_through_a_loop_with_an_integer_counter(n):
     power = 2.0 ** min(n, 5)   # x squared min(n, max_iters) times
     np.testing.assert_allclose(got_x, xv ** power, rtol=1e-5)
     np.testing.assert_allclose(got_g, power * xv ** (power - 1), rtol=1e-4)
+
+
+def test_a_loaded_loop_whose_condition_is_not_a_bool_scalar_is_refused_when_run():
+    main, (i, x) = _program(_doubling(max_iters=4))
+    desc = pb.ProgramDesc()
+    desc.CopyFrom(main.desc)
+    loop = next(o for o in desc.blocks[0].ops if o.type == "while")
+    loop.attrs["cond"].s = loop.attrs["carry_in"].strings.values[1]   # x: float32[-1, 2]
+    loaded = pd.Program.from_bytes(desc.SerializeToString())
+    with pytest.raises(pd.ShapeError) as info:
+        _run(loaded, {"x0": np.ones((1, 2), np.float32), "n": np.array(2, np.int32)}, [x.name])
+    msg = str(info.value)
+    assert "'while'" in msg and "bool scalar" in msg and "float32[1, 2]" in msg
+    assert _line_of("i, x = cf.while_loop(") in msg

@@ -356,17 +356,23 @@ def while_(Init, Input, *, block, carry_in, carry_out, cond, max_iters):
     def run(i, carry, results):
         return block(dict(zip(carry_in, carry)), results, step=i)
 
+    def scalar(holds):
+        if holds.dtype != jnp.bool_ or holds.size != 1:
+            raise ShapeError(f"the condition '{cond}' of block {block.idx} must be a bool scalar, "
+                             f"got {holds.dtype}{list(holds.shape)}", var=cond)
+        return jnp.reshape(holds, ())
+
     start = (jnp.zeros((), jnp.int32), list(Init))
     if max_iters < 0:
         _, final = lax.while_loop(
-            lambda s: jnp.reshape(run(*s, [cond])[0], ()),
+            lambda s: scalar(run(*s, [cond])[0]),
             lambda s: (s[0] + 1, run(*s, carry_out)), start)
         return final, []
 
     def step(state, _):
         i, carry = state
         holds, *new = run(i, carry, [cond, *carry_out])
-        holds = jnp.reshape(holds, ())
+        holds = scalar(holds)
         return (i + 1, [jnp.where(holds, n, c) for n, c in zip(new, carry)]), carry
 
     (_, final), started = lax.scan(step, start, None, length=max_iters)
