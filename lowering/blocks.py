@@ -1,4 +1,4 @@
-"""Sub-blocks: what an op with sub-blocks (cond, switch, scan) refers to, reads and writes.
+"""Sub-blocks: what an op with sub-blocks (cond, switch, scan, while) refers to, reads and writes.
 
 An op refers to its sub-blocks through `block`/`blocks` attributes. A sub-block
 reads variables of enclosing blocks only through the op's inputs (its captures,

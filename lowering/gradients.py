@@ -45,7 +45,7 @@ class GradContext:
     position) keys whose gradient `pass_through` may alias to an existing
     variable instead of copying it; `aliases` maps those keys to the variable
     each one was aliased to. `sub_blocks` (for ops with sub-blocks) provides
-    `backward(block_idx, targets, seeds, wrt, declare, given)`, `reads(block_idx,
+    `backward(block_idx, targets, seeds, wrt, declare, given, then)`, `reads(block_idx,
     results)` and `append(block_idx, spec)`, see `backward_block`, `block_reads`
     and `block_call`.
     """
@@ -141,7 +141,7 @@ class GradContext:
             self.call("assign", grad, out=target)
 
     # --- sub-blocks ---
-    def backward_block(self, block_idx, targets, seeds, wrt, declare=(), given=()):
+    def backward_block(self, block_idx, targets, seeds, wrt, declare=(), given=(), then=()):
         """Differentiate sub-block `block_idx` with the backward pass of the global block.
 
         Makes a new sub-block (a child of the block the gradient ops go to)
@@ -150,11 +150,12 @@ class GradContext:
         gradient ops of `targets` (its result names) seeded with `seeds` (names
         visible from the new block) w.r.t. `wrt`. The copied ops that write
         only names in `given` (values the op binds in the new block: a scan's
-        saved step values) are dropped again once differentiated. Returns (the
+        saved step values) are dropped again once differentiated. `then` ([OpSpec])
+        are appended to the copy before differentiating it (a bounded while's mask). Returns (the
         new block's index, {name in wrt: its gradient's name}); a name the
         targets do not depend on gets zeros.
         """
-        return self._sub_blocks.backward(block_idx, targets, seeds, wrt, declare, given)
+        return self._sub_blocks.backward(block_idx, targets, seeds, wrt, declare, given, then)
 
     def block_call(self, block_idx, op_type, *args, **attrs):
         """Like `call`, but append the op to sub-block `block_idx` at once."""

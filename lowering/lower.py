@@ -12,9 +12,9 @@ Ops whose results reach neither a fetch nor a persistable variable are
 dropped before tracing. Random ops draw `fold_in(rng_state, op_index + 1)`;
 the state advances to `fold_in(rng_state, 0)` after each run.
 
-An op with sub-blocks (cond, switch, scan) gets each of them as a `SubBlock`:
+An op with sub-blocks (cond, switch, scan, while) gets each of them as a `SubBlock`:
 the same pass over the sub-block's ops, which its lowering rule calls inside
-`lax.cond` / `lax.switch` / `lax.scan`. A sub-block sees the values of its
+`lax.cond` / `lax.switch` / `lax.scan` / `lax.while_loop`. A sub-block sees the values of its
 op's inputs and its own bindings, and is pruned to the results it hands back.
 
 The program's precision policy (`ProgramDesc.precision`) is applied to the
@@ -215,7 +215,7 @@ def lower_block(program_desc, block_idx=0, precision=None):
 
     `precision` (a name in PRECISIONS) overrides the program's precision policy.
     Ops with sub-blocks lower them with the same pass (`SubBlock`), traced inside
-    the op's `lax.cond` / `lax.switch` / `lax.scan`.
+    the op's `lax.cond` / `lax.switch` / `lax.scan` / `lax.while_loop`.
     """
     precision = check_precision(precision or precision_of(program_desc))
     with gc_paused():

@@ -34,7 +34,13 @@ def emit_grad_ops(block, op_desc, op_index, in_grad_targets, out_grads, aliasabl
                     in_grad_targets=in_grad_targets, out_grads=out_grads,
                     var=block._shape_dtype, new_name=block.program._names, aliasable=aliasable,
                     sub_blocks=_SubBlocks(block) if opdef.has_blocks else None)
-    opdef.grad(g)
+    try:
+        opdef.grad(g)
+    except BackwardError as e:
+        if e.op_type is not None:
+            raise
+        raise BackwardError(e.detail, op_type=opdef.type, op_index=op_index, block_idx=block.idx,
+                            var=e.var, callsite=op_desc.callsite) from None
     for spec in g.ops:
         try:
             _append(block, spec, op_desc.callsite)
@@ -51,10 +57,10 @@ class _SubBlocks:
     def __init__(self, block):
         self.block = block
 
-    def backward(self, block_idx, targets, seeds, wrt, declare=(), given=()):
+    def backward(self, block_idx, targets, seeds, wrt, declare=(), given=(), then=()):
         """(index of a new child of `block` declaring `declare`, holding a copy of sub-block
-        `block_idx` (but its ops that only write names in `given`) and the gradient ops of
-        `targets` w.r.t. `wrt`, {name in wrt: gradient name})."""
+        `block_idx` (but its ops that only write names in `given`) followed by the ops
+        `then` and the gradient ops of `targets` w.r.t. `wrt`, {name in wrt: gradient name})."""
         program = self.block.program
         saved = program._current
         try:
@@ -62,6 +68,8 @@ class _SubBlocks:
             for name, dims, dtype in declare:
                 new.create_var(name, dims, dtype)
             _copy_block(program, program.blocks[block_idx], new)
+            for spec in then:
+                _append(new, spec)
             grads = _grad_ops(new, list(targets), list(seeds), list(wrt), set())
             for n in wrt:
                 if grads[n] is None:

@@ -33,8 +33,8 @@ COMMON_MISTAKES = {"add", "sub", "mul", "div", "matmul", "conv2d", "pool2d", "co
 # feed and fetch are inserted by the Executor into every run: every test here exercises them.
 EXECUTOR_OPS = {"feed", "fetch"}
 # A sample builds one op from arrays; an op with sub-blocks needs its blocks built
-# too, so cond, switch and scan are tested in test_control_flow.py instead.
-SUB_BLOCK_OPS = {"cond", "switch", "scan"}
+# too, so cond, switch and scan are tested in test_control_flow.py, while in test_while.py.
+SUB_BLOCK_OPS = {"cond", "switch", "scan", "while"}
 
 
 def _as_list(v):

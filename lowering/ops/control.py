@@ -1,4 +1,4 @@
-"""Control flow: ops that run sub-blocks (cond, switch, scan).
+"""Control flow: ops that run sub-blocks (cond, switch, scan, while).
 
 A sub-block is a block of the program whose parent is the block of its op. It
 reads variables of enclosing blocks only through the op's inputs (`Input`: the
@@ -14,13 +14,16 @@ differentiates the global block, in a new sub-block that holds a copy of the
 forward ops followed by their gradient ops. A gradient branch of cond/switch
 recomputes its forward values; a gradient step of scan reads the values the
 forward scan saved (its `Saved` outputs) and keeps no copy of the ops writing them.
+A `while` with `max_iters` lowers to a masked scan, and its gradient is the gradient
+scan's maker emits for that scan; an unbounded `while` has none.
 """
 import jax.numpy as jnp
 from jax import lax
 
 from lowering import dtypes
 from lowering.blocks import check_sub_block, var_type
-from lowering.errors import ShapeError
+from lowering.errors import BackwardError, ShapeError
+from lowering.gradients import OpSpec
 from lowering.registry import Attr, In, Out, op
 
 
@@ -272,7 +275,7 @@ def _(inputs, attrs, program_desc, block_idx):
 
 
 @scan.gradient
-def _(g):
+def _scan_grad(g):
     """A reverse scan over the gradient of the step: its carry is the gradient of the
     forward carry (and the gradients of the captured inputs, summed over the steps); it
     scans the carries each forward step started from, the sequences and the gradients of
@@ -327,3 +330,117 @@ def _(g):
          block=idx, carry_in=d_carry + acc,
          x_in=carry_in + x_in + d_y + d_started + d_saved + saved,
          carry_out=new_carry, y_out=new_y, reverse=not g.attr("reverse"), length=g.attr("length"))
+
+
+# --- while ---
+
+@op("while", inputs=[In("Init", many=True, optional=True, doc="initial loop variables"),
+                     In("Input", many=True, optional=True,
+                        doc="variables of enclosing blocks the body reads")],
+    outputs=[Out("Carry", many=True, doc="final loop variables"),
+             Out("StepCarry", many=True,
+                 doc="with max_iters: the loop variables at the start of each of the "
+                     "max_iters steps, stacked (the gradient reads them)")],
+    attrs={"block": Attr("block", "block", doc="the body, which also computes the condition"),
+           "carry_in": Attr("carry_in", "strings", (), "body variables holding the loop variables"),
+           "carry_out": Attr("carry_out", "strings", (), "the loop variables' next values"),
+           "cond": Attr("cond", "string", "", "the body's bool scalar: whether to run the body "
+                                              "on the loop variables it was computed from"),
+           "max_iters": Attr("max_iters", "int", -1,
+                             "at most this many iterations (-1: unbounded, not differentiable)")})
+def while_(Init, Input, *, block, carry_in, carry_out, cond, max_iters):
+    """Replace the loop variables by the body's `carry_out` while the body's `cond`, computed
+    from them, holds. Unbounded: lax.while_loop. With `max_iters`: a lax.scan of max_iters
+    steps, each applying the body only while the condition holds (differentiable), which
+    also outputs the loop variables each step started from."""
+    def run(i, carry, results):
+        return block(dict(zip(carry_in, carry)), results, step=i)
+
+    def scalar(holds):
+        if holds.dtype != jnp.bool_ or holds.size != 1:
+            raise ShapeError(f"the condition '{cond}' of block {block.idx} must be a bool scalar, "
+                             f"got {holds.dtype}{list(holds.shape)}", var=cond)
+        return jnp.reshape(holds, ())
+
+    start = (jnp.zeros((), jnp.int32), list(Init))
+    if max_iters < 0:
+        _, final = lax.while_loop(
+            lambda s: scalar(run(*s, [cond])[0]),
+            lambda s: (s[0] + 1, run(*s, carry_out)), start)
+        return final, []
+
+    def step(state, _):
+        i, carry = state
+        holds, *new = run(i, carry, [cond, *carry_out])
+        holds = scalar(holds)
+        return (i + 1, [jnp.where(holds, n, c) for n, c in zip(new, carry)]), carry
+
+    (_, final), started = lax.scan(step, start, None, length=max_iters)
+    return final, started
+
+
+@while_.shape_rule
+def _(inputs, attrs, program_desc, block_idx):
+    sub = attrs["block"]
+    check_sub_block(program_desc, sub, block_idx, "while")
+    init = inputs.get("Init", [])
+    for names in (attrs["carry_in"], attrs["carry_out"]):
+        if len(init) != len(names):
+            raise ShapeError(f"{len(init)} loop variables in slot 'Init' but {len(names)} body "
+                             "variables bind them", slot="Init")
+    (dims, dtype), = _types(program_desc, sub, [attrs["cond"]], "condition")
+    if dtype != "bool" or not _scalar_dims(dims):
+        raise ShapeError(f"the condition '{attrs['cond']}' of block {sub} must be a bool scalar "
+                         f"(shape [] or [1]), got {dtype}{dims}", var=attrs["cond"])
+    carry_in = _types(program_desc, sub, attrs["carry_in"], "loop variable")
+    carry_out = _types(program_desc, sub, attrs["carry_out"], "loop variable")
+    for k, ((d, t), before, after) in enumerate(zip(init, carry_in, carry_out)):
+        if t != before[1] or not _dims_agree(d, before[0]):
+            raise ShapeError(f"loop variable {k} starts as {t}{list(d)} but the body reads it "
+                             f"as {before[1]}{before[0]}", var=attrs["carry_in"][k])
+        if before[1] != after[1] or not _dims_agree(before[0], after[0]):
+            raise ShapeError(f"the body of block {sub} changes loop variable {k} from "
+                             f"{before[1]}{before[0]} ('{attrs['carry_in'][k]}') to "
+                             f"{after[1]}{after[0]} ('{attrs['carry_out'][k]}'); a loop variable "
+                             "keeps its shape and dtype", var=attrs["carry_out"][k])
+    steps = attrs["max_iters"]
+    return {"Carry": [(tuple(d), t) for d, t in init],
+            "StepCarry": [((steps, *d), t) for d, t in init] if steps >= 0 else []}
+
+
+class _MaskedScan:
+    """A bounded `while` as scan's gradient maker sees it: a scan of max_iters steps without
+    sequences whose step is the body followed by `where(cond, carry_out, carry_in)`."""
+
+    def __init__(self, g):
+        self._g = g
+        carry_in, carry_out = g.attr("carry_in"), g.attr("carry_out")
+        holds = g.tmp(f"{g.attr('cond')}.scalar")
+        masked = [g.tmp(f"{n}.masked") for n in carry_in]
+        self._mask = [OpSpec("reshape", {"X": [g.attr("cond")]}, {"Out": [holds]}, {"shape": []})]
+        self._mask += [OpSpec("where", {"Condition": [holds], "X": [new], "Y": [old]},
+                              {"Out": [out]}) for new, old, out in zip(carry_out, carry_in, masked)]
+        self._attrs = {"block": g.attr("block"), "carry_in": carry_in, "x_in": [],
+                       "carry_out": masked, "y_out": [], "saved": [], "reverse": False,
+                       "length": g.attr("max_iters")}
+
+    def attr(self, name):
+        return self._attrs[name]
+
+    def backward_block(self, block_idx, targets, seeds, wrt, declare=(), given=()):
+        return self._g.backward_block(block_idx, targets, seeds, wrt, declare, given,
+                                      then=self._mask)
+
+    def __getattr__(self, name):
+        return getattr(self._g, name)
+
+
+@while_.gradient
+def _(g):
+    """With max_iters, the gradient of the masked scan the op lowers to, made by scan's
+    gradient maker: a reverse scan over the gradient of body-then-mask, reading the loop
+    variables each step started from. An unbounded loop has no trip count to reverse."""
+    if g.attr("max_iters") < 0:
+        raise BackwardError("the gradient of a 'while' loop needs max_iters (an unbounded "
+                            "loop has no trip count to reverse); give while_loop max_iters")
+    _scan_grad(_MaskedScan(g))

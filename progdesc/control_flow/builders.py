@@ -1,4 +1,5 @@
-"""Control flow that reads like Python: `cond`, `switch` and `scan` build sub-blocks.
+"""Control flow that reads like Python: `cond`, `switch`, `scan` and `while_loop` build
+sub-blocks.
 
 Each branch or step function is called once, at build time, inside a fresh
 sub-block of the current block (`block_guard`): the ops it appends go there,
@@ -51,6 +52,49 @@ def _captures(program, blocks):
     for block, results in blocks:
         names += [n for n in free_reads(program.desc, block.idx, results) if n not in names]
     return names
+
+
+def _carry_persistables(program, block):
+    """Turn each persistable of an enclosing block that `block`'s ops write (a batch-norm
+    statistic, a counter) into a carried variable: its reads and writes in `block` are renamed
+    to new variables of `block`, a version per write. Returns [(the persistable, the name
+    bound to its value at the start of an iteration, the name of its value at the end)]; the
+    loop op takes the persistable as initial carry and writes its final carry back to it."""
+    local, found = block.vars, {}
+    for op_desc in block.desc.ops:
+        for n in (n for s in op_desc.outputs for n in s.arguments):
+            v = None if n in local or n in found else block.find_var(n)
+            if v is not None and v.persistable:
+                found[n] = v
+    carried = []
+    for name, v in found.items():
+        def version(hint):
+            return block.create_var(program._names(f"{name}.{hint}"), v.shape, v.dtype,
+                                    stop_gradient=v.stop_gradient).name
+        first = current = version("loop")
+        for op_desc in block.desc.ops:
+            for s in op_desc.inputs:
+                s.arguments[:] = [current if a == name else a for a in s.arguments]
+            for s in op_desc.outputs:
+                if name in s.arguments:
+                    current = version("next")
+                    s.arguments[:] = [current if a == name else a for a in s.arguments]
+        carried.append((v, first, current))
+    return carried
+
+
+def _write_back(block, op_desc, carried):
+    """Bind the last len(carried) outputs of `op_desc`'s Carry slot to the persistables
+    `carried` stands for, in place of the variables made for them."""
+    if not carried:
+        return
+    slot = next(s for s in op_desc.outputs if s.parameter == "Carry")
+    made = set(slot.arguments[-len(carried):])
+    slot.arguments[-len(carried):] = [v.name for v, _, _ in carried]
+    for i in reversed(range(len(block.desc.vars))):
+        if block.desc.vars[i].name in made:
+            del block.desc.vars[i]
+    block._reindex()
 
 
 def _branches(fns):
@@ -132,15 +176,67 @@ def scan(step_fn, init, xs=None, *, length=None, reverse=False, name=None):
     if len(carry_out) != len(init_vars):
         raise ProgramError(f"the scan step returns {len(carry_out)} carried values for "
                            f"{len(init_vars)} in init")
-    results = [v.name for v in carry_out + y_out]
+    carry, ys = scan_op(program, block, list(zip(init_vars, carry_in, carry_out)),
+                        list(zip(seq_vars, x_in)), y_out, reverse, length, name)
+    return rebuild_carry(carry), rebuild_y(ys)
+
+
+def scan_op(program, block, carries, sequences, y_out, reverse=False, length=None, name=None):
+    """Append the scan op running the step `block` (built in `block_guard`) to the current
+    block: `carries` are [(initial value, step variable bound to it, step variable handed
+    on)], `sequences` [(sequence, step variable bound to its slice)], `y_out` the step's
+    outputs. Persistables of enclosing blocks the step writes are carried too, and written
+    back. Returns ([final carries], [stacked outputs]) as Variables of the current block."""
+    state = _carry_persistables(program, block)
+    carry_in = [v.name for _, v, _ in carries] + [first for _, first, _ in state]
+    carry_out = [v.name for _, _, v in carries] + [last for _, _, last in state]
+    results = carry_out + [v.name for v in y_out]
     saved = list(dict.fromkeys(n for op_desc in block.desc.ops for s in op_desc.outputs
                                for n in s.arguments if n in block.vars))
-    _, out_map = program.current_block()._add_op(
-        "scan", {"Init": init_vars, "X": seq_vars, "Input": _captures(program, [(block, results)])},
-        None, {"block": block.idx, "carry_in": [v.name for v in carry_in],
-               "x_in": [v.name for v in x_in], "carry_out": [v.name for v in carry_out],
-               "y_out": [v.name for v in y_out], "saved": saved, "reverse": reverse,
-               "length": -1 if length is None else length}, name=name)
     outer = program.current_block()
-    return (rebuild_carry([outer.var(n) for n in out_map.get("Carry", [])]),
-            rebuild_y([outer.var(n) for n in out_map.get("Y", [])]))
+    op_desc, out_map = outer._add_op(
+        "scan", {"Init": [v for v, _, _ in carries] + [v for v, _, _ in state],
+                 "X": [v for v, _ in sequences], "Input": _captures(program, [(block, results)])},
+        None, {"block": block.idx, "carry_in": carry_in, "x_in": [v.name for _, v in sequences],
+               "carry_out": carry_out, "y_out": [v.name for v in y_out], "saved": saved,
+               "reverse": reverse, "length": -1 if length is None else length}, name=name)
+    _write_back(outer, op_desc, state)
+    return ([outer.var(n) for n in out_map.get("Carry", [])[:len(carries)]],
+            [outer.var(n) for n in out_map.get("Y", [])])
+
+
+def while_loop(cond_fn, body_fn, loop_vars, max_iters=None, name=None):
+    """Run `loop_vars = body_fn(*loop_vars)` while `cond_fn(*loop_vars)` holds.
+
+    `loop_vars` is a Variable or a tuple/list of them; `cond_fn` returns a bool
+    scalar Variable and `body_fn` the next loop variables, of the same shapes
+    and dtypes, in the same structure, which `while_loop` returns. Without
+    `max_iters` it lowers to `lax.while_loop` and has no gradient; with it, to
+    a `lax.scan` of `max_iters` steps that applies the body only while the
+    condition holds (stopping after `max_iters` iterations at most), whose
+    gradient is a reverse scan, as a scan's is.
+    """
+    program = default_main_program()
+    init_vars, rebuild = _flatten(loop_vars, "while_loop's loop_vars")
+    with block_guard(program) as block:
+        carry_in = [block.create_var(program._names(f"{v.name}.loop"), v.shape, v.dtype)
+                    for v in init_vars]
+        holds = cond_fn(*carry_in)
+        if not isinstance(holds, Variable):
+            raise ProgramError(f"a while_loop's cond_fn must return a bool scalar Variable, "
+                               f"got {type(holds).__name__}")
+        carry_out, _ = _flatten(body_fn(*carry_in), "a while_loop's body_fn")
+    if len(carry_out) != len(init_vars):
+        raise ProgramError(f"the while_loop body returns {len(carry_out)} loop variables for "
+                           f"{len(init_vars)} in loop_vars")
+    state = _carry_persistables(program, block)
+    carry_in = [v.name for v in carry_in] + [first for _, first, _ in state]
+    carry_out = [v.name for v in carry_out] + [last for _, _, last in state]
+    outer = program.current_block()
+    op_desc, out_map = outer._add_op(
+        "while", {"Init": init_vars + [v for v, _, _ in state],
+                  "Input": _captures(program, [(block, [holds.name] + carry_out)])}, None,
+        {"block": block.idx, "carry_in": carry_in, "carry_out": carry_out, "cond": holds.name,
+         "max_iters": -1 if max_iters is None else max_iters}, name=name)
+    _write_back(outer, op_desc, state)
+    return rebuild([outer.var(n) for n in out_map["Carry"][:len(init_vars)]])
