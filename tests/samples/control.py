@@ -84,20 +84,28 @@ def _power_ref(A, V0):
 
 # --- while: bounded (a masked scan, differentiable) and unbounded (lax.while_loop) ---
 
-def _bounded(X0, W):
-    # stops when sum(x * x) reaches 3, or after 6 iterations
-    limit = ops.fill_constant(shape=[], dtype=X0.dtype, value=3.0)
-    return cf.while_loop(lambda x: ops.less_than(ops.reduce_sum(x * x), limit),
-                         lambda x: ops.tanh(x * W) + x, X0, max_iters=6)
+def _bounded(max_iters):
+    """x <- tanh(x * W) + x until sum(x * x) reaches 3 or after `max_iters` iterations."""
+    def build(X0, W):
+        limit = ops.fill_constant(shape=[], dtype=X0.dtype, value=3.0)
+        return cf.while_loop(lambda x: ops.less_than(ops.reduce_sum(x * x), limit),
+                             lambda x: ops.tanh(x * W) + x, X0, max_iters=max_iters)
+
+    def ref(X0, W):
+        x = X0
+        for _ in range(max_iters):
+            if (x * x).sum() >= 3.0:
+                break
+            x = np.tanh(x * W) + x
+        return x
+    return build, ref
 
 
-def _bounded_ref(X0, W):
-    x = X0
-    for _ in range(6):
-        if (x * x).sum() >= 3.0:
-            break
-        x = np.tanh(x * W) + x
-    return x
+def _bounded_sample(max_iters, name):
+    build, ref = _bounded(max_iters)
+    # from these values the condition fails after 4 iterations (sum(x * x) = 4.6 > 3 > 2.6)
+    return Sample("while", {"X0": positive(3) * 0.5, "W": rand(3, seed=1)}, ref, build=build,
+                  name=name)
 
 
 def _doubling(X0, N):
@@ -125,8 +133,8 @@ SAMPLES = [
     _rnn_sample(reverse=True),
     Sample("scan", {"A": rand(3, 3), "V0": rand(3, seed=1)}, _power_ref, build=_power,
            name="length_only"),
-    Sample("while", {"X0": positive(3) * 0.5, "W": rand(3, seed=1)}, _bounded_ref,
-           build=_bounded, name="max_iters"),
+    _bounded_sample(6, "max_iters_stops_on_its_condition"),
+    _bounded_sample(3, "max_iters_cuts_it_off"),
     Sample("while", {"X0": rand(3, 2), "N": np.array(5, np.int32)}, _doubling_ref,
            build=_doubling, grad=False, name="unbounded_has_no_gradient"),
 ]
