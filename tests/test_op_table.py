@@ -289,7 +289,7 @@ def _built_forward_fn(main, feed, wrt, results):
         given = dict(zip((f"in_{s}_{i}" for s, i in wrt), values))
         fetches, _ = lowered.fn([given.get(n, feed[n]) for n in data], {}, {})
         return tuple(fetches)
-    return fn
+    return jax.jit(fn)   # traced once: finite differences call it many times
 
 
 def _cotangent_tree(sample, outs, cots, results):
