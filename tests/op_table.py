@@ -26,6 +26,12 @@ class Sample:
     {slot: [arrays]} outputs. `grad=False` skips the gradient checks (say
     why in `name`); `grad_slots` limits them to some inputs. `symbolic`
     False skips the unknown-batch-dim shape check.
+
+    An op with sub-blocks (cond, scan, ...) is built through its builder
+    instead: `build(**variables)` gets the input Variables by slot name and
+    returns the builder's result (a Variable or a tuple of them). `ref(**inputs)`
+    then gives one array per returned Variable, and the gradient checks
+    differentiate the returned Variables w.r.t. the float inputs.
     """
     op: str
     inputs: dict
@@ -40,6 +46,7 @@ class Sample:
     grad_rtol: float = 1e-4
     grad_atol: float = 1e-5
     symbolic: bool = True
+    build: Optional[Callable] = None
 
     @property
     def id(self):

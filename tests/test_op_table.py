@@ -4,7 +4,10 @@ Forward values against the NumPy reference; inferred shapes and dtypes
 against the actual results (with known and with unknown batch dims);
 serialize -> parse -> identical bytes; and the registered gradient
 composition against `jax.vjp` of the forward rule (float32) and against
-central finite differences (float64).
+central finite differences (float64). An op with sub-blocks is built through
+its builder (`Sample.build`); its gradient reference is `jax.vjp` of the
+lowered forward program (lax.cond / lax.scan / ...), so of the equivalent
+hand-written JAX program.
 
 Ops run at the "highest" precision policy, so that float32 products are float32
 on every backend (not TF32 or bfloat16 passes). The references (`jax.vjp` and
@@ -20,8 +23,10 @@ import pytest
 
 import progdesc as pd
 from lowering import dtypes, registry
+from lowering.lower import lower_block
 from op_table import all_invalid, all_samples
 from progdesc.backward import emit_grad_ops
+from progdesc.executor import with_feed_fetch
 
 SAMPLES = all_samples()
 INVALID = all_invalid()
@@ -32,9 +37,6 @@ COMMON_MISTAKES = {"add", "sub", "mul", "div", "matmul", "conv2d", "pool2d", "co
                    "scaled_dot_product_attention"}
 # feed and fetch are inserted by the Executor into every run: every test here exercises them.
 EXECUTOR_OPS = {"feed", "fetch"}
-# A sample builds one op from arrays; an op with sub-blocks needs its blocks built
-# too, so cond, switch and scan are tested in test_control_flow.py, while in test_while.py.
-SUB_BLOCK_OPS = {"cond", "switch", "scan", "while"}
 
 
 def _as_list(v):
@@ -42,13 +44,17 @@ def _as_list(v):
 
 
 def build(sample, unknown_batch=False, dtype_map=None):
-    """A program holding one op of `sample`, its data vars, and the feed dict."""
+    """(program, op, feed, results): a program holding one op of `sample` and its data vars.
+
+    `results` names the Variables a built sample's builder returned (None for
+    an op appended from arrays).
+    """
     main = pd.Program()
-    feed, bound = {}, {}
+    feed, bound, variables = {}, {}, {}
     block = main.global_block()
     top_rank = max((np.ndim(a) for v in sample.inputs.values() for a in _as_list(v)), default=0)
     for slot, value in sample.inputs.items():
-        names = []
+        names, made = [], []
         for i, arr in enumerate(_as_list(value)):
             arr = np.asarray(arr)
             if dtype_map and arr.dtype.kind == "f":
@@ -57,12 +63,19 @@ def build(sample, unknown_batch=False, dtype_map=None):
             shape = list(arr.shape)
             if unknown_batch and shape and len(shape) == top_rank:
                 shape[0] = -1
-            block.create_var(name, shape, arr.dtype, need_check_feed=True)
+            made.append(block.create_var(name, shape, arr.dtype, need_check_feed=True))
             feed[name] = arr
             names.append(name)
-        bound[slot] = names if isinstance(value, (list, tuple)) else names[0]
-    op = block.append_op(sample.op, inputs=bound, attrs=sample.attrs)
-    return main, op, feed
+        many = isinstance(value, (list, tuple))
+        bound[slot] = names if many else names[0]
+        variables[slot] = made if many else made[0]
+    if sample.build is None:
+        return main, block.append_op(sample.op, inputs=bound, attrs=sample.attrs), feed, None
+    with pd.program_guard(main, pd.Program()):
+        out = sample.build(**variables)
+    built = [op for op in block.ops if op.type == sample.op]
+    assert len(built) == 1, f"the builder made {len(built)} '{sample.op}' ops in the global block"
+    return main, built[0], feed, [v.name for v in (out if isinstance(out, tuple) else (out,))]
 
 
 @contextlib.contextmanager
@@ -73,16 +86,19 @@ def reference():
 
 
 def run_op(sample, unknown_batch=False):
-    main, op, feed = build(sample, unknown_batch)
-    out_names = [n for names in op.outputs.values() for n in names]
+    """(program, op, {output slot: [values]}, [values of a built sample's results] or None)."""
+    main, op, feed, results = build(sample, unknown_batch)
+    out_names = list(dict.fromkeys([n for names in op.outputs.values() for n in names]
+                                   + (results or [])))
     values = pd.Executor(precision="highest").run(main, feed=feed, fetch_list=out_names,
                                                    scope=pd.Scope())
     got = dict(zip(out_names, values))
-    return main, op, {slot: [got[n] for n in names] for slot, names in op.outputs.items()}
+    outputs = {slot: [got[n] for n in names] for slot, names in op.outputs.items()}
+    return main, op, outputs, None if results is None else [got[n] for n in results]
 
 
 def test_every_registered_op_has_samples():
-    covered = {s.op for s in SAMPLES} | EXECUTOR_OPS | SUB_BLOCK_OPS
+    covered = {s.op for s in SAMPLES} | EXECUTOR_OPS
     missing = sorted(o.type for o in registry.all_ops() if o.type not in covered)
     assert not missing, f"ops without samples: {missing}"
 
@@ -120,10 +136,17 @@ def test_invalid_inputs_are_refused_in_the_ops_terms(case):
 
 @pytest.mark.parametrize("sample", SAMPLES, ids=lambda s: s.id)
 def test_forward_matches_reference(sample):
-    main, op, outputs = run_op(sample)
+    main, op, outputs, results = run_op(sample)
     opdef = registry.get(sample.op)
     if sample.check is not None:
         sample.check(outputs, sample.inputs)
+        return
+    if results is not None:
+        expected = sample.ref(**sample.inputs)
+        expected = expected if isinstance(expected, tuple) else (expected,)
+        assert len(expected) == len(results), "reference must give one entry per result"
+        for k, (got, want) in enumerate(zip(results, expected)):
+            _assert_matches(got, want, sample, f"result {k}")
         return
     expected = sample.ref(**sample.inputs, **sample.attrs)
     expected = expected if isinstance(expected, tuple) else (expected,)
@@ -135,11 +158,14 @@ def test_forward_matches_reference(sample):
         want = _as_list(want) if slot.many else [want]
         assert len(got) == len(want), slot.name
         for g, w in zip(got, want):
-            w = np.asarray(w)
-            assert g.shape == w.shape, f"{slot.name}: shape {g.shape} vs reference {w.shape}"
-            assert g.dtype == w.dtype, f"{slot.name}: dtype {g.dtype} vs reference {w.dtype}"
-            np.testing.assert_allclose(g, w, rtol=sample.rtol, atol=sample.atol,
-                                       err_msg=slot.name)
+            _assert_matches(g, w, sample, slot.name)
+
+
+def _assert_matches(got, want, sample, what):
+    want = np.asarray(want)
+    assert got.shape == want.shape, f"{what}: shape {got.shape} vs reference {want.shape}"
+    assert got.dtype == want.dtype, f"{what}: dtype {got.dtype} vs reference {want.dtype}"
+    np.testing.assert_allclose(got, want, rtol=sample.rtol, atol=sample.atol, err_msg=what)
 
 
 @pytest.mark.parametrize("unknown_batch", [False, True], ids=["known", "unknown_batch"])
@@ -147,7 +173,7 @@ def test_forward_matches_reference(sample):
 def test_inferred_shape_and_dtype(sample, unknown_batch):
     if unknown_batch and not sample.symbolic:
         pytest.skip("sample is not meant for symbolic dims")
-    main, op, outputs = run_op(sample, unknown_batch)
+    main, op, outputs, _ = run_op(sample, unknown_batch)
     for slot, names in op.outputs.items():
         for name, value in zip(names, outputs[slot]):
             var = main.global_block().var(name)
@@ -161,7 +187,7 @@ def test_inferred_shape_and_dtype(sample, unknown_batch):
 
 @pytest.mark.parametrize("sample", SAMPLES, ids=lambda s: s.id)
 def test_serialization_round_trip(sample):
-    main, _, _ = build(sample)
+    main, _, _, _ = build(sample)
     data = main.to_bytes()
     again = pd.Program.from_bytes(data)
     assert again.to_bytes() == data
@@ -171,8 +197,10 @@ def test_serialization_round_trip(sample):
 # --- gradients ---
 
 def _grad_slots(sample):
-    opdef = registry.get(sample.op)
-    slots = sample.grad_slots or opdef.differentiable_inputs
+    if sample.build is not None:   # the builder's inputs, not the op's slots
+        slots = sample.grad_slots or tuple(sample.inputs)
+    else:
+        slots = sample.grad_slots or registry.get(sample.op).differentiable_inputs
     return [s for s in slots if s in sample.inputs and all(
         np.asarray(a).dtype.kind == "f" for a in _as_list(sample.inputs[s]))]
 
@@ -192,8 +220,14 @@ def _float_outputs(op, main):
 
 
 def registered_grads(sample, dtype):
-    """Run the op's gradient ops on fixed cotangents; returns (grads, cotangents, feed)."""
-    main, op, feed = build(sample, dtype_map=dtype)
+    """Run the op's gradient ops on fixed cotangents.
+
+    Returns ({(input slot, position): gradient}, {(output slot or result name, position):
+    cotangent}, feed, program, a built sample's result names or None).
+    """
+    main, op, feed, results = build(sample, dtype_map=dtype)
+    if results is not None:
+        return _built_grads(sample, main, feed, results) + (main, results)
     block = main.global_block()
     rng = np.random.default_rng(1)
     out_grads, cotangents = {}, {}
@@ -213,7 +247,67 @@ def registered_grads(sample, dtype):
     names = list(targets.values())
     got = pd.Executor(precision="highest").run(main, feed=feed, fetch_list=names,
                                                 scope=pd.Scope())
-    return dict(zip(targets, got)), cotangents, feed, main
+    return dict(zip(targets, got)), cotangents, feed, main, None
+
+
+def _built_grads(sample, main, feed, results):
+    """The gradient ops `pd.gradients` appends for a built sample's float results, run on
+    fixed cotangents: (grads, cotangents, feed)."""
+    block = main.global_block()
+    rng = np.random.default_rng(1)
+    targets, seeds, cotangents = [], [], {}
+    with pd.program_guard(main):
+        for name in results:
+            var = block.var(name)
+            if dtypes.kind_of(var.dtype) != "float":
+                continue
+            cot = rng.standard_normal(var.shape).astype(var.dtype)
+            seeds.append(block.create_var(name + "@COT", var.shape, var.dtype,
+                                          need_check_feed=True))
+            feed[name + "@COT"] = cot
+            targets.append(var)
+            cotangents[(name, 0)] = cot
+        wrt = [(slot, i) for slot in _grad_slots(sample)
+               for i in range(len(_as_list(sample.inputs[slot])))]
+        grads = pd.gradients(targets, [block.var(f"in_{s}_{i}") for s, i in wrt], seeds)
+    fetched = [g for g in grads if g is not None]
+    values = iter(pd.Executor(precision="highest").run(main, feed=feed, fetch_list=fetched,
+                                                       scope=pd.Scope()))
+    got = {key: (np.zeros_like(feed[f"in_{key[0]}_{key[1]}"]) if g is None else next(values))
+           for key, g in zip(wrt, grads)}
+    return got, cotangents, feed
+
+
+def _built_forward_fn(main, feed, wrt, results):
+    """The built program's forward lowering (lax.cond / lax.scan / ...) as a function of the
+    `wrt` inputs, returning the results."""
+    data = [n for n in feed if not n.endswith("@COT")]
+    lowered = lower_block(with_feed_fetch(main, data, results), 0, precision="highest")
+    assert not lowered.reads, f"a sample's program reads persistables: {lowered.reads}"
+
+    def fn(*values):
+        given = dict(zip((f"in_{s}_{i}" for s, i in wrt), values))
+        fetches, _ = lowered.fn([given.get(n, feed[n]) for n in data], {}, {})
+        return tuple(fetches)
+    return jax.jit(fn)   # traced once: finite differences call it many times
+
+
+def _cotangent_tree(sample, outs, cots, results):
+    """Cotangents shaped like `outs`, the forward function's outputs (zeros where none
+    was drawn; float0 for an integer output)."""
+    def one(key, out):
+        if np.asarray(out).dtype.kind != "f":
+            return np.zeros(np.shape(out), jax.dtypes.float0)
+        return cots.get(key, np.zeros_like(out))
+    if results is not None:
+        return tuple(one((name, 0), out) for name, out in zip(results, outs))
+    tree = []
+    for k, slot in enumerate(registry.get(sample.op).outputs):
+        if slot.many:
+            tree.append([one((slot.name, i), o) for i, o in enumerate(outs[k])])
+        else:
+            tree.append(None if outs[k] is None else one((slot.name, 0), outs[k]))
+    return tuple(tree)
 
 
 def _forward_fn(sample, main, feed, wrt):
@@ -244,26 +338,14 @@ def _forward_fn(sample, main, feed, wrt):
 
 @pytest.mark.parametrize("sample", GRAD_SAMPLES, ids=lambda s: s.id)
 def test_gradient_matches_jax_vjp(sample):
-    grads, cots, feed, main = registered_grads(sample, np.float32)
+    grads, cots, feed, main, results = registered_grads(sample, np.float32)
     wrt = list(grads)
-    fn = _forward_fn(sample, main, feed, wrt)
+    fn = (_forward_fn(sample, main, feed, wrt) if results is None
+          else _built_forward_fn(main, feed, wrt, results))
     primals = [feed[f"in_{s}_{i}"] for s, i in wrt]
     with jax.enable_x64(True), reference():
         outs, vjp = jax.vjp(fn, *primals)
-        opdef = registry.get(sample.op)
-        cot_tree = []
-        for k, slot in enumerate(opdef.outputs):
-            out_k = outs[k]
-            if slot.many:
-                cot_tree.append([cots.get((slot.name, i), np.zeros_like(o))
-                                 for i, o in enumerate(out_k)])
-            elif out_k is None:
-                cot_tree.append(None)
-            elif np.asarray(out_k).dtype.kind == "f":
-                cot_tree.append(cots.get((slot.name, 0), np.zeros_like(out_k)))
-            else:
-                cot_tree.append(np.zeros(np.shape(out_k), jax.dtypes.float0))
-        expected = vjp(tuple(cot_tree))
+        expected = vjp(_cotangent_tree(sample, outs, cots, results))
     for key, want in zip(wrt, expected):
         np.testing.assert_allclose(grads[key], np.asarray(want), rtol=sample.grad_rtol,
                                    atol=sample.grad_atol, err_msg=f"d{key}")
@@ -271,22 +353,23 @@ def test_gradient_matches_jax_vjp(sample):
 
 @pytest.mark.parametrize("sample", GRAD_SAMPLES, ids=lambda s: s.id)
 def test_gradient_matches_finite_differences(sample):
-    grads, cots, feed, main = registered_grads(sample, np.float64)
+    grads, cots, feed, main, results = registered_grads(sample, np.float64)
     wrt = list(grads)
-    fn = _forward_fn(sample, main, feed, wrt)
-    opdef = registry.get(sample.op)
+    fn = (_forward_fn(sample, main, feed, wrt) if results is None
+          else _built_forward_fn(main, feed, wrt, results))
     primals = [np.array(feed[f"in_{s}_{i}"], dtype=np.float64) for s, i in wrt]
+    opdef = registry.get(sample.op)
 
     def objective(values):
         with jax.enable_x64(True), reference():
             outs = fn(*values)
-        total = 0.0
-        for k, slot in enumerate(opdef.outputs):
-            outs_k = outs[k] if slot.many else [outs[k]]
-            for i, o in enumerate(outs_k):
-                if (slot.name, i) in cots:
-                    total += float(np.sum(np.asarray(o, np.float64) * cots[(slot.name, i)]))
-        return total
+        if results is None:
+            pairs = [((slot.name, i), o) for slot, out in zip(opdef.outputs, outs)
+                     for i, o in enumerate(out if slot.many else [out])]
+        else:
+            pairs = [((name, 0), o) for name, o in zip(results, outs)]
+        return sum(float(np.sum(np.asarray(o, np.float64) * cots[key]))
+                   for key, o in pairs if key in cots)
 
     eps = 1e-6
     for j, key in enumerate(wrt):

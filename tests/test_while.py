@@ -93,31 +93,6 @@ def test_newton_gradient_matches_finite_differences():
     _fd_check(_newton, {"a": np.array([2.0, 0.7])}, ["a"])
 
 
-def test_a_loop_cut_off_by_max_iters_has_the_gradient_of_its_iterations():
-    def build(dtype):
-        x0 = pd.data("x0", [3], dtype, stop_gradient=False)
-        w = pd.data("w", [3], dtype, stop_gradient=False)
-        big = ops.fill_constant(shape=[], dtype=dtype, value=100.0)
-        x = cf.while_loop(lambda x: ops.less_than(ops.reduce_sum(x * x), big),
-                          lambda x: ops.tanh(x * w) + x, x0, max_iters=4)
-        return ops.reduce_sum(x * x), x
-
-    main, (loss, _) = _program(build)
-    names = ["x0", "w"]
-    with pd.program_guard(main):
-        grads = pd.gradients([loss], [main.global_block().var(n) for n in names])
-    feed = {"x0": RNG.normal(size=3).astype("float32"), "w": RNG.normal(size=3).astype("float32")}
-
-    def ref(x, w):
-        def step(x, _):
-            return jnp.where(jnp.sum(x * x) < 100.0, jnp.tanh(x * w) + x, x), None
-        return jnp.sum(jax.lax.scan(step, x, None, length=4)[0] ** 2)
-
-    expect = jax.grad(ref, argnums=(0, 1))(feed["x0"], feed["w"])
-    for name, a, b in zip(names, _run(main, feed, grads), expect):
-        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6, err_msg=name)
-
-
 def test_serialization_round_trip_keeps_the_loop_and_its_gradient():
     main, (loss, root) = _program(_newton)
     with pd.program_guard(main):
