@@ -122,7 +122,9 @@ def test_html_escapes_names():
         assert "&lt;i&gt;" in text and "&quot;&amp;" in text
 
 
-def test_block_html_and_nested_blocks():
+@pytest.fixture
+def op_with_block():
+    """The name of a custom op with a `sub_block` attribute (registered for one test)."""
     name = "display_test_with_block"
 
     @custom_op.op(name, inputs=[custom_op.In("X")], outputs=[custom_op.Out("Out")],
@@ -130,30 +132,33 @@ def test_block_html_and_nested_blocks():
     def _(X, *, sub_block):
         return X
 
-    try:
-        main = pd.Program()
-        with pd.program_guard(main, pd.Program()):
-            x = pd.data("x", [2, 3])
-            sub = main.create_block()
-            ops.tanh(x, name="inner")
-            main.rollback()
-            main.global_block().append_op(name, inputs={"X": x}, outputs={"Out": "y"},
-                                          attrs={"sub_block": sub.idx})
-        text = main._repr_html_()
-        # block 1 is shown once, nested in the row after the op that refers to it
-        assert text.count("<b>block 1</b>") == 1
-        nested = text.index('<tr class="pd-nested">')
-        assert text.index(f"<b>{name}</b>") < nested < text.index("<b>block 1</b>")
-        assert nested < text.index("inner_0.out")
-        assert "sub_block=block 1" in text
-        inner = main.block(1)._repr_html_()
-        assert "<b>tanh</b>" in inner and name not in inner
-        dot = main.to_dot()
-        g = _graph(dot)
-        assert [s.get_name() for s in g.get_subgraphs()] == ["cluster_block_1"]
-        assert any("lhead" in e.get_attributes() for e in _edges(g))
-    finally:
-        custom_op.unregister(name)
+    yield name
+    custom_op.unregister(name)
+
+
+def test_block_html_and_nested_blocks(op_with_block):
+    name = op_with_block
+    main = pd.Program()
+    with pd.program_guard(main, pd.Program()):
+        x = pd.data("x", [2, 3])
+        sub = main.create_block()
+        ops.tanh(x, name="inner")
+        main.rollback()
+        main.global_block().append_op(name, inputs={"X": x}, outputs={"Out": "y"},
+                                      attrs={"sub_block": sub.idx})
+    text = main._repr_html_()
+    # block 1 is shown once, nested in the row after the op that refers to it
+    assert text.count("<b>block 1</b>") == 1
+    nested = text.index('<tr class="pd-nested">')
+    assert text.index(f"<b>{name}</b>") < nested < text.index("<b>block 1</b>")
+    assert nested < text.index("inner_0.out")
+    assert "sub_block=block 1" in text
+    inner = main.block(1)._repr_html_()
+    assert "<b>tanh</b>" in inner and name not in inner
+    dot = main.to_dot()
+    g = _graph(dot)
+    assert [s.get_name() for s in g.get_subgraphs()] == ["cluster_block_1"]
+    assert any("lhead" in e.get_attributes() for e in _edges(g))
 
 
 def test_scope_html():
@@ -392,42 +397,33 @@ def test_svg_escapes_names():
     assert any(_svg_text(g).startswith('a<b>&"c\n') for g in _svg_groups(root, "node"))
 
 
-def test_svg_nested_block_is_a_box_around_its_ops():
-    name = "display_test_svg_block"
-
-    @custom_op.op(name, inputs=[custom_op.In("X")], outputs=[custom_op.Out("Out")],
-                  attrs={"sub_block": custom_op.Attr("sub_block", "block")}, replace=True)
-    def _(X, *, sub_block):
-        return X
-
-    try:
-        main = pd.Program()
-        with pd.program_guard(main, pd.Program()):
-            x = pd.data("x", [2, 3])
-            sub = main.create_block()
-            ops.exp(ops.tanh(x, name="inner"))
-            main.rollback()
-            main.create_block()             # an empty block: still drawn
-            main.rollback()
-            main.global_block().append_op(name, inputs={"X": x}, outputs={"Out": "y"},
-                                          attrs={"sub_block": sub.idx})
-        root = _svg(display.program_svg(main))
-        blocks = {g.get("id"): _bbox(g) for g in _svg_groups(root, "block")}
-        assert set(blocks) == {"block_1", "block_2"}
-        nodes = {g.get("id"): _bbox(g) for g in _svg_groups(root, "node")}
-        for node_id in ("op_1_0", "op_1_1"):     # tanh and exp sit inside block 1's box
-            inner, box = nodes[node_id], blocks["block_1"]
-            assert box[0] <= inner[0] and inner[2] <= box[2] and box[1] <= inner[1] \
-                and inner[3] <= box[3]
-        assert not _overlap(blocks["block_1"], blocks["block_2"])
-        outside = [n for n in nodes if n.startswith("op_0_")]
-        assert outside and not any(_overlap(nodes[n], b) for n in outside for b in blocks.values())
-        _assert_no_overlaps(nodes)
-        dashed = [e for e in _svg_groups(root, "edge")
-                  if e.find(_NS + "path").get("stroke-dasharray")]
-        assert [(e.get("data-src"), e.get("data-dst")) for e in dashed] == [("op_0_0", "op_1_0")]
-    finally:
-        custom_op.unregister(name)
+def test_svg_nested_block_is_a_box_around_its_ops(op_with_block):
+    name = op_with_block
+    main = pd.Program()
+    with pd.program_guard(main, pd.Program()):
+        x = pd.data("x", [2, 3])
+        sub = main.create_block()
+        ops.exp(ops.tanh(x, name="inner"))
+        main.rollback()
+        main.create_block()             # an empty block: still drawn
+        main.rollback()
+        main.global_block().append_op(name, inputs={"X": x}, outputs={"Out": "y"},
+                                      attrs={"sub_block": sub.idx})
+    root = _svg(display.program_svg(main))
+    blocks = {g.get("id"): _bbox(g) for g in _svg_groups(root, "block")}
+    assert set(blocks) == {"block_1", "block_2"}
+    nodes = {g.get("id"): _bbox(g) for g in _svg_groups(root, "node")}
+    for node_id in ("op_1_0", "op_1_1"):     # tanh and exp sit inside block 1's box
+        inner, box = nodes[node_id], blocks["block_1"]
+        assert box[0] <= inner[0] and inner[2] <= box[2] and box[1] <= inner[1] \
+            and inner[3] <= box[3]
+    assert not _overlap(blocks["block_1"], blocks["block_2"])
+    outside = [n for n in nodes if n.startswith("op_0_")]
+    assert outside and not any(_overlap(nodes[n], b) for n in outside for b in blocks.values())
+    _assert_no_overlaps(nodes)
+    dashed = [e for e in _svg_groups(root, "edge")
+              if e.find(_NS + "path").get("stroke-dasharray")]
+    assert [(e.get("data-src"), e.get("data-dst")) for e in dashed] == [("op_0_0", "op_1_0")]
 
 
 def test_display_is_imported_lazily_no_import_cycles():
