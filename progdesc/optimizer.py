@@ -70,15 +70,10 @@ class Optimizer:
         the loss depends on no trainable parameter, and ProgramError (leaving the
         program as it was) when an earlier `minimize` already updates one of them.
         """
-        block = getattr(loss, "block", None)
-        sizes = (len(block.desc.ops), len(block.desc.vars)) if block is not None else None
+        if isinstance(loss, Variable):
+            check_not_updated(loss, parameter_list, no_grad_set)
         params_grads = append_backward(loss, parameter_list, no_grad_set)
-        try:
-            ops = self.apply_gradients(params_grads, startup_program)
-        except ProgramError:   # take the backward pass out again
-            _take_out_appended(block, sizes)
-            raise
-        return ops, params_grads
+        return self.apply_gradients(params_grads, startup_program), params_grads
 
     def apply_gradients(self, params_grads, startup_program=None):
         """Append clipping, regularization and update ops for [(param, grad)]; returns the ops.
@@ -143,8 +138,8 @@ class Optimizer:
 def check_not_updated(loss, parameter_list=None, no_grad_set=None):
     """Raise the ProgramError of a second `minimize` if an optimizer of `loss`'s program
     already updates a parameter that minimize(loss, parameter_list, no_grad_set) would
-    train. For wrappers that change the program before they append the backward pass
-    (progdesc.amp); the program is left as it was."""
+    train, before anything is appended (minimize, and wrappers that change the program
+    first such as progdesc.amp); the program is left as it was."""
     block = loss.block
     if not any(op_desc.role == pb.OPTIMIZE for op_desc in block.desc.ops):
         return

@@ -20,6 +20,7 @@ from lowering.lower import lower_block
 from progdesc import control_flow as cf
 from progdesc import layers, ops
 from progdesc.executor import with_feed_fetch
+from source_lines import line_of
 
 RNG = np.random.default_rng(0)
 
@@ -307,12 +308,7 @@ def _error(build, error=pd.ShapeError):
 
 
 def _line_of(fragment):
-    """'test_control_flow.py:<n>' of the first line of this file holding `fragment`."""
-    with open(__file__) as f:
-        for n, line in enumerate(f, 1):
-            if fragment in line and "_line_of" not in line:
-                return f"test_control_flow.py:{n}"
-    raise AssertionError(fragment)
+    return line_of(__file__, fragment)
 
 
 def test_branches_that_disagree_on_shape_or_dtype_are_refused():

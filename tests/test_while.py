@@ -13,18 +13,14 @@ from lowering import progdesc_pb2 as pb
 from progdesc import control_flow as cf
 from progdesc import layers, ops
 from progdesc.param import create_global_var
+from source_lines import line_of
 from test_control_flow import _error, _fd_check, _program, _run
 
 RNG = np.random.default_rng(1)
 
 
 def _line_of(fragment):
-    """'test_while.py:<n>' of the first line of this file holding `fragment`."""
-    with open(__file__) as f:
-        for n, line in enumerate(f, 1):
-            if fragment in line and "_line_of" not in line:
-                return f"test_while.py:{n}"
-    raise AssertionError(fragment)
+    return line_of(__file__, fragment)
 
 
 def _doubling(max_iters=None):
