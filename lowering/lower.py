@@ -101,23 +101,16 @@ def _var_index(program_desc, block_idx):
     return {v.name: v for block in reversed(chain) for v in block.vars}
 
 
-def _plan(program_desc, block_idx, results=None):
-    """(kept steps, var index, persistable names) of block `block_idx`.
-
-    Block 0 keeps the ops that reach a fetch or a persistable variable; a
-    sub-block (`results` given) keeps the ops that reach `results`, the names
-    it hands back to its op.
-    """
+def steps_of(program_desc, block_idx=0, start=0, var_index=None):
+    """The ops of block `block_idx` from desc index `start` on, as `_Step`s (attributes read,
+    nothing pruned): what `lower_block` traces and `run_step` runs."""
     block = program_desc.blocks[block_idx]
-    var_index = _var_index(program_desc, block_idx)
-    persistable, stop = set(), set()
-    for n, v in var_index.items():
-        if v.persistable:
-            persistable.add(n)
-        elif v.stop_gradient:
-            stop.add(n)
-    steps, n_feeds, opdefs = [], 0, {}
-    for desc_index, op_desc in enumerate(block.ops):
+    var_index = var_index or _var_index(program_desc, block_idx)
+    stop = {n for n, v in var_index.items() if v.stop_gradient and not v.persistable}
+    n_feeds = sum(op.type == "feed" for op in block.ops[:start])
+    steps, opdefs = [], {}
+    for desc_index in range(start, len(block.ops)):
+        op_desc = block.ops[desc_index]
         op_type = op_desc.type
         n_feeds += op_type == "feed"
         i = desc_index - n_feeds if op_type != "feed" else desc_index
@@ -134,7 +127,19 @@ def _plan(program_desc, block_idx, results=None):
         steps.append(_Step(stopped, i, desc_index, opdef, slot_map(op_desc.inputs), outputs,
                            attrs, op_desc.callsite,
                            tuple(block_attrs(opdef)) if opdef.has_blocks else ()))
+    return steps
 
+
+def _plan(program_desc, block_idx, results=None):
+    """(kept steps, var index, persistable names) of block `block_idx`.
+
+    Block 0 keeps the ops that reach a fetch or a persistable variable; a
+    sub-block (`results` given) keeps the ops that reach `results`, the names
+    it hands back to its op.
+    """
+    var_index = _var_index(program_desc, block_idx)
+    persistable = {n for n, v in var_index.items() if v.persistable}
+    steps = steps_of(program_desc, block_idx, var_index=var_index)
     roots = _NOTHING if results is None else set(results)
     needed, kept = set(roots), []
     for step in reversed(steps):
@@ -295,6 +300,15 @@ def _run_steps(steps, env, rng, fetches, block_idx, program_desc, plans):
     """Trace the ops of one block (block 0 or a sub-block) over `env`, in order."""
     for step in steps:
         _run_step(step, env, rng, fetches, block_idx, program_desc, plans)
+
+
+def run_step(step, env, rng, program_desc, block_idx=0, fetches=None):
+    """Run one op (a step from `steps_of`) over `env` ({name: value}), writing its outputs
+    into `env`, as the compiled block would: the same lowering rule, random ops drawing
+    `fold_in(rng, op index + 1)` from the block's RNG state `rng`, sub-blocks through
+    `SubBlock`. Values may be concrete arrays (eager mode, the checking executor) or
+    tracers. A fetch op writes into `fetches[col]`; feed ops are the caller's to handle."""
+    _run_step(step, env, rng, fetches, block_idx, program_desc, {})
 
 
 def _run_step(step, env, rng, fetches, block_idx, program_desc, plans):
