@@ -390,7 +390,13 @@ _STARTS = In("StartIndices", "int", many=True, differentiable=False,
 def dynamic_slice(X, StartIndices, *, sizes):
     """The window of X of `sizes` at run-time `StartIndices` (`lax.dynamic_slice`)."""
     _check_starts(X, StartIndices, sizes)
-    return lax.dynamic_slice(X, list(StartIndices), tuple(sizes))
+    return lax.dynamic_slice(X, _clamp_low(StartIndices), tuple(sizes))
+
+
+def _clamp_low(StartIndices):
+    """Negative starts as 0 (`lax.dynamic_slice` would count them from the end; the
+    primitive, like XLA, clamps the window into X)."""
+    return [jnp.maximum(s, 0) for s in StartIndices]
 
 
 def _check_starts(X, StartIndices, sizes):
@@ -419,7 +425,7 @@ def dynamic_update_slice(X, Update, StartIndices):
     """X with the window at run-time `StartIndices` replaced by `Update`
     (`lax.dynamic_update_slice`)."""
     _check_starts(X, StartIndices, Update.shape)
-    return lax.dynamic_update_slice(X, Update, list(StartIndices))
+    return lax.dynamic_update_slice(X, Update, _clamp_low(StartIndices))
 
 
 @dynamic_update_slice.gradient
