@@ -2,6 +2,8 @@
 Adam steps against optax, on an MLP, a CNN with BatchNorm (training mode, statistics
 updated) and a transformer encoder (linen), and on nnx modules; the imported program
 saves, loads, exports and prints like any other."""
+import functools
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -55,6 +57,13 @@ CASES = {
 }
 
 
+@functools.lru_cache(maxsize=None)
+def _variables(case):
+    """The case's module initialized (jitted: Flax's eager init compiles op by op)."""
+    module, x, kw = CASES[case]
+    return jax.jit(functools.partial(module.init, **kw))(jax.random.key(0), x)
+
+
 def _flat(tree):
     """{'Dense_0.kernel': array} of a nested dict of arrays."""
     return {k: np.asarray(v) for k, v in traverse_util.flatten_dict(tree, sep=".").items()}
@@ -71,10 +80,11 @@ def _flax_loss(module, kw):
     return loss
 
 
-def _imported(module, x, kw):
+def _imported(case):
     """(variables, program, feeds, fetch target, scope, loss, startup) with an MSE loss
     appended to the imported program."""
-    variables = module.init(jax.random.key(0), x, **kw)
+    module, x, kw = CASES[case]
+    variables = _variables(case)
     scope = pd.Scope()
     program, feeds, fetches = pd.from_flax(module, variables, x, scope=scope, **kw)
     startup = pd.Program()
@@ -87,21 +97,23 @@ def _imported(module, x, kw):
 @pytest.mark.parametrize("case", CASES)
 def test_outputs_equal_flax(case):
     module, x, kw = CASES[case]
-    variables = module.init(jax.random.key(0), x, **kw)
+    variables = _variables(case)
     scope = pd.Scope()
     program, feeds, fetches = pd.from_flax(module, variables, x, scope=scope, **kw)
     assert feeds == ["x"]
     got, = pd.Executor().run(program, feed={"x": x}, fetch_list=fetches, scope=scope)
     state = [c for c in variables if c != "params"]
-    want = module.apply(variables, x, mutable=state, **kw)[0] if state else \
-        module.apply(variables, x, **kw)
+    apply = functools.partial(module.apply, mutable=state, **kw) if state else \
+        functools.partial(module.apply, **kw)
+    want = jax.jit(apply)(variables, x)
+    want = want[0] if state else want
     np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
 
 
 @pytest.mark.parametrize("case", CASES)
 def test_parameters_keep_their_names_and_values(case):
     module, x, kw = CASES[case]
-    variables = module.init(jax.random.key(0), x, **kw)
+    variables = _variables(case)
     scope = pd.Scope()
     program, _, _ = pd.from_flax(module, variables, x, scope=scope, **kw)
     params = _flat(variables["params"])
@@ -117,14 +129,14 @@ def test_parameters_keep_their_names_and_values(case):
 @pytest.mark.parametrize("case", CASES)
 def test_gradients_equal_jax_grad_of_the_flax_loss(case):
     module, x, kw = CASES[case]
-    variables, program, _, _, scope, loss, _ = _imported(module, x, kw)
+    variables, program, _, _, scope, loss, _ = _imported(case)
     y = _data(*program.global_block().var("y").shape, seed=1)
     names = sorted(_flat(variables["params"]))
     block = program.global_block()
     grads = pd.gradients(loss, [block.var(n) for n in names])
     got = pd.Executor().run(program, feed={"x": x, "y": y}, fetch_list=grads, scope=scope)
     state = {c: v for c, v in variables.items() if c != "params"}
-    want = _flat(jax.grad(lambda p: _flax_loss(module, kw)(p, state, x, y)[0])(
+    want = _flat(jax.jit(jax.grad(lambda p: _flax_loss(module, kw)(p, state, x, y)[0]))(
         variables["params"]))
     for name, g in zip(names, got):
         np.testing.assert_allclose(g, want[name], rtol=1e-4, atol=1e-5, err_msg=name)
@@ -133,7 +145,7 @@ def test_gradients_equal_jax_grad_of_the_flax_loss(case):
 @pytest.mark.parametrize("case", CASES)
 def test_twenty_adam_steps_match_optax(case):
     module, x, kw = CASES[case]
-    variables, program, _, _, scope, loss, startup = _imported(module, x, kw)
+    variables, program, _, _, scope, loss, startup = _imported(case)
     y = _data(*program.global_block().var("y").shape, seed=1)
     with pd.program_guard(program, startup):
         pd.optimizer.Adam(0.01).minimize(loss)
@@ -142,22 +154,27 @@ def test_twenty_adam_steps_match_optax(case):
     for _ in range(20):
         exe.run(program, feed={"x": x, "y": y}, fetch_list=[loss], scope=scope)
 
-    flax_loss = _flax_loss(module, kw)
+    opt = optax.adam(0.01)
+
+    @jax.jit
+    def step(params, state, opt_state):
+        (_, state), grads = jax.value_and_grad(_flax_loss(module, kw), has_aux=True)(
+            params, state, x, y)
+        updates, opt_state = opt.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), state, opt_state
+
     params = variables["params"]
     state = {c: v for c, v in variables.items() if c != "params"}
-    opt = optax.adam(0.01)
     opt_state = opt.init(params)
     for _ in range(20):
-        (_, state), grads = jax.value_and_grad(flax_loss, has_aux=True)(params, state, x, y)
-        updates, opt_state = opt.update(grads, opt_state, params)
-        params = optax.apply_updates(params, updates)
+        params, state, opt_state = step(params, state, opt_state)
     for name, want in {**_flat(params), **_flat(state.get("batch_stats", {}))}.items():
         np.testing.assert_allclose(scope.get(name), want, rtol=RTOL, atol=ATOL, err_msg=name)
 
 
 def test_batch_norm_in_training_mode_updates_its_statistics():
     module, x, kw = CASES["cnn_batchnorm"]
-    variables = module.init(jax.random.key(0), x, **kw)
+    variables = _variables("cnn_batchnorm")
     scope = pd.Scope()
     program, _, fetches = pd.from_flax(module, variables, x, scope=scope, **kw)
     pd.Executor().run(program, feed={"x": x}, fetch_list=fetches, scope=scope)
@@ -171,7 +188,7 @@ def test_batch_norm_in_training_mode_updates_its_statistics():
 
 def test_batch_norm_in_eval_mode_writes_nothing():
     module, x, _ = CASES["cnn_batchnorm"]
-    variables = module.init(jax.random.key(0), x, train=True)
+    variables = _variables("cnn_batchnorm")
     scope = pd.Scope()
     program, _, fetches = pd.from_flax(module, variables, x, scope=scope, train=False)
     assert "assign" not in [op.type for op in program.global_block().ops]
@@ -222,9 +239,13 @@ def test_nnx_module_trains_like_optax():
     for _ in range(20):
         exe.run(program, feed={"x": x, "y": y}, fetch_list=[loss], scope=scope)
     optimizer = nnx.Optimizer(model, optax.adam(0.01), wrt=nnx.Param)
+
+    @nnx.jit
+    def step(model, optimizer):
+        optimizer.update(model, nnx.grad(lambda m: jnp.mean((m(x) - y) ** 2))(model))
+
     for _ in range(20):
-        grads = nnx.grad(lambda m: jnp.mean((m(x) - y) ** 2))(model)
-        optimizer.update(model, grads)
+        step(model, optimizer)
     np.testing.assert_allclose(scope.get("linear1.kernel"), model.linear1.kernel[...],
                                rtol=RTOL, atol=ATOL)
     np.testing.assert_allclose(scope.get("layers.0.bias"), model.layers[0].bias[...],
@@ -232,8 +253,8 @@ def test_nnx_module_trains_like_optax():
 
 
 def test_the_imported_program_saves_loads_exports_and_prints(tmp_path):
-    module, x, kw = CASES["mlp"]
-    variables = module.init(jax.random.key(0), x)
+    module, x, _ = CASES["mlp"]
+    variables = _variables("mlp")
     scope = pd.Scope()
     program, feeds, fetches = pd.from_flax(module, variables, x, scope=scope)
     want = module.apply(variables, x)
