@@ -31,7 +31,8 @@ _ELEMENTWISE = {
     "add": "add", "sub": "sub", "mul": "mul", "max": "maximum", "min": "minimum",
     "pow": "pow", "neg": "neg", "abs": "abs", "exp": "exp", "log": "log", "sqrt": "sqrt",
     "rsqrt": "rsqrt", "square": "square", "tanh": "tanh", "logistic": "sigmoid",
-    "erf": "erf", "erfc": "erfc", "copy": "assign", "copy_p": "assign",
+    "erf": "erf", "erfc": "erfc", "sin": "sin", "cos": "cos", "log1p": "log1p",
+    "expm1": "expm1", "sign": "sign", "copy": "assign", "copy_p": "assign",
     "eq": "equal", "ne": "not_equal", "lt": "less_than", "le": "less_equal",
     "gt": "greater_than", "ge": "greater_equal",
 }
