@@ -59,6 +59,13 @@ def calls(x):
             + jax.nn.silu(x))
 
 
+def control_flow(x, k):
+    y = lax.cond(x.sum() > 0, lambda v: v * 2.0, lambda v: jnp.sin(v), x)
+    carry, ys = lax.scan(lambda c, a: (c * a + y[0], jnp.tanh(c) * a), jnp.ones(3), x)
+    z = lax.switch(k, [lambda v: v, lambda v: v + 1.0, lambda v: v * v], ys)
+    return carry, lax.fori_loop(0, 3, lambda i, v: v * 0.5 + z, z), z
+
+
 def integers(x, n):
     return x * n.astype(jnp.float32), (n * 3 + 1) ** 2, n > 2
 
@@ -70,6 +77,7 @@ ZOO = {
     "selection": (selection, (_rand(3, 4), _rand(3, 4, seed=1))),
     "convolution": (convolution, (_rand(2, 5, 6, 2), _rand(3, 2, 2, 3, seed=1))),
     "calls": (calls, (_rand(3, 4, low=-2, high=2),)),
+    "control_flow": (control_flow, (_rand(4, 3), np.int32(2))),
     "integers": (integers, (_rand(2, 3), np.arange(6, dtype=np.int32).reshape(2, 3))),
 }
 
@@ -116,6 +124,16 @@ def test_gradients_equal_jax_grad(case):
     got = _run(program, feeds, grads, args, scope)
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
+
+
+def test_a_while_loop_becomes_a_while_op():
+    def fn(x, limit):
+        return lax.while_loop(lambda v: v.sum() < limit, lambda v: v * 2.0 + 0.5, x)
+    x = _rand(3, low=0.1, high=1.0)
+    program, feeds, fetches = pd.from_jax(fn, x, np.float32(40.0), scope=pd.Scope())
+    assert [op.type for op in program.global_block().ops] == ["while"]
+    got, = _run(program, feeds, fetches, (x, np.float32(40.0)), pd.Scope())
+    np.testing.assert_allclose(got, fn(x, 40.0), rtol=1e-6)
 
 
 def test_feeds_are_named_after_parameters_and_pytree_paths():

@@ -18,6 +18,9 @@ What becomes what:
   program's gradients are then those of the primal computation: a custom JVP or VJP
   rule is replaced by the gradient makers of the ops it was inlined into (`relu`'s,
   whose custom rule an op of ours implements, keeps it).
+- Control flow becomes our control-flow ops, built by `progdesc.control_flow`: `cond`
+  (lax.cond and lax.switch) a `switch`, `scan` (also a fori_loop with static bounds) a
+  `scan`, `while` a `while` (which, as in JAX, has no reverse-mode gradient).
 - Every op records the user's source line of its equation (shown by `print(program)`
   and in errors), and its outputs are named after JAX's name stack (a Flax module's
   path) and the op type.
@@ -37,7 +40,7 @@ from jax.extend import core as jcore
 from lowering import dtypes
 from lowering.errors import UnsupportedPrimitiveError
 from progdesc import io
-from progdesc.framework import Program, _cell_name
+from progdesc.framework import Program, _cell_name, program_guard
 
 
 class Unsupported(Exception):
@@ -54,8 +57,8 @@ class Translator:
     values of the persistable constants it declares.
     """
 
-    def __init__(self, block, strip_names=0):
-        self.block = block
+    def __init__(self, program, strip_names=0):
+        self.program = program
         self.values = {}
         self.unsupported = []
         self._strip = strip_names
@@ -64,6 +67,12 @@ class Translator:
         self._scope = ""
 
     # --- what rules call ---
+    @property
+    def block(self):
+        """The block ops go to: the program's current block (a sub-block while a control
+        flow builder runs a branch or step)."""
+        return self.program.current_block()
+
     def call(self, op_type, *args, **attrs):
         """Append one op, binding `args` to its input slots in order; returns the names of
         its outputs (one name for a single output, a list for a many slot, a tuple for
@@ -86,19 +95,23 @@ class Translator:
         """The name of a variable holding the array `value` (see the module's docstring)."""
         value = np.asarray(value)
         key = (value.dtype.str, value.shape, value.tobytes()) if value.size <= 4096 else id(value)
-        if key in self._constants:
-            return self._constants[key]
+        block = self.block
+        while block is not None:   # made in this block or an enclosing one: visible here
+            if (block.idx, key) in self._constants:
+                return self._constants[(block.idx, key)]
+            block = block.parent
         flat = value.reshape(-1)
         first = flat[0].item() if flat.size else 0
         if (flat.size == 0 or np.all(flat == flat[0])) and _fits_float32(first):
             name = self.call("fill_constant", shape=list(value.shape),
                              dtype=dtypes.name_of(value.dtype), value=float(first))
+            self._constants[(self.block.idx, key)] = name
         else:
-            name = self.block.program._names("const")
-            self.block.create_var(name, value.shape, value.dtype, persistable=True,
-                                  stop_gradient=True)
+            name = self.program._names("const")
+            self.program.global_block().create_var(name, value.shape, value.dtype,
+                                                   persistable=True, stop_gradient=True)
             self.values[name] = value
-        self._constants[key] = name
+            self._constants[(0, key)] = name
         return name
 
     def inline(self, closed_or_open, args):
@@ -106,6 +119,22 @@ class Translator:
         if isinstance(closed_or_open, jcore.ClosedJaxpr):
             return self.run(closed_or_open.jaxpr, closed_or_open.consts, args)
         return self.run(closed_or_open, (), args)
+
+    def sub_block(self, closed_or_open, args):
+        """`inline`, for the body of a branch or loop step being built in a sub-block: the
+        results as Variables of that block (a copy of those made outside it)."""
+        block = self.block
+        outs = []
+        for name in self.inline(closed_or_open, args):
+            if name not in block.vars:
+                name = self.call("assign", name)
+            outs.append(block.var(name))
+        return tuple(outs)
+
+    def tag_last_op(self):
+        """Record the current equation's line in the last op of the current block (an op a
+        control-flow builder appended)."""
+        self.block.desc.ops[-1].callsite = self._callsite
 
     # --- the walk ---
     def run(self, jaxpr, consts, args):
@@ -229,8 +258,9 @@ def build(flat_fn, inputs, writes=(), strip_names=0, scope=None):
         else:
             block.create_var(name, shape, dtype, persistable=True, stop_gradient=True)
         names.append(name)
-    translator = Translator(block, strip_names)
-    outs = translator.run(closed.jaxpr, closed.consts, names)
+    translator = Translator(program, strip_names)
+    with program_guard(program):   # control-flow builders append to the current program
+        outs = translator.run(closed.jaxpr, closed.consts, names)
     translator.check()
     n_fetch = len(outs) - len(writes)
     for target, out in zip(writes, outs[n_fetch:]):

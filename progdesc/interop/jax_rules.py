@@ -249,3 +249,51 @@ def _arity(body):
 
 
 del _prim, _op
+
+
+# --- control flow, through the builders of progdesc.control_flow ---
+
+def _vars(t, names):
+    return tuple(t.block.var(n) for n in names)
+
+
+@rule("cond")
+def _cond(t, eqn, index, *operands):
+    from progdesc.control_flow import switch
+    branches = [lambda body=body: t.sub_block(body, operands) for body in eqn.params["branches"]]
+    out = switch(t.block.var(index), branches)
+    t.tag_last_op()
+    return [v.name for v in out]
+
+
+@rule("scan")
+def _scan(t, eqn, *operands):
+    from progdesc.control_flow import scan
+    p = eqn.params
+    consts = operands[:p["num_consts"]]
+    init = operands[p["num_consts"]:p["num_consts"] + p["num_carry"]]
+    xs = operands[p["num_consts"] + p["num_carry"]:]
+
+    def step(carry, x):
+        outs = t.sub_block(p["jaxpr"], [*consts, *(v.name for v in carry),
+                                        *(v.name for v in x)])
+        return outs[:p["num_carry"]], outs[p["num_carry"]:]
+    carry, ys = scan(step, _vars(t, init), _vars(t, xs), length=p["length"],
+                     reverse=p["reverse"])
+    t.tag_last_op()
+    return [v.name for v in (*carry, *ys)]
+
+
+@rule("while")
+def _while(t, eqn, *operands):
+    from progdesc.control_flow import while_loop
+    p = eqn.params
+    cond_consts = operands[:p["cond_nconsts"]]
+    body_consts = operands[p["cond_nconsts"]:p["cond_nconsts"] + p["body_nconsts"]]
+    init = operands[p["cond_nconsts"] + p["body_nconsts"]:]
+    out = while_loop(
+        lambda *carry: t.sub_block(p["cond_jaxpr"], [*cond_consts, *(v.name for v in carry)])[0],
+        lambda *carry: t.sub_block(p["body_jaxpr"], [*body_consts, *(v.name for v in carry)]),
+        _vars(t, init))
+    t.tag_last_op()
+    return [v.name for v in out]
