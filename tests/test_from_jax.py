@@ -41,6 +41,12 @@ def selection(x, y):
     return m + jnp.arange(4, dtype=jnp.float32), jnp.cumsum(x, axis=1), updated, i
 
 
+def indexing(table, ids):
+    rows = jnp.take(table, ids, axis=0)
+    return (rows.sum(1) + table[ids[:, 0]], jnp.pad(table, ((1, 0), (2, 1)), constant_values=0.5),
+            jnp.flip(table, 1), jnp.argmin(table, axis=0))
+
+
 def convolution(x, w):
     y = lax.conv_general_dilated(x, w, (1, 1), ((1, 1), (0, 1)),
                                  dimension_numbers=("NHWC", "HWIO", "NHWC"))
@@ -75,6 +81,7 @@ ZOO = {
     "products": (products, (_rand(2, 3, 4), _rand(2, 4, 3, seed=1), _rand(3, 2, seed=2))),
     "shapes": (shapes, (_rand(3, 4),)),
     "selection": (selection, (_rand(3, 4), _rand(3, 4, seed=1))),
+    "indexing": (indexing, (_rand(5, 3), np.array([[0, 4], [2, 2], [1, 3]], np.int32))),
     "convolution": (convolution, (_rand(2, 5, 6, 2), _rand(3, 2, 2, 3, seed=1))),
     "calls": (calls, (_rand(3, 4, low=-2, high=2),)),
     "control_flow": (control_flow, (_rand(4, 3), np.int32(2))),

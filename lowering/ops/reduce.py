@@ -1,4 +1,4 @@
-"""Reductions: mean, reduce_sum / mean / max / min / prod, argmax, top_k, cumsum, and
+"""Reductions: mean, reduce_sum / mean / max / min / prod, argmax, argmin, top_k, cumsum, and
 reduce_window (sum, max or min over sliding windows).
 
 `axis` lists the reduced axes (negative counts from the end; empty means all).
@@ -132,6 +132,15 @@ def argmax(X, *, axis, keep_dim, dtype):
     """Index of the first maximum of `X` along `axis`."""
     checks.axis("X", X, axis)
     return jnp.argmax(X, axis=axis, keepdims=keep_dim).astype(dtypes.to_numpy(dtype))
+
+
+@op("argmin", inputs=[In("X", "number")], outputs=[Out("Out")],
+    attrs={"axis": -1, "keep_dim": False, "dtype": Attr("dtype", "dtype", "int64")},
+    differentiable=False)
+def argmin(X, *, axis, keep_dim, dtype):
+    """Index of the first minimum of `X` along `axis`."""
+    checks.axis("X", X, axis)
+    return jnp.argmin(X, axis=axis, keepdims=keep_dim).astype(dtypes.to_numpy(dtype))
 
 
 @op("top_k", inputs=[In("X", "number")], outputs=[Out("Out"), Out("Indices")],

@@ -297,3 +297,43 @@ def _while(t, eqn, *operands):
         _vars(t, init))
     t.tag_last_op()
     return [v.name for v in out]
+
+
+# --- more shapes: gather, pad, rev ---
+
+_GATHER_MODES = {"CLIP": "clip", "FILL_OR_DROP": "fill", "PROMISE_IN_BOUNDS": "promise_in_bounds"}
+
+
+@rule("gather")
+def _gather(t, eqn, x, indices):
+    p = eqn.params
+    dn = p["dimension_numbers"]
+    mode = _GATHER_MODES.get(getattr(p["mode"], "name", str(p["mode"])))
+    if mode is None:
+        raise Unsupported(f"gather mode {p['mode']}")
+    fill = p.get("fill_value")
+    return t.call("gather_general", x, indices, offset_dims=list(dn.offset_dims),
+                  collapsed_slice_dims=list(dn.collapsed_slice_dims),
+                  start_index_map=list(dn.start_index_map),
+                  operand_batching_dims=list(dn.operand_batching_dims),
+                  start_indices_batching_dims=list(dn.start_indices_batching_dims),
+                  slice_sizes=list(p["slice_sizes"]), mode=mode,
+                  fill_value=float("nan") if fill is None else float(fill))
+
+
+@rule("pad")
+def _pad(t, eqn, x, padding_value):
+    return t.call("pad", x, padding_value,
+                  padding_config=[int(v) for c in eqn.params["padding_config"] for v in c])
+
+
+@rule("rev")
+def _rev(t, eqn, x):
+    return t.call("rev", x, dimensions=list(eqn.params["dimensions"]))
+
+
+@rule("argmin")
+def _argmin(t, eqn, x):
+    (axis,) = eqn.params["axes"]
+    return t.call("argmin", x, axis=axis, keep_dim=False,
+                  dtype=dtypes.name_of(eqn.params["index_dtype"]))

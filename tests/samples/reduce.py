@@ -193,3 +193,9 @@ INVALID += [
             attrs={"computation": "max", "window_dimensions": [2, 2]},
             expect=["window attributes must hold one entry per dim of X float32[2, 4, 4]"]),
 ]
+
+SAMPLES += [
+    Sample("argmin", {"X": rand(3, 4)}, lambda X, **attrs: _argmax_ref(-X, **attrs)),
+    Sample("argmin", {"X": -_TIES}, lambda X, **attrs: _argmax_ref(-X, **attrs),
+           {"axis": 0, "keep_dim": True, "dtype": "int32"}, name="ties_first"),
+]
