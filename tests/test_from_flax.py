@@ -15,6 +15,7 @@ from flax import traverse_util
 
 import progdesc as pd
 from progdesc import ops
+from source_lines import line_of
 
 RTOL = ATOL = 1e-5
 
@@ -262,6 +263,8 @@ def test_the_imported_program_saves_loads_exports_and_prints(tmp_path):
     assert "param Dense_0.kernel: float32[16, 3]" in text
     assert "Dense_0.dot_general_0.out: float32[6, 3] = dot_general(" in text
     assert "relu(" in text
+    line = line_of(__file__, "return nn.Dense(3)(nn.relu(nn.Dense(16)(x)))")
+    assert {op.desc.callsite for op in program.global_block().ops} == {line}
 
     pd.io.save_inference_model(str(tmp_path / "model"), feeds, fetches, program=program,
                                scope=scope)

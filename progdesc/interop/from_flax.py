@@ -16,6 +16,7 @@ translator.
 """
 import jax
 
+from lowering.errors import ProgramError
 from progdesc.interop.from_jax import _parameter_names, build, named_leaves
 
 
@@ -55,7 +56,11 @@ def _build(call, state_tree, state_leaves, example_inputs, arg_names, scope, str
         state = jax.tree_util.tree_unflatten(state_tree, leaves[:n_state])
         out, new_state = call(state, *jax.tree_util.tree_unflatten(input_tree,
                                                                    leaves[n_state:]))
-        new_leaves = jax.tree_util.tree_leaves(new_state)
+        new_leaves, new_tree = jax.tree_util.tree_flatten(new_state)
+        if new_tree != state_tree:
+            raise ProgramError("the module's variables after the call differ in structure from "
+                               f"those before it (variables made or dropped by the call?): "
+                               f"{new_tree} vs {state_tree}")
         return (jax.tree_util.tree_leaves(out)
                 + [v for v, s in zip(new_leaves, is_state) if s])
 
@@ -72,6 +77,8 @@ def _unique(entries):
 
 
 def _from_linen(module, variables, example_inputs, scope, method, apply_kwargs):
+    from flax.core import unfreeze
+    variables = unfreeze(variables)
     mutable = [c for c in variables if c != "params"]
     entries = []
     for name, value in named_leaves(variables):
@@ -83,7 +90,8 @@ def _from_linen(module, variables, example_inputs, scope, method, apply_kwargs):
             return module.apply(state, *inputs, method=method, **apply_kwargs), state
         out, updates = module.apply(state, *inputs, mutable=mutable, method=method,
                                     **apply_kwargs)
-        return out, {c: updates.get(c, state[c]) if c in mutable else state[c] for c in state}
+        updates = unfreeze(updates)
+        return out, {c: updates.get(c, state[c]) for c in state}
 
     fn = getattr(module, method) if isinstance(method, str) else method or module.__call__
     return _build(call, jax.tree_util.tree_structure(variables), _unique(entries),
@@ -94,15 +102,14 @@ def _from_nnx(module, state, example_inputs, scope, method, apply_kwargs):
     from flax import nnx
     graphdef, own_state = nnx.split(module)
     state = own_state if state is None else state
-    types = {tuple(path): type(v) for path, v in nnx.to_flat_state(state)}
+    types = {".".join(map(str, path)): type(v) for path, v in nnx.to_flat_state(state)}
     entries = []
-    for path, value in jax.tree_util.tree_flatten_with_path(state)[0]:
-        keys = tuple(k.key if hasattr(k, "key") else k.idx if hasattr(k, "idx") else k.name
-                     for k in path)
-        keys = keys[:-1] if keys and keys[-1] == "value" and keys[:-1] in types else keys
-        kind = "param" if issubclass(types.get(keys, nnx.Variable), nnx.Param) else "state"
-        entries.append((types.get(keys, nnx.Variable).__name__,
-                        ".".join(str(k) for k in keys), value, kind))
+    for name, value in named_leaves(state):
+        if name.endswith(".value") and name.removesuffix(".value") in types:
+            name = name.removesuffix(".value")   # the Variable's own field
+        kind = types.get(name, nnx.Variable)
+        entries.append((kind.__name__, name, value,
+                        "param" if issubclass(kind, nnx.Param) else "state"))
 
     def call(state, *inputs):
         model = nnx.merge(graphdef, state)

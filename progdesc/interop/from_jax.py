@@ -29,6 +29,7 @@ A primitive without a rule, or whose parameters its rule cannot translate, is
 collected; once the whole jaxpr has been walked, all of them are reported together in
 one `UnsupportedPrimitiveError`, each with the user's source line.
 """
+import functools
 import inspect
 import os
 
@@ -205,11 +206,23 @@ def _sub_jaxprs(eqn):
 
 
 def _source_line(source_info):
-    """'file.py:12' ('In[3]:2' in a notebook) of the user's frame that made an equation."""
-    frame = source_info_util.user_frame(source_info.traceback)
-    if frame is None:
-        return ""
-    return f"{_cell_name(frame.file_name) or os.path.basename(frame.file_name)}:{frame.start_line}"
+    """'file.py:12' ('In[3]:2' in a notebook) of the user's frame that made an equation:
+    the innermost frame outside JAX and Flax."""
+    for frame in source_info_util.user_frames(source_info.traceback):
+        if not frame.file_name.startswith(_library_dirs()):
+            name = _cell_name(frame.file_name) or os.path.basename(frame.file_name)
+            return f"{name}:{frame.start_line}"
+    return ""
+
+
+@functools.lru_cache(maxsize=1)
+def _library_dirs():
+    """The directories of Flax's code (JAX's own frames user_frames already skips)."""
+    import importlib.util
+    spec = importlib.util.find_spec("flax")
+    if spec is None or not spec.origin:
+        return ()
+    return (os.path.dirname(spec.origin) + os.sep,)
 
 
 # --- building a program ---
