@@ -176,6 +176,11 @@ def test_params_become_trainable_parameters_in_the_scope():
                                rtol=1e-5, atol=1e-6)
 
 
+def test_a_parameter_and_an_argument_of_one_name_are_refused():
+    with pytest.raises(pd.ProgramError, match="two inputs would share the variable name 'w'"):
+        pd.from_jax(lambda p, w: w * p["w"], _rand(3), params={"w": _rand(3)})
+
+
 def test_constants_fill_or_persist_by_their_values():
     table = np.arange(12, dtype=np.float32).reshape(3, 4)
     ones = np.ones((3, 4), np.float32)

@@ -39,7 +39,7 @@ from jax._src import source_info_util
 from jax.extend import core as jcore
 
 from lowering import dtypes
-from lowering.errors import UnsupportedPrimitiveError
+from lowering.errors import ProgramError, UnsupportedPrimitiveError
 from progdesc import io
 from progdesc.framework import Program, _cell_name, program_guard
 
@@ -253,6 +253,11 @@ def build(flat_fn, inputs, writes=(), strip_names=0, scope=None):
     others are the fetch targets. Parameter, state and constant values go into `scope`.
     Returns (program, feed names, fetch Variables).
     """
+    names = [name for name, _, _ in inputs]
+    clash = sorted({n for n in names if names.count(n) > 1})
+    if clash:
+        raise ProgramError(f"two inputs would share the variable name '{clash[0]}' (a "
+                           "parameter's path and an argument's name?)", var=clash[0])
     values = [v if isinstance(v, jax.Array) else np.asarray(v) for _, v, _ in inputs]
     for (name, _, _), value in zip(inputs, values):
         if jax.dtypes.issubdtype(value.dtype, jax.dtypes.prng_key):
@@ -261,8 +266,7 @@ def build(flat_fn, inputs, writes=(), strip_names=0, scope=None):
     closed = jax.make_jaxpr(flat_fn)(*values)
     program = Program()
     block = program.global_block()
-    names = []
-    for (name, value, kind), aval in zip(inputs, closed.in_avals):
+    for (name, _, kind), aval in zip(inputs, closed.in_avals):
         shape, dtype = aval.shape, dtypes.name_of(aval.dtype)
         if kind == "feed":
             block.create_var(name, shape, dtype, stop_gradient=True, need_check_feed=True)
@@ -270,7 +274,6 @@ def build(flat_fn, inputs, writes=(), strip_names=0, scope=None):
             block.create_parameter(name, shape, dtype)
         else:
             block.create_var(name, shape, dtype, persistable=True, stop_gradient=True)
-        names.append(name)
     translator = Translator(program, strip_names)
     with program_guard(program):   # control-flow builders append to the current program
         outs = translator.run(closed.jaxpr, closed.consts, names)
