@@ -253,7 +253,7 @@ def test_nnx_module_trains_like_optax():
                                rtol=RTOL, atol=ATOL)
 
 
-def test_the_imported_program_saves_loads_exports_and_prints(tmp_path):
+def test_the_imported_program_saves_loads_exports_prints_and_displays(tmp_path):
     module, x, _ = CASES["mlp"]
     variables = _variables("mlp")
     scope = pd.Scope()
@@ -263,6 +263,7 @@ def test_the_imported_program_saves_loads_exports_and_prints(tmp_path):
     assert "param Dense_0.kernel: float32[16, 3]" in text
     assert "Dense_0.dot_general_0.out: float32[6, 3] = dot_general(" in text
     assert "relu(" in text
+    assert "Dense_0.kernel" in program._repr_html_() and "Dense_0.kernel" in program.to_dot()
     line = line_of(__file__, "return nn.Dense(3)(nn.relu(nn.Dense(16)(x)))")
     assert {op.desc.callsite for op in program.global_block().ops} == {line}
 
