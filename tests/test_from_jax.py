@@ -5,6 +5,7 @@ together with the lines that made them."""
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 from jax import lax
 
@@ -72,6 +73,12 @@ def control_flow(x, k):
     return carry, lax.fori_loop(0, 3, lambda i, v: v * 0.5 + z, z), z
 
 
+def losses(logits, labels):
+    xent = optax.softmax_cross_entropy_with_integer_labels(logits, labels)
+    return (xent.mean() + jax.nn.logsumexp(logits, axis=0) + logits % 0.3,
+            jnp.all(logits > -0.9, axis=1), jnp.floor(logits * 3.0))
+
+
 def integers(x, n):
     return x * n.astype(jnp.float32), (n * 3 + 1) ** 2, n > 2
 
@@ -85,6 +92,7 @@ ZOO = {
     "convolution": (convolution, (_rand(2, 5, 6, 2), _rand(3, 2, 2, 3, seed=1))),
     "calls": (calls, (_rand(3, 4, low=-2, high=2),)),
     "control_flow": (control_flow, (_rand(4, 3), np.int32(2))),
+    "losses": (losses, (_rand(3, 4), np.array([0, 3, 1], np.int32))),
     "integers": (integers, (_rand(2, 3), np.arange(6, dtype=np.int32).reshape(2, 3))),
 }
 

@@ -1,5 +1,5 @@
 """Elementwise unary math (with the `lax` primitives integer_pow, erf, erfc, sin, cos,
-log1p, expm1, sign), n-ary `sum`, `cast` and `assign`.
+log1p, expm1, sign, floor), n-ary `sum`, `cast` and `assign`.
 
 Gradients reuse the forward output where it is at hand (exp, sqrt, rsqrt) and
 write nothing for integer or bool inputs. `full_like` is the helper other
@@ -268,3 +268,14 @@ def sign(X):
 def _(g):  # zero almost everywhere, as in JAX
     if g.in_grad("X") and is_float(g, g.input("X")):
         g.call("fill_zeros_like", g.input("X"), out=g.in_grad("X"))
+
+
+@op("floor", **_FLOAT)
+def floor(X):
+    """The largest whole number <= X elementwise."""
+    return jnp.floor(X)
+
+
+@floor.gradient
+def _(g):  # zero almost everywhere, as in JAX
+    g.call("fill_zeros_like", g.input("X"), out=g.in_grad("X"))

@@ -32,7 +32,8 @@ _ELEMENTWISE = {
     "pow": "pow", "neg": "neg", "abs": "abs", "exp": "exp", "log": "log", "sqrt": "sqrt",
     "rsqrt": "rsqrt", "square": "square", "tanh": "tanh", "logistic": "sigmoid",
     "erf": "erf", "erfc": "erfc", "sin": "sin", "cos": "cos", "log1p": "log1p",
-    "expm1": "expm1", "sign": "sign", "copy": "assign", "copy_p": "assign",
+    "expm1": "expm1", "sign": "sign", "floor": "floor", "is_finite": "is_finite",
+    "rem": "rem", "copy": "assign", "copy_p": "assign",
     "eq": "equal", "ne": "not_equal", "lt": "less_than", "le": "less_equal",
     "gt": "greater_than", "ge": "greater_equal",
 }
@@ -161,6 +162,14 @@ def _iota(t, eqn):
 for _prim in ("reduce_sum", "reduce_max", "reduce_min", "reduce_prod"):
     RULES[_prim] = (lambda op_type: lambda t, eqn, x: t.call(
         op_type, x, axis=list(eqn.params["axes"]), keep_dim=False))(_prim)
+
+
+@rule("reduce_and", "reduce_or")
+def _reduce_logical(t, eqn, x):
+    if _kind(t, x) != "bool":
+        raise Unsupported("bitwise reductions of integers")
+    op_type = "reduce_all" if eqn.primitive.name == "reduce_and" else "reduce_any"
+    return t.call(op_type, x, axis=list(eqn.params["axes"]), keep_dim=False)
 
 
 @rule("argmax")

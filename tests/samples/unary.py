@@ -88,3 +88,7 @@ SAMPLES += [
            name="zero_no_grad_jump_at_0", grad=False),
     Sample("sign", {"X": _ints}, lambda X: np.sign(X), name="int"),
 ]
+
+SAMPLES += [
+    Sample("floor", {"X": rand(3, 4, low=-3, high=3)}, lambda X: np.floor(X)),
+]
