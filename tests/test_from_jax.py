@@ -45,7 +45,7 @@ def selection(x, y):
 def indexing(table, ids):
     rows = jnp.take(table, ids, axis=0)
     return (rows.sum(1) + table[ids[:, 0]], jnp.pad(table, ((1, 0), (2, 1)), constant_values=0.5),
-            jnp.flip(table, 1), jnp.argmin(table, axis=0))
+            jnp.flip(table, 1), jnp.argmin(table, axis=0), table.at[ids[:, 1]].add(rows[:, 0]))
 
 
 def convolution(x, w):

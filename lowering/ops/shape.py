@@ -1,7 +1,8 @@
 """Shape and layout ops: reshape, transpose, concat / split / stack, slice, squeeze,
 unsqueeze, expand, gather, one_hot, take_along_axis, and the `lax` primitives
-broadcast_in_dim, dynamic_slice, dynamic_update_slice, pad, rev and gather
-(`gather_general`, differentiated by `gather_general_grad`, the `jax.vjp` of its rule).
+broadcast_in_dim, dynamic_slice, dynamic_update_slice, pad, rev, gather (`gather_general`,
+differentiated by `gather_general_grad`, the `jax.vjp` of its rule) and scatter-add
+(`scatter_add_general`, whose gradient is a gather).
 
 Gradients move the incoming gradient back into the input's layout. Where the
 input's shape is only known at run time (a symbolic batch dim), they read it
@@ -545,3 +546,43 @@ def rev(X, *, dimensions):
 @rev.gradient
 def _(g):
     g.call("rev", g.out_grad("Out"), dimensions=g.attr("dimensions"), out=g.in_grad("X"))
+
+
+_SCATTER_ATTRS = {
+    "update_window_dims": Attr("update_window_dims", "ints", ()),
+    "inserted_window_dims": Attr("inserted_window_dims", "ints", ()),
+    "scatter_dims_to_operand_dims": Attr("scatter_dims_to_operand_dims", "ints", ()),
+    "operand_batching_dims": Attr("operand_batching_dims", "ints", ()),
+    "scatter_indices_batching_dims": Attr("scatter_indices_batching_dims", "ints", ()),
+    "mode": Attr("mode", "string", "fill", "out-of-bounds updates: clip (moved inside X), "
+                                           "fill (dropped) or promise_in_bounds"),
+}
+
+
+@op("scatter_add_general", inputs=[In("X"), In("Indices", "int"), In("Updates")],
+    outputs=[Out("Out")], attrs=_SCATTER_ATTRS, same_dtype=("X", "Updates"))
+def scatter_add_general(X, Indices, Updates, *, mode, **dimension_numbers):
+    """X with `Updates` added at the positions in `Indices`, as `lax.scatter_add` takes them
+    (the dimension numbers are its `ScatterDimensionNumbers`): what `x.at[i].add(v)` and the
+    gradient of a gather make."""
+    numbers = lax.ScatterDimensionNumbers(**{k: tuple(v) for k, v in dimension_numbers.items()})
+    return lax.scatter_add(X, Indices, Updates, numbers, mode=mode)
+
+
+@scatter_add_general.gradient
+def _(g):   # as JAX's transpose: X's gradient passes; Updates' is a gather of it
+    dout = g.out_grad("Out")
+    g.pass_through("X", dout)
+    if g.wants("Updates"):
+        a = g.attrs
+        dims = len(g.var(g.input("X"))[0])
+        update_dims = g.var(g.input("Updates"))[0]
+        skipped = set(a["inserted_window_dims"]) | set(a["operand_batching_dims"])
+        window = iter(a["update_window_dims"])
+        sizes = [1 if i in skipped else update_dims[next(window)] for i in range(dims)]
+        g.call("gather_general", dout, g.input("Indices"), offset_dims=a["update_window_dims"],
+               collapsed_slice_dims=a["inserted_window_dims"],
+               start_index_map=a["scatter_dims_to_operand_dims"],
+               operand_batching_dims=a["operand_batching_dims"],
+               start_indices_batching_dims=a["scatter_indices_batching_dims"],
+               slice_sizes=sizes, mode=a["mode"], fill_value=0.0, out=g.in_grad("Updates"))

@@ -346,3 +346,19 @@ def _argmin(t, eqn, x):
     (axis,) = eqn.params["axes"]
     return t.call("argmin", x, axis=axis, keep_dim=False,
                   dtype=dtypes.name_of(eqn.params["index_dtype"]))
+
+
+@rule("scatter-add", "scatter_add")
+def _scatter_add(t, eqn, x, indices, updates):
+    p = eqn.params
+    dn = p["dimension_numbers"]
+    mode = _GATHER_MODES.get(getattr(p["mode"], "name", str(p["mode"])))
+    if mode is None:
+        raise Unsupported(f"scatter mode {p['mode']}")
+    return t.call("scatter_add_general", x, indices, updates,
+                  update_window_dims=list(dn.update_window_dims),
+                  inserted_window_dims=list(dn.inserted_window_dims),
+                  scatter_dims_to_operand_dims=list(dn.scatter_dims_to_operand_dims),
+                  operand_batching_dims=list(dn.operand_batching_dims),
+                  scatter_indices_batching_dims=list(dn.scatter_indices_batching_dims),
+                  mode=mode)

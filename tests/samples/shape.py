@@ -304,3 +304,28 @@ INVALID += [
             expect=["padding_config [1, 1, 0] must hold (low, high, interior >= 0) for each "
                     "dim of X float32[2, 3]"]),
 ]
+
+
+def _add_rows_ref(X, Indices, Updates, mode="fill", **_):
+    """X with Updates[k] added to row Indices[k, 0] (out-of-range rows dropped or clipped)."""
+    out = X.copy()
+    for k, row in enumerate(Indices[:, 0]):
+        if mode == "clip":
+            row = min(max(row, 0), X.shape[0] - 1)
+        if 0 <= row < X.shape[0]:
+            out[row] += Updates[k]
+    return out
+
+
+_ADD_ROWS = {"update_window_dims": [1], "inserted_window_dims": [0],
+             "scatter_dims_to_operand_dims": [0]}
+_ROW_IDS = np.array([[1], [3], [1], [9]], np.int32)   # row 1 twice; 9 is out of range
+
+SAMPLES += [
+    Sample("scatter_add_general", {"X": rand(5, 3), "Indices": _ROW_IDS,
+                                   "Updates": rand(4, 3, seed=1)}, _add_rows_ref,
+           dict(_ADD_ROWS, mode="fill"), name="add_rows_drop", symbolic=False),
+    Sample("scatter_add_general", {"X": rand(5, 3), "Indices": _ROW_IDS,
+                                   "Updates": rand(4, 3, seed=1)}, _add_rows_ref,
+           dict(_ADD_ROWS, mode="clip"), name="add_rows_clip", symbolic=False),
+]
