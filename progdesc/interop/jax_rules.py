@@ -157,6 +157,54 @@ def _iota(t, eqn):
                   dimension=p["dimension"])
 
 
+_MODES = {"CLIP": "clip", "FILL_OR_DROP": "fill", "PROMISE_IN_BOUNDS": "promise_in_bounds"}
+
+
+def _mode(eqn):
+    """The out-of-bounds mode of a gather or scatter, as our ops name it."""
+    mode = _MODES.get(getattr(eqn.params["mode"], "name", str(eqn.params["mode"])))
+    if mode is None:
+        raise Unsupported(f"mode {eqn.params['mode']}")
+    return mode
+
+
+@rule("gather")
+def _gather(t, eqn, x, indices):
+    p = eqn.params
+    dn = p["dimension_numbers"]
+    fill = p.get("fill_value")
+    return t.call("gather_general", x, indices, offset_dims=list(dn.offset_dims),
+                  collapsed_slice_dims=list(dn.collapsed_slice_dims),
+                  start_index_map=list(dn.start_index_map),
+                  operand_batching_dims=list(dn.operand_batching_dims),
+                  start_indices_batching_dims=list(dn.start_indices_batching_dims),
+                  slice_sizes=list(p["slice_sizes"]), mode=_mode(eqn),
+                  fill_value=float("nan") if fill is None else float(fill))
+
+
+@rule("pad")
+def _pad(t, eqn, x, padding_value):
+    return t.call("pad", x, padding_value,
+                  padding_config=[int(v) for c in eqn.params["padding_config"] for v in c])
+
+
+@rule("rev")
+def _rev(t, eqn, x):
+    return t.call("rev", x, dimensions=list(eqn.params["dimensions"]))
+
+
+@rule("scatter-add", "scatter_add")
+def _scatter_add(t, eqn, x, indices, updates):
+    dn = eqn.params["dimension_numbers"]
+    return t.call("scatter_add_general", x, indices, updates,
+                  update_window_dims=list(dn.update_window_dims),
+                  inserted_window_dims=list(dn.inserted_window_dims),
+                  scatter_dims_to_operand_dims=list(dn.scatter_dims_to_operand_dims),
+                  operand_batching_dims=list(dn.operand_batching_dims),
+                  scatter_indices_batching_dims=list(dn.scatter_indices_batching_dims),
+                  mode=_mode(eqn))
+
+
 # --- reductions ---
 
 for _prim in ("reduce_sum", "reduce_max", "reduce_min", "reduce_prod"):
@@ -172,10 +220,10 @@ def _reduce_logical(t, eqn, x):
     return t.call(op_type, x, axis=list(eqn.params["axes"]), keep_dim=False)
 
 
-@rule("argmax")
-def _argmax(t, eqn, x):
+@rule("argmax", "argmin")
+def _arg_extreme(t, eqn, x):
     (axis,) = eqn.params["axes"]
-    return t.call("argmax", x, axis=axis, keep_dim=False,
+    return t.call(eqn.primitive.name, x, axis=axis, keep_dim=False,
                   dtype=dtypes.name_of(eqn.params["index_dtype"]))
 
 
@@ -257,9 +305,6 @@ def _arity(body):
     return len(jaxpr.invars)
 
 
-del _prim, _op
-
-
 # --- control flow, through the builders of progdesc.control_flow ---
 
 def _vars(t, names):
@@ -308,57 +353,4 @@ def _while(t, eqn, *operands):
     return [v.name for v in out]
 
 
-# --- more shapes: gather, pad, rev ---
-
-_GATHER_MODES = {"CLIP": "clip", "FILL_OR_DROP": "fill", "PROMISE_IN_BOUNDS": "promise_in_bounds"}
-
-
-@rule("gather")
-def _gather(t, eqn, x, indices):
-    p = eqn.params
-    dn = p["dimension_numbers"]
-    mode = _GATHER_MODES.get(getattr(p["mode"], "name", str(p["mode"])))
-    if mode is None:
-        raise Unsupported(f"gather mode {p['mode']}")
-    fill = p.get("fill_value")
-    return t.call("gather_general", x, indices, offset_dims=list(dn.offset_dims),
-                  collapsed_slice_dims=list(dn.collapsed_slice_dims),
-                  start_index_map=list(dn.start_index_map),
-                  operand_batching_dims=list(dn.operand_batching_dims),
-                  start_indices_batching_dims=list(dn.start_indices_batching_dims),
-                  slice_sizes=list(p["slice_sizes"]), mode=mode,
-                  fill_value=float("nan") if fill is None else float(fill))
-
-
-@rule("pad")
-def _pad(t, eqn, x, padding_value):
-    return t.call("pad", x, padding_value,
-                  padding_config=[int(v) for c in eqn.params["padding_config"] for v in c])
-
-
-@rule("rev")
-def _rev(t, eqn, x):
-    return t.call("rev", x, dimensions=list(eqn.params["dimensions"]))
-
-
-@rule("argmin")
-def _argmin(t, eqn, x):
-    (axis,) = eqn.params["axes"]
-    return t.call("argmin", x, axis=axis, keep_dim=False,
-                  dtype=dtypes.name_of(eqn.params["index_dtype"]))
-
-
-@rule("scatter-add", "scatter_add")
-def _scatter_add(t, eqn, x, indices, updates):
-    p = eqn.params
-    dn = p["dimension_numbers"]
-    mode = _GATHER_MODES.get(getattr(p["mode"], "name", str(p["mode"])))
-    if mode is None:
-        raise Unsupported(f"scatter mode {p['mode']}")
-    return t.call("scatter_add_general", x, indices, updates,
-                  update_window_dims=list(dn.update_window_dims),
-                  inserted_window_dims=list(dn.inserted_window_dims),
-                  scatter_dims_to_operand_dims=list(dn.scatter_dims_to_operand_dims),
-                  operand_batching_dims=list(dn.operand_batching_dims),
-                  scatter_indices_batching_dims=list(dn.scatter_indices_batching_dims),
-                  mode=mode)
+del _prim, _op
