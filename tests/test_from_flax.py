@@ -293,3 +293,25 @@ def test_the_imported_program_saves_loads_exports_prints_and_displays(tmp_path):
 def test_a_module_that_is_not_flax_is_refused():
     with pytest.raises(TypeError, match="flax.linen or flax.nnx Module"):
         pd.from_flax(lambda x: x, {}, np.zeros(3))
+
+
+class Dropped(nnx.Module):
+    def __init__(self, rngs):
+        self.linear = nnx.Linear(4, 3, rngs=rngs)
+        self.drop = nnx.Dropout(0.5, rngs=rngs)
+
+    def __call__(self, x):
+        return self.drop(self.linear(x))
+
+
+def test_random_draws_are_reported_and_eval_mode_imports():
+    model, x = Dropped(nnx.Rngs(0)), _data(2, 4)
+    with pytest.raises(pd.UnsupportedPrimitiveError) as info:
+        pd.from_flax(model, None, x)
+    line = line_of(__file__, "return self.drop(self.linear(x))")
+    assert ("random_bits", line) in [(name, where) for name, where, _ in info.value.unsupported]
+    model.eval()
+    scope = pd.Scope()
+    program, _, fetches = pd.from_flax(model, None, x, scope=scope)
+    got, = pd.Executor().run(program, feed={"x": x}, fetch_list=fetches, scope=scope)
+    np.testing.assert_allclose(got, model(x), rtol=RTOL, atol=ATOL)

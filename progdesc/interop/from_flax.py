@@ -6,7 +6,10 @@ translator.
   with the same values, placed in the Scope.
 - Every other variable (linen's "batch_stats" and other collections, nnx's
   `BatchStat`s) becomes a persistable, non-trainable variable of the same name (its
-  collection's name comes first if a parameter already has that name).
+  collection's name comes first if a parameter already has that name), except the keys
+  of nnx's random-number streams (`nnx.RngKey`): they stay constants of the trace, so a
+  module that draws random numbers (Dropout in training mode) is reported as using
+  primitives progdesc does not translate; import it in eval mode.
 - State the module updates when called (BatchNorm in training mode: linen traced with
   every non-"params" collection mutable, nnx by splitting the module again after the
   call) is written back by an `assign` from the new value into that variable, so each
@@ -25,8 +28,9 @@ def from_flax(module, variables, *example_inputs, scope=None, method=None, **app
 
     For a linen module, `variables` is what `module.init` returned; `method` and
     `apply_kwargs` (e.g. `train=True`) are passed to `module.apply`. For an nnx module,
-    `variables` is None (the module's own state) or an `nnx.State` from `nnx.split` to
-    use instead; the module (or its method named `method`) is called with the inputs and
+    `variables` is None (the module's own variables) or an `nnx.State` of its variables
+    other than random-number streams (`nnx.split(module, nnx.RngKey, ...)[2]`) to use
+    instead; the module (or its method named `method`) is called with the inputs and
     `apply_kwargs`. Feeds are named after the call's parameters (`x`).
 
     Returns `(program, feed_names, fetch_targets)` with the parameters and statistics
@@ -100,7 +104,7 @@ def _from_linen(module, variables, example_inputs, scope, method, apply_kwargs):
 
 def _from_nnx(module, state, example_inputs, scope, method, apply_kwargs):
     from flax import nnx
-    graphdef, own_state = nnx.split(module)
+    graphdef, rng_state, own_state = nnx.split(module, nnx.RngKey, ...)
     state = own_state if state is None else state
     types = {".".join(map(str, path)): type(v) for path, v in nnx.to_flat_state(state)}
     entries = []
@@ -112,9 +116,9 @@ def _from_nnx(module, state, example_inputs, scope, method, apply_kwargs):
                         "param" if issubclass(kind, nnx.Param) else "state"))
 
     def call(state, *inputs):
-        model = nnx.merge(graphdef, state)
+        model = nnx.merge(graphdef, rng_state, state)
         out = getattr(model, method or "__call__")(*inputs, **apply_kwargs)
-        return out, nnx.split(model)[1]
+        return out, nnx.split(model, nnx.RngKey, ...)[2]
 
     fn = getattr(module, method or "__call__")
     return _build(call, jax.tree_util.tree_structure(state), _unique(entries), example_inputs,

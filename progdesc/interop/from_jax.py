@@ -142,8 +142,8 @@ class Translator:
         """Translate `jaxpr` with its constvars bound to `consts` (arrays) and its invars to
         `args` (program variable names); returns the names of its outputs."""
         env = {}
-        for v, c in zip(jaxpr.constvars, consts):
-            env[v] = self.constant(c)
+        for v, c in zip(jaxpr.constvars, consts):   # a PRNG key: its users are reported
+            env[v] = _POISON if _is_key(c) else self.constant(c)
         env.update(zip(jaxpr.invars, args))
         for eqn in jaxpr.eqns:
             outs = self._equation(eqn, [self._read(env, a) for a in eqn.invars])
@@ -194,6 +194,10 @@ class Translator:
             raise UnsupportedPrimitiveError(
                 f"cannot translate {len(lines)} JAX primitive(s) into progdesc ops: "
                 + "; ".join(lines), unsupported=self.unsupported)
+
+
+def _is_key(value):
+    return jax.dtypes.issubdtype(getattr(value, "dtype", None), jax.dtypes.prng_key)
 
 
 def _fits_float32(value):
@@ -260,7 +264,7 @@ def build(flat_fn, inputs, writes=(), strip_names=0, scope=None):
                            "parameter's path and an argument's name?)", var=clash[0])
     values = [v if isinstance(v, jax.Array) else np.asarray(v) for _, v, _ in inputs]
     for (name, _, _), value in zip(inputs, values):
-        if jax.dtypes.issubdtype(value.dtype, jax.dtypes.prng_key):
+        if _is_key(value):
             raise UnsupportedPrimitiveError(f"input '{name}' is a PRNG key, which a program "
                                             "variable cannot hold", unsupported=[])
     closed = jax.make_jaxpr(flat_fn)(*values)
