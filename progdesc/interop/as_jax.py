@@ -8,9 +8,14 @@ no Python state, so `jax.jit`, `jax.grad`, `jax.vmap`, `jax.checkpoint`, `shard_
 takes its key as `fn(params, *feeds, rng=key)`; the same key gives the same numbers a run
 of the Executor with that RNG state would.
 
-As in the Executor, the program runs with 64-bit types enabled inside `fn`, whatever the
-process's `jax_enable_x64`: an int64 variable is int64 in and out.
+`fn` computes with the types the caller's JAX allows: with `jax_enable_x64` off (JAX's
+default) int64 and float64 variables are 32-bit inside, as in any JAX code, and JAX's
+warnings about it are silenced. Turn x64 on (or call inside `jax.enable_x64(True)`) to
+keep them 64-bit, as the Executor always does; random ops then draw exactly what an
+Executor run with the same RNG state draws.
 """
+import warnings
+
 import jax
 import numpy as np
 
@@ -62,7 +67,6 @@ def as_jax(program, feed, fetch, scope=None, *, mutable=False):
         if len(feeds) != len(feed_vars):
             raise FeedError(f"fn takes {len(feed_vars)} feeds ({', '.join(feed_names)}) "
                             f"after params, got {len(feeds)}")
-        values = tuple(convert_feed(var, x) for var, x in zip(feed_vars, feeds))
         state = {}
         for name in param_names:
             if name not in params:
@@ -70,7 +74,10 @@ def as_jax(program, feed, fetch, scope=None, *, mutable=False):
             state[name] = _check_param(name, params[name], declared[name], "params")
         if needs_rng:
             state[RNG_VAR] = _key_data(rng)
-        fetched, written = lowered.fn(values, {}, state)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", _NO_X64, UserWarning)
+            values = tuple(convert_feed(var, x) for var, x in zip(feed_vars, feeds))
+            fetched, written = lowered.fn(values, {}, state)
         out = fetched[0] if single else tuple(fetched)
         if mutable:
             return out, {n: written[n] for n in updated}
@@ -79,6 +86,9 @@ def as_jax(program, feed, fetch, scope=None, *, mutable=False):
     fn.feed_names, fn.fetch_names, fn.param_names = feed_names, fetch_names, param_names
     fn.needs_rng = needs_rng
     return fn, params
+
+
+_NO_X64 = r"Explicitly requested dtype (u?int64|float64|complex128) .* is not available"
 
 
 def _names(targets):
