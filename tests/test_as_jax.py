@@ -119,13 +119,13 @@ def test_params_are_copies_the_executor_cannot_donate_away():
 
 
 def compile_time_gradients(main, scope, loss, params, feeds):
-    """d loss / d params from the gradient ops `pd.gradients` appends, run by the Executor
-    (zeros for what the loss does not depend on: batch-norm statistics in training)."""
+    """d loss / d params from the gradient ops `pd.gradients` appends, run op by op (zeros
+    for what the loss does not depend on: batch-norm statistics in training)."""
     grads = pd.gradients(loss, [main.global_block().var(n) for n in params])
     present = [(n, g) for n, g in zip(params, grads) if g is not None]
-    values = pd.Executor().run(main, feed=feeds, fetch_list=[g for _, g in present],
-                               scope=scope)
-    found = dict(zip([n for n, _ in present], values))
+    grad_fn, values = pd.as_jax(main, list(feeds), [g for _, g in present], scope)
+    with jax.default_matmul_precision("highest"):
+        found = dict(zip([n for n, _ in present], grad_fn(values, *feeds.values())))
     return {n: found.get(n, np.zeros(np.shape(v), np.float32)) for n, v in params.items()}
 
 
@@ -135,40 +135,49 @@ def test_jax_grad_equals_the_compile_time_gradients(build):
     main, scope, x, label, logits, loss = started(build)
     fn, params = pd.as_jax(main, [x, label], loss, scope)
     xv, yv = data_for(x)
-    expected = compile_time_gradients(main, scope, loss, params, {"x": xv, "label": yv})
+    x.stop_gradient = False    # data has no gradient unless asked; fn's inputs always do
+    expected = compile_time_gradients(main, scope, loss, {**params, "x": xv},
+                                      {"x": xv, "label": yv})
     with jax.default_matmul_precision("highest"):
-        got = jax.jit(jax.grad(fn))(params, xv, yv)
-        remat = jax.grad(jax.checkpoint(fn))(params, xv, yv)
-    assert set(got) == set(expected)
+        got, dx = jax.grad(fn, argnums=(0, 1))(params, xv, yv)
+    assert set(got) | {"x"} == set(expected)
+    np.testing.assert_allclose(dx, expected.pop("x"), rtol=1e-4, atol=1e-6)
     for name, want in expected.items():
         np.testing.assert_allclose(got[name], want, rtol=1e-4, atol=1e-5, err_msg=name)
-        np.testing.assert_allclose(remat[name], want, rtol=1e-4, atol=1e-5, err_msg=name)
+
+
+def test_grad_under_jit_and_checkpoint():
+    main, scope, x, label, logits, loss = started(mlp_program)
+    fn, params = pd.as_jax(main, [x, label], loss, scope)
+    xv, yv = data_for(x)
+    expected = compile_time_gradients(main, scope, loss, params, {"x": xv, "label": yv})
+    with jax.default_matmul_precision("highest"):
+        jitted = jax.jit(jax.grad(fn))(params, xv, yv)
+        remat = jax.jit(jax.grad(jax.checkpoint(fn)))(params, xv, yv)
+    for name, want in expected.items():
+        np.testing.assert_allclose(jitted[name], want, rtol=1e-5, atol=1e-6, err_msg=name)
+        np.testing.assert_allclose(remat[name], want, rtol=1e-5, atol=1e-6, err_msg=name)
 
 
 def test_jax_grad_equals_the_compile_time_gradients_on_random_programs():
     checked = 0
     for seed in range(60):
-        main, param_vars, feed, loss, state = random_program(seed)
+        main, _, feed, loss, state = random_program(seed)
         scope = pd.Scope()
         for name, value in state.items():
             scope.set(name, value)
         fn, params = pd.as_jax(main, list(feed), loss, scope)
         with jax.default_matmul_precision("highest"):
             got = jax.grad(fn)(params, *feed.values())
-        wanted = [p for p in param_vars if p.name in params]
         try:
-            grads = pd.gradients(loss, wanted)
+            want = compile_time_gradients(main, scope, loss, params, feed)
         except pd.BackwardError as e:     # the loss depends on no parameter: jax agrees
             assert "does not depend" in str(e), seed
             assert not any(np.any(g) for g in got.values()), seed
             continue
-        present = [(p.name, g) for p, g in zip(wanted, grads) if g is not None]
-        grad_fn, grad_params = pd.as_jax(main, list(feed), [g for _, g in present], scope)
-        with jax.default_matmul_precision("highest"):
-            values = dict(zip([n for n, _ in present], grad_fn(grad_params, *feed.values())))
         for name, g in got.items():
-            np.testing.assert_allclose(values.get(name, np.zeros_like(g)), g, rtol=2e-5,
-                                       atol=2e-6, err_msg=f"seed {seed}, d{name}\n{main}")
+            np.testing.assert_allclose(want[name], g, rtol=2e-5, atol=2e-6,
+                                       err_msg=f"seed {seed}, d{name}\n{main}")
         checked += 1
     assert checked > 40
 

@@ -53,8 +53,11 @@ def as_jax(program, feed, fetch, scope=None, *, mutable=False):
         if var is None:
             raise FeedError("is a feed but not a variable of the program", var=name)
         feed_vars.append(var)
-    lowered = lower_block(with_feed_fetch(program, feed_names, fetch_names), 0,
-                          fetches_only=not mutable)
+    desc = with_feed_fetch(program, feed_names, fetch_names)
+    for var_desc in desc.blocks[0].vars:   # fn's inputs, so jax.grad may differentiate them
+        if var_desc.name in feed_names:
+            var_desc.stop_gradient = False
+    lowered = lower_block(desc, 0, fetches_only=not mutable)
     param_names = tuple(n for n in lowered.reads if n != RNG_VAR)
     declared = {n: block.var(n).desc for n in param_names}
     needs_rng = RNG_VAR in lowered.reads
