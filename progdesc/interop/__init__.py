@@ -1,9 +1,11 @@
-"""progdesc and the JAX ecosystem: programs as JAX functions and Flax modules.
+"""progdesc and the JAX ecosystem: programs as JAX functions and Flax modules, and JAX
+functions and Flax modules as programs.
 
-`as_jax` is imported with progdesc; `ProgramModule` (in `progdesc.flax` too) imports
-Flax, so it loads on first use.
+`ProgramModule` (in `progdesc.flax` too) imports Flax, so it loads on first use.
 """
 from progdesc.interop.as_jax import as_jax
+from progdesc.interop.from_flax import from_flax
+from progdesc.interop.from_jax import from_jax
 
 
 def __getattr__(name):
@@ -13,4 +15,4 @@ def __getattr__(name):
     raise AttributeError(f"module 'progdesc.interop' has no attribute '{name}'")
 
 
-__all__ = ["as_jax", "ProgramModule"]
+__all__ = ["as_jax", "from_flax", "from_jax", "ProgramModule"]
