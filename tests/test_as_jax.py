@@ -95,6 +95,25 @@ def test_fn_is_the_program_forward_eagerly_and_under_jit():
     np.testing.assert_allclose(jitted, mlp_numpy(params, xv), rtol=1e-5, atol=1e-6)
     single, _ = pd.as_jax(main, ["x"], logits.name, scope)   # one fetch, not a list
     np.testing.assert_allclose(single(params, xv), eager, rtol=1e-6)
+    assert set(fn.param_names) == set(params)
+    more = dict(params, unrelated=np.zeros(3))                # any dict with those keys
+    np.testing.assert_allclose(single(more, xv), eager, rtol=1e-6)
+
+
+def test_64_bit_types_follow_the_callers_x64_setting():
+    main, startup = pd.Program(), pd.Program()
+    with pd.program_guard(main, startup):
+        x = pd.data("x", [None, 3])
+        wide = ops.cast(x, dtype="float64")
+        index = ops.argmax(wide, axis=1)
+    fn, params = pd.as_jax(main, [x], [wide, index])
+    xv = np.array([[1.0, 3.0, 2.0]], np.float32)
+    narrow = jax.jit(fn)(params, xv)
+    assert [v.dtype for v in narrow] == [jnp.float32, jnp.int32]
+    with jax.enable_x64(True):
+        kept = jax.jit(fn)(params, xv)
+    assert [v.dtype for v in kept] == [jnp.float64, jnp.int64]
+    assert int(narrow[1][0]) == int(kept[1][0]) == 1
 
 
 def test_vmap_maps_over_a_batch_of_inputs():

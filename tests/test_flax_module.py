@@ -220,6 +220,8 @@ def test_dropout_draws_from_the_rngs_in_training_and_is_off_in_eval():
     np.testing.assert_allclose(module(xb), dense, rtol=1e-5, atol=1e-6)
     module.train()
     assert not module.deterministic
+    default_stream = ProgramModule(program, [x], out, scope, rngs=nnx.Rngs(0))
+    assert 0 < (np.asarray(default_stream(xb)) != 0).mean() < 1
     without = ProgramModule(program, [x], out, scope)
     with pytest.raises(pd.ProgramError, match="rngs=nnx.Rngs"):
         without(xb)

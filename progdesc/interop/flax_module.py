@@ -46,6 +46,7 @@ class ProgramModule(nnx.Module):
         _check_forward(program)
         self.deterministic = False
         self.rngs = rngs
+        self._names = ()
         self._train_fn, train_values = as_jax(program, feed, fetch, scope, mutable=True)
         self._eval_fn, eval_values = as_jax(program.clone(for_test=True), feed, fetch, scope)
         block = program.global_block()
