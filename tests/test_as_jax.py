@@ -281,6 +281,22 @@ def test_a_training_program_becomes_a_pure_training_step():
         np.testing.assert_allclose(updates[name], params[name] - 0.1 * g, rtol=1e-5, atol=1e-6)
 
 
+def test_an_adam_step_takes_back_its_own_updates_as_the_executor_does():
+    main, scope, x, label, logits, loss = started(mlp_program, pd.optimizer.Adam(0.01))
+    step, state = pd.as_jax(main, [x, label], loss, scope, mutable=True)
+    assert "@LR_STEP@" in state      # an int64 counter: 32-bit in here, where x64 is off
+    step = jax.jit(step)
+    exe = pd.Executor()
+    for seed in range(3):
+        xv, yv = data_for(x, seed=seed)
+        value, updates = step(state, xv, yv)
+        state = dict(state, **updates)
+        (want,) = exe.run(main, feed={"x": xv, "label": yv}, fetch_list=[loss], scope=scope)
+        np.testing.assert_allclose(value, want, rtol=1e-5)
+    for name, value in state.items():
+        np.testing.assert_allclose(value, scope.get(name), rtol=1e-5, atol=1e-7, err_msg=name)
+
+
 def test_jax_export_round_trip_with_a_symbolic_batch():
     main, scope, x, label, logits, loss = started(mlp_program)
     fn, params = pd.as_jax(main, [x], logits, scope)

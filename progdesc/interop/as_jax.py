@@ -111,10 +111,12 @@ def _scope_value(scope, name):
 
 
 def _check_param(name, value, desc, source):
-    """`value` if it fits the VarDesc `desc`, else ScopeError naming `source`."""
+    """`value` if it fits the VarDesc `desc` (64-bit types as 32-bit ones where x64 is off),
+    else ScopeError naming `source`."""
     shape, dtype = np.shape(value), getattr(value, "dtype", None)
+    canonical = jax.dtypes.canonicalize_dtype
     if dtype is None or not dims_compatible(tuple(desc.dims), shape) \
-            or np.dtype(dtype) != dtypes.to_numpy(desc.dtype):
+            or canonical(dtype) != canonical(dtypes.to_numpy(desc.dtype)):
         got = f"{dtype}{list(shape)}" if dtype is not None else type(value).__name__
         raise ScopeError(f"{source} holds {got}, the program declares "
                          f"{dtypes.name_of(desc.dtype)}{list(desc.dims)}", var=name)
