@@ -3,6 +3,7 @@
 References: the same program trained by its own `Adam.minimize` (compile-time gradients,
 the adam op), hand-written nnx layers holding the same weights, and NumPy.
 """
+import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
@@ -13,6 +14,14 @@ import progdesc as pd
 from progdesc import layers, ops
 from progdesc.flax import ProgramModule, attribute_name
 from progdesc.optimizer import Adam
+
+
+@pytest.fixture(autouse=True)
+def _float32_products():
+    """The nnx layers at true float32, as the programs here ("highest"): on a GPU they would
+    otherwise run TF32."""
+    with jax.default_matmul_precision("highest"):
+        yield
 
 
 def cnn(seed=0):

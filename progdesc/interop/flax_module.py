@@ -82,7 +82,8 @@ class ProgramModule(nnx.Module):
     def __call__(self, *feeds):
         """The fetched values of the program (training mode) or its test clone (`eval()`)."""
         fn = self._eval_fn if self.deterministic else self._train_fn
-        params = {name: getattr(self, self.attribute_of[name])[...] for name in fn.param_names}
+        attribute_of = self.attribute_of
+        params = {name: getattr(self, attribute_of[name])[...] for name in fn.param_names}
         if self.deterministic:
             return fn(params, *feeds)
         rng = None
@@ -93,9 +94,8 @@ class ProgramModule(nnx.Module):
             rng = self.rngs.dropout()
         out, updates = fn(params, *feeds, rng=rng)
         for name, value in updates.items():
-            attr = self.attribute_of.get(name)
-            if attr is not None:
-                getattr(self, attr)[...] = value
+            if name in attribute_of:
+                getattr(self, attribute_of[name])[...] = value
         return out
 
 
