@@ -206,6 +206,9 @@ def dropout_program():
     main, startup = pd.Program(random_seed=3), pd.Program(random_seed=3)
     with pd.program_guard(main, startup):
         x = pd.data("x", [None, 64])
+        # an op the dropout does not need (fn leaves it out): the dropout keeps its index
+        counter = pd.param.create_global_var("counter", [], 0.0)
+        main.global_block().append_op("increment", {"X": counter}, {"Out": counter})
         out = layers.dropout(x, 0.5)
     return main, startup, x, out
 
@@ -234,7 +237,9 @@ def test_a_program_that_draws_random_numbers_takes_an_explicit_key():
 def test_a_key_draws_what_the_executor_draws_from_that_rng_state():
     main, startup, x, out = dropout_program()
     scope = pd.Scope()
+    pd.Executor().run(startup, scope=scope)
     fn, params = pd.as_jax(main, [x], out, scope)
+    assert params == {}
     xv = np.random.default_rng(0).normal(size=(4, 64)).astype(np.float32)
     key = jax.random.key(11)
     with jax.enable_x64(True):   # the Executor runs programs with 64-bit types, as fn then does
@@ -242,6 +247,7 @@ def test_a_key_draws_what_the_executor_draws_from_that_rng_state():
         scope.set("@RNG_STATE@", np.asarray(jax.random.key_data(key)))
         (want,) = pd.Executor().run(main, feed={"x": xv}, fetch_list=[out], scope=scope)
     np.testing.assert_array_equal(got, want)
+    assert float(scope.get("counter")) == 1.0      # the Executor ran the increment
 
 
 def test_mutable_returns_what_the_program_writes():
