@@ -236,3 +236,31 @@ def test_dropout_draws_from_the_rngs_in_training_and_is_off_in_eval():
         without(xb)
     without.eval()
     np.testing.assert_allclose(without(xb), dense, rtol=1e-5, atol=1e-6)
+
+
+class FlaxMLP(nnx.Module):
+    def __init__(self, rngs):
+        self.hidden = nnx.Linear(5, 8, rngs=rngs)
+        self.out = nnx.Linear(8, 2, rngs=rngs)
+
+    def __call__(self, x, y):
+        return jnp.mean((self.out(nnx.relu(self.hidden(x))) - y) ** 2)
+
+
+def test_a_flax_model_taken_into_a_program_comes_back_as_a_module_that_trains_alike():
+    flax_model = FlaxMLP(nnx.Rngs(0))
+    rng = np.random.default_rng(0)
+    xb, yb = rng.normal(size=(4, 5)).astype(np.float32), rng.normal(size=(4, 2)).astype(
+        np.float32)
+    scope = pd.Scope()
+    program, feed_names, (loss,) = pd.from_flax(flax_model, None, xb, yb, scope=scope)
+    module = ProgramModule(program, feed_names, loss, scope)
+    assert set(module.variable_names.values()) == {"hidden.kernel", "hidden.bias",
+                                                   "out.kernel", "out.bias"}
+    opt = nnx.Optimizer(module, optax.adam(1e-2), wrt=nnx.Param)
+    flax_opt = nnx.Optimizer(flax_model, optax.adam(1e-2), wrt=nnx.Param)
+    for _ in range(5):
+        np.testing.assert_allclose(train_step(module, opt, xb, yb),
+                                   train_step(flax_model, flax_opt, xb, yb), rtol=1e-5)
+    np.testing.assert_allclose(module.hidden__kernel[...], flax_model.hidden.kernel[...],
+                               rtol=1e-5, atol=1e-6)
