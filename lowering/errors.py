@@ -72,3 +72,14 @@ class BackwardError(ProgdescError, ValueError):
 
 class ScopeError(ProgdescError, LookupError):
     """A variable missing from a Scope, or a value that does not fit it."""
+
+
+class UnsupportedPrimitiveError(ProgramError):
+    """JAX primitives `progdesc.from_jax` / `from_flax` cannot translate into ops.
+
+    `unsupported` lists (primitive name, the user's source line, why) for each one.
+    """
+
+    def __init__(self, message, *, unsupported=(), **kw):
+        self.unsupported = list(unsupported)
+        super().__init__(message, **kw)

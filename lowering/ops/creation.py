@@ -1,4 +1,4 @@
-"""Ops that create arrays: constants, zeros shaped like an input, and random draws.
+"""Ops that create arrays: constants, `iota`, zeros shaped like an input, and random draws.
 
 None of them is differentiable. The random ones are declared `random=True`
 and receive `key`, the PRNG key the lowering pass derives for their position
@@ -6,6 +6,7 @@ from the program's RNG state (seeded by `Program.random_seed`).
 """
 import jax
 import jax.numpy as jnp
+from jax import lax
 
 from lowering import checks, dtypes
 from lowering.registry import Attr, In, Out, op
@@ -43,3 +44,14 @@ def gaussian_random(*, key, shape, dtype, mean, std):
     """Samples drawn from the normal distribution N(mean, std**2)."""
     checks.float_dtype(dtype, "random draws are floats")
     return mean + std * jax.random.normal(key, shape, dtypes.to_numpy(dtype))
+
+
+@op("iota", inputs=[], outputs=[Out("Out")],
+    attrs={"shape": _SHAPE, "dtype": Attr("dtype", "dtype", "int32", doc="element type"),
+           "dimension": Attr("dimension", "int", 0, "the dim that counts up")},
+    differentiable=False)
+def iota(*, shape, dtype, dimension):
+    """0, 1, 2, ... along dim `dimension` of an array of `shape`, the same along the others."""
+    if not 0 <= dimension < len(shape):
+        raise ValueError(f"iota: dimension {dimension} is not a dim of shape {list(shape)}")
+    return lax.broadcasted_iota(dtypes.to_numpy(dtype), tuple(shape), dimension)

@@ -1,4 +1,4 @@
-"""Matrix products.
+"""Matrix products: numpy-style `matmul` and the general `dot_general` of `lax`.
 
 `matmul` follows numpy.matmul: 1-D operands are a row (X) or a column (Y)
 vector whose added axis is dropped from the result, and batch dims broadcast.
@@ -8,9 +8,12 @@ matrices applies; `reduce_as` sums gradients back to each operand's shape,
 which both undoes batch broadcasting and drops the added axis.
 """
 import jax.numpy as jnp
+import numpy as np
+from jax import lax
 
 from lowering import checks
-from lowering.registry import In, Out, op
+from lowering.errors import ShapeError
+from lowering.registry import Attr, In, Out, op
 
 
 def _maybe_t(a, flag):
@@ -82,3 +85,75 @@ def _(g):
                       alpha=alpha, out=None if reduce else g.in_grad(slot))
         if reduce:
             g.call("reduce_as", grad, g.input(slot), out=g.in_grad(slot))
+
+
+_DOT_ATTRS = {
+    "lhs_contracting": Attr("lhs_contracting", "ints", (), "axes of X summed over"),
+    "rhs_contracting": Attr("rhs_contracting", "ints", (), "axes of Y paired with them"),
+    "lhs_batch": Attr("lhs_batch", "ints", (), "batch axes of X"),
+    "rhs_batch": Attr("rhs_batch", "ints", (), "batch axes of Y paired with them"),
+}
+
+
+def _check_dot_general(X, Y, lhs_contracting, rhs_contracting, lhs_batch, rhs_batch):
+    """Paired axes exist, are as many on both sides, and agree in size."""
+    for what, lhs, rhs in (("contracting", lhs_contracting, rhs_contracting),
+                           ("batch", lhs_batch, rhs_batch)):
+        if len(lhs) != len(rhs):
+            raise ShapeError(f"{len(lhs)} lhs_{what} axes but {len(rhs)} rhs_{what} axes",
+                             slot="Y")
+        for a, b in zip(lhs, rhs):
+            checks.axis("X", X, a, f"lhs_{what}")
+            checks.axis("Y", Y, b, f"rhs_{what}")
+            checks.dim("Y", Y, b, X.shape[a], f"dot_general pairs it with dim {a} of X "
+                       f"{checks.typed(X)}")
+
+
+@op("dot_general", inputs=[In("X", "number"), In("Y", "number")], outputs=[Out("Out")],
+    attrs=_DOT_ATTRS, same_dtype=("X", "Y"))
+def dot_general(X, Y, *, lhs_contracting, rhs_contracting, lhs_batch, rhs_batch):
+    """The general tensor product of `lax.dot_general`: X's contracting axes are summed
+    against Y's, batch axes pair up; the result's dims are the batch dims, then X's
+    remaining dims, then Y's."""
+    _check_dot_general(X, Y, lhs_contracting, rhs_contracting, lhs_batch, rhs_batch)
+    return lax.dot_general(X, Y, ((tuple(lhs_contracting), tuple(rhs_contracting)),
+                                  (tuple(lhs_batch), tuple(rhs_batch))),
+                           preferred_element_type=X.dtype)
+
+
+def _dot_general_transpose(g, dout, other, rank, contracting, other_contracting, batch,
+                           other_batch, swap, target):
+    """Emit the gradient of one operand (of `rank`) of a dot_general, as JAX's transpose
+    rule does: a dot_general of the result's gradient with the other operand, then a
+    transpose into the operand's axis order. `swap` when the operand is Y."""
+    other_rank = len(g.var(other)[0])
+    kept = [i for i in range(rank) if i not in contracting and i not in batch]
+    other_kept = [i for i in range(other_rank) if i not in other_contracting and i not in other_batch]
+    nb = len(batch)
+    if swap:   # Out's dims: batch, other's kept, this operand's kept
+        ans_other = list(range(nb, nb + len(other_kept)))
+    else:      # batch, this operand's kept, other's kept
+        ans_other = list(range(nb + len(kept), nb + len(kept) + len(other_kept)))
+    ans_batch = list(range(nb))
+    product = g.call("dot_general", dout, other, lhs_contracting=ans_other,
+                     rhs_contracting=other_kept, lhs_batch=ans_batch, rhs_batch=list(other_batch))
+    contracting_by_other = [contracting[i] for i in np.argsort(other_contracting)]
+    perm = [int(i) for i in np.argsort(list(batch) + kept + contracting_by_other)]
+    if perm == list(range(rank)):
+        g.call("assign", product, out=target)
+    else:
+        g.call("transpose", product, perm=perm, out=target)
+
+
+@dot_general.gradient
+def _(g):
+    x, y, dout = g.input("X"), g.input("Y"), g.out_grad("Out")
+    rx, ry = len(g.var(x)[0]), len(g.var(y)[0])
+    xc = [a % rx for a in g.attr("lhs_contracting")]
+    yc = [a % ry for a in g.attr("rhs_contracting")]
+    xb = [a % rx for a in g.attr("lhs_batch")]
+    yb = [a % ry for a in g.attr("rhs_batch")]
+    if g.wants("X"):
+        _dot_general_transpose(g, dout, y, rx, xc, yc, xb, yb, False, g.in_grad("X"))
+    if g.wants("Y"):
+        _dot_general_transpose(g, dout, x, ry, yc, xc, yb, xb, True, g.in_grad("Y"))

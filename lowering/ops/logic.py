@@ -1,12 +1,15 @@
-"""Comparisons, boolean logic and `where`, all broadcasting like NumPy.
+"""Comparisons, boolean logic and `where`, all broadcasting like NumPy, and `select_n`.
 
 Comparisons and logical ops give bool results and have no gradient. `where`
 sends the gradient of its result to the input each element was taken from,
-summed back to that input's shape with `reduce_as`.
+summed back to that input's shape with `reduce_as`; `select_n` (no broadcasting)
+does the same with a `select_n` of the gradient and zeros.
 """
 import jax.numpy as jnp
+from jax import lax
 
 from lowering import checks
+from lowering.errors import ShapeError
 from lowering.registry import In, Out, op
 
 
@@ -69,3 +72,30 @@ def _(g):
         if g.wants(slot):
             g.call("reduce_as", g.call("where", cond, *picked), g.input(slot),
                    out=g.in_grad(slot))
+
+
+@op("select_n", inputs=[In("Which", differentiable=False,
+                           doc="bool (two cases) or int32 index of the case to take, a scalar "
+                               "or shaped like the cases"),
+                        In("Cases", many=True)],
+    outputs=[Out("Out")], same_dtype=("Cases",))
+def select_n(Which, Cases):
+    """Cases[Which] elementwise (`lax.select_n`): a bool Which picks Cases[1] where True."""
+    if Which.dtype.kind not in "biu":
+        raise ShapeError(f"Which must be bool or int, got {checks.typed(Which)}", slot="Which")
+    for i, case in enumerate(Cases):
+        checks.shape(f"Cases[{i}]", case, Cases[0].shape, f"the shape of Cases[0] "
+                     f"{checks.typed(Cases[0])}")
+    if Which.ndim:
+        checks.shape("Which", Which, Cases[0].shape, "a scalar or the shape of the cases")
+    return lax.select_n(Which if Which.dtype.kind == "b" else Which.astype("int32"), *Cases)
+
+
+@select_n.gradient
+def _(g):
+    which, cases, dout = g.input("Which"), g.input_list("Cases"), g.out_grad("Out")
+    zeros = g.call("fill_zeros_like", dout)
+    for i, target in enumerate(g.in_grad_list("Cases")):
+        if target:
+            picked = [dout if k == i else zeros for k in range(len(cases))]
+            g.op("select_n", {"Which": which, "Cases": picked}, {"Out": target})

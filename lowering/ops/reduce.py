@@ -1,14 +1,19 @@
-"""Reductions: mean, reduce_sum / mean / max / min / prod, argmax and top_k.
+"""Reductions: mean, reduce_sum / mean / max / min / prod, argmax, top_k, cumsum, and
+reduce_window (sum, max or min over sliding windows).
 
 `axis` lists the reduced axes (negative counts from the end; empty means all).
 Gradients re-insert the reduced axes as size-1 dims (`unsqueeze`, unless
-`keep_dim`) and broadcast back against the input.
+`keep_dim`) and broadcast back against the input. reduce_window differentiates through
+`reduce_window_grad` and `reduce_window_jvp`, lowered with `jax.vjp` / `jax.jvp`
+of its rule (as pool2d does), whose gradients close the loop.
 """
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
 from lowering import checks, dtypes
+from lowering.errors import ShapeError
 from lowering.registry import REQUIRED, Attr, In, Out, op
 
 _REDUCE_ATTRS = {"axis": Attr("axis", "ints", ()), "keep_dim": False}
@@ -148,3 +153,99 @@ def top_k(X, *, k, axis, largest):
 def _(g):
     g.call("take_along_axis_grad", g.input("X"), g.output("Indices"), g.out_grad("Out"),
            axis=g.attr("axis"), out=g.in_grad("X"))
+
+
+@op("cumsum", inputs=[In("X", "number")], outputs=[Out("Out")],
+    attrs={"axis": Attr("axis", "int", 0), "reverse": False})
+def cumsum(X, *, axis, reverse):
+    """Running sums of X along `axis` (from the end when `reverse`), in X's dtype."""
+    checks.axis("X", X, axis)
+    return lax.cumsum(X, axis % X.ndim, reverse=reverse)
+
+
+@cumsum.gradient
+def _(g):
+    g.call("cumsum", g.out_grad("Out"), axis=g.attr("axis"), reverse=not g.attr("reverse"),
+           out=g.in_grad("X"))
+
+
+# --- reductions over sliding windows ---
+
+_WINDOW_ATTRS = {
+    "computation": Attr("computation", "string", "sum", "sum, max or min"),
+    "window_dimensions": Attr("window_dimensions", "ints", REQUIRED, "one size per dim of X"),
+    "window_strides": Attr("window_strides", "ints", (), "one per dim of X; empty: all 1"),
+    "padding": Attr("padding", "ints", (), "(low, high) for each dim of X, flattened; "
+                                           "empty: none"),
+    "base_dilation": Attr("base_dilation", "ints", (), "one per dim of X; empty: all 1"),
+    "window_dilation": Attr("window_dilation", "ints", (), "one per dim of X; empty: all 1"),
+}
+_MONOIDS = {"sum": (lax.add, lambda dt: 0),
+            "max": (lax.max, lambda dt: -np.inf if dt.kind == "f" else np.iinfo(dt).min),
+            "min": (lax.min, lambda dt: np.inf if dt.kind == "f" else np.iinfo(dt).max)}
+
+
+def _window_geometry(X, window_dimensions, window_strides, padding, base_dilation,
+                     window_dilation):
+    """The attributes as `lax.reduce_window` takes them, checked against X's rank."""
+    n = X.ndim
+    ones = (1,) * n
+    geometry = (tuple(window_dimensions), tuple(window_strides) or ones,
+                tuple(zip(padding[::2], padding[1::2])) or ((0, 0),) * n,
+                tuple(base_dilation) or ones, tuple(window_dilation) or ones)
+    if any(len(part) != n for part in geometry):
+        raise ShapeError(f"window attributes must hold one entry per dim of X "
+                         f"{checks.typed(X)} (padding: two), got {[list(p) for p in geometry]}",
+                         slot="X")
+    return geometry
+
+
+@op("reduce_window", inputs=[In("X", "number")], outputs=[Out("Out")], attrs=_WINDOW_ATTRS)
+def reduce_window(X, *, computation, **geometry):
+    """Sum, max or min of X over sliding windows (`lax.reduce_window`), in X's dtype; a max
+    or min ignores padding. Gradients of max and min go to the first extreme of each window."""
+    if computation not in _MONOIDS:
+        raise ValueError(f"reduce_window: computation must be sum, max or min, "
+                         f"got {computation!r}")
+    window, strides, pads, base, dilation = _window_geometry(X, **geometry)
+    fn, init = _MONOIDS[computation]
+    return lax.reduce_window(X, np.array(init(np.dtype(X.dtype)), X.dtype), fn, window, strides,
+                             pads, base, dilation)
+
+
+@reduce_window.gradient
+def _(g):
+    g.call("reduce_window_grad", g.input("X"), g.out_grad("Out"), out=g.in_grad("X"), **g.attrs)
+
+
+@op("reduce_window_grad", inputs=[In("X", "float"), In("OutGrad", "float")],
+    outputs=[Out("Out")], attrs=_WINDOW_ATTRS, same_dtype=("X", "OutGrad"))
+def reduce_window_grad(X, OutGrad, **attrs):
+    """Gradient of reduce_window's X from the gradient of its Out (linear in OutGrad)."""
+    _, vjp = jax.vjp(lambda x: reduce_window.lower(x, **attrs), X)
+    return vjp(OutGrad)[0]
+
+
+@reduce_window_grad.gradient
+def _(g):
+    x = g.input("X")
+    if g.wants("OutGrad"):
+        g.call("reduce_window_jvp", x, g.out_grad("Out"), out=g.in_grad("OutGrad"), **g.attrs)
+    if g.in_grad("X"):
+        g.call("fill_zeros_like", x, out=g.in_grad("X"))
+
+
+@op("reduce_window_jvp", inputs=[In("X", "float"), In("Tangent", "float")],
+    outputs=[Out("Out")], attrs=_WINDOW_ATTRS, same_dtype=("X", "Tangent"))
+def reduce_window_jvp(X, Tangent, **attrs):
+    """Derivative of reduce_window at X along Tangent: the transpose of reduce_window_grad."""
+    return jax.jvp(lambda x: reduce_window.lower(x, **attrs), (X,), (Tangent,))[1]
+
+
+@reduce_window_jvp.gradient
+def _(g):
+    x = g.input("X")
+    if g.wants("Tangent"):
+        g.call("reduce_window_grad", x, g.out_grad("Out"), out=g.in_grad("Tangent"), **g.attrs)
+    if g.in_grad("X"):
+        g.call("fill_zeros_like", x, out=g.in_grad("X"))

@@ -1,5 +1,6 @@
 """Shape and layout ops: reshape, transpose, concat / split / stack, slice, squeeze,
-unsqueeze, expand, gather, one_hot, take_along_axis.
+unsqueeze, expand, gather, one_hot, take_along_axis, and the `lax` primitives
+broadcast_in_dim, dynamic_slice and dynamic_update_slice.
 
 Gradients move the incoming gradient back into the input's layout. Where the
 input's shape is only known at run time (a symbolic batch dim), they read it
@@ -341,3 +342,98 @@ def _(g):
 def one_hot(X, *, depth, dtype):
     """One-hot encoding of `X` along a new last axis of size `depth` (out-of-range: all 0)."""
     return (X[..., None] == jnp.arange(depth, dtype=X.dtype)).astype(dtypes.to_numpy(dtype))
+
+
+@op("broadcast_in_dim", inputs=[In("X")], outputs=[Out("Out")],
+    attrs={"shape": Attr("shape", "ints", REQUIRED, "dims of the result; -1 takes the size "
+                                                    "of the X dim mapped there"),
+           "broadcast_dimensions": Attr("broadcast_dimensions", "ints", REQUIRED,
+                                        "the result dim each dim of X becomes")})
+def broadcast_in_dim(X, *, shape, broadcast_dimensions):
+    """`lax.broadcast_in_dim`: X's dim i becomes dim broadcast_dimensions[i] of the result
+    (its size there, or 1); the other dims of `shape` are new."""
+    if len(broadcast_dimensions) != X.ndim:
+        raise ShapeError(f"broadcast_dimensions {list(broadcast_dimensions)} must name one "
+                         f"result dim for each of the {X.ndim} dims of X {checks.typed(X)}",
+                         slot="X")
+    source = dict(zip(broadcast_dimensions, X.shape))
+    if any(d == -1 and i not in source for i, d in enumerate(shape)):
+        raise ShapeError(f"shape {list(shape)}: a -1 needs a dim of X mapped to it", slot="X")
+    target = tuple(source[i] if d == -1 else d for i, d in enumerate(shape))
+    for i, (n, d) in enumerate(zip(X.shape, broadcast_dimensions)):
+        if not 0 <= d < len(target):
+            raise ShapeError(f"broadcast_dimensions {list(broadcast_dimensions)} name a dim "
+                             f"outside the result's {len(target)}", slot="X")
+        checks.dim("X", X, i, n if n == 1 else target[d],
+                   f"it becomes dim {d} of the result, of size {target[d]}, or 1")
+    return lax.broadcast_in_dim(X, target, tuple(broadcast_dimensions))
+
+
+@broadcast_in_dim.gradient
+def _(g):
+    x, dout = g.input("X"), g.out_grad("Out")
+    dims, out_dims = g.var(x)[0], g.var(g.output("Out"))[0]
+    mapped = g.attr("broadcast_dimensions")
+    summed = [i for i in range(len(out_dims)) if i not in mapped]
+    summed += [d for n, d in zip(dims, mapped) if n == 1 and out_dims[d] != 1]
+    if summed:
+        dout = g.call("reduce_sum", dout, axis=sorted(summed), keep_dim=True)
+    g.call("reshape_as", dout, x, out=g.in_grad("X"))
+
+
+_STARTS = In("StartIndices", "int", many=True, differentiable=False,
+             doc="one int scalar per dim of X: where the window starts (clamped to fit)")
+
+
+@op("dynamic_slice", inputs=[In("X"), _STARTS], outputs=[Out("Out")],
+    attrs={"sizes": Attr("sizes", "ints", REQUIRED, "the window's size in each dim")})
+def dynamic_slice(X, StartIndices, *, sizes):
+    """The window of X of `sizes` at run-time `StartIndices` (`lax.dynamic_slice`)."""
+    _check_starts(X, StartIndices, sizes)
+    return lax.dynamic_slice(X, _clamp_low(StartIndices), tuple(sizes))
+
+
+def _clamp_low(StartIndices):
+    """Negative starts as 0 (`lax.dynamic_slice` would count them from the end; the
+    primitive, like XLA, clamps the window into X)."""
+    return [jnp.maximum(s, 0) for s in StartIndices]
+
+
+def _check_starts(X, StartIndices, sizes):
+    """One scalar start per dim of X; a window no larger than X."""
+    if len(StartIndices) != X.ndim or any(s.ndim for s in StartIndices):
+        raise ShapeError(f"StartIndices must hold {X.ndim} int scalars, one per dim of X "
+                         f"{checks.typed(X)}, got {[checks.typed(s) for s in StartIndices]}",
+                         slot="StartIndices")
+    checks.rank("X", X, len(sizes), f"one per window size {list(sizes)}")
+    for i, (n, k) in enumerate(zip(X.shape, sizes)):
+        if isinstance(n, int) and not 0 <= k <= n:
+            raise ShapeError(f"window size {k} does not fit dim {i} of X {checks.typed(X)}",
+                             slot="X")
+
+
+@dynamic_slice.gradient
+def _(g):
+    zeros = g.call("fill_zeros_like", g.input("X"))
+    g.call("dynamic_update_slice", zeros, g.out_grad("Out"), g.input_list("StartIndices"),
+           out=g.in_grad("X"))
+
+
+@op("dynamic_update_slice", inputs=[In("X"), In("Update"), _STARTS], outputs=[Out("Out")],
+    same_dtype=("X", "Update"))
+def dynamic_update_slice(X, Update, StartIndices):
+    """X with the window at run-time `StartIndices` replaced by `Update`
+    (`lax.dynamic_update_slice`)."""
+    _check_starts(X, StartIndices, Update.shape)
+    return lax.dynamic_update_slice(X, Update, _clamp_low(StartIndices))
+
+
+@dynamic_update_slice.gradient
+def _(g):
+    dout, update, starts = g.out_grad("Out"), g.input("Update"), g.input_list("StartIndices")
+    if g.wants("X"):
+        g.call("dynamic_update_slice", dout, g.call("fill_zeros_like", update), starts,
+               out=g.in_grad("X"))
+    if g.wants("Update"):
+        g.call("dynamic_slice", dout, starts, sizes=list(g.var(update)[0]),
+               out=g.in_grad("Update"))

@@ -1,16 +1,17 @@
-"""Elementwise unary math, n-ary `sum`, `cast` and `assign`.
+"""Elementwise unary math (with `integer_pow`, `erf`, `erfc`), n-ary `sum`, `cast` and `assign`.
 
 Gradients reuse the forward output where it is at hand (exp, sqrt, rsqrt) and
 write nothing for integer or bool inputs. `full_like` is the helper other
 families use to build constants of a variable's shape in gradient makers.
 """
 import functools
+import math
 
 import jax.numpy as jnp
 from jax import lax
 
 from lowering import dtypes
-from lowering.registry import Attr, In, Out, op
+from lowering.registry import REQUIRED, Attr, In, Out, op
 
 _FLOAT = dict(inputs=[In("X", "float")], outputs=[Out("Out")])
 _NUMBER = dict(inputs=[In("X", "number")], outputs=[Out("Out")])
@@ -174,3 +175,37 @@ def assign(X):
 def _(g):
     if g.in_grad("X") and is_float(g, g.input("X")):
         g.pass_through("X", g.out_grad("Out"))
+
+
+@op("integer_pow", **_NUMBER, attrs={"y": Attr("y", "int", REQUIRED)})
+def integer_pow(X, *, y):
+    """X ** y elementwise for a whole (possibly negative) exponent `y`; keeps X's dtype."""
+    return lax.integer_pow(X, y)
+
+
+@integer_pow.gradient
+def _(g):  # y * x ** (y - 1)
+    x, y = g.input("X"), g.attr("y")
+    slope = g.call("scale", g.call("integer_pow", x, y=y - 1), scale=float(y))
+    g.call("mul", g.out_grad("Out"), slope, out=g.in_grad("X"))
+
+
+@op("erf", **_FLOAT)
+def erf(X):
+    """The error function elementwise."""
+    return lax.erf(X)
+
+
+@op("erfc", **_FLOAT)
+def erfc(X):
+    """The complementary error function 1 - erf(X) elementwise, accurate for large X."""
+    return lax.erfc(X)
+
+
+@erf.gradient
+@erfc.gradient
+def _(g):  # +-2 / sqrt(pi) * exp(-x ** 2)
+    sign = 1.0 if g.opdef.type == "erf" else -1.0
+    bell = g.call("exp", g.call("scale", g.call("square", g.input("X")), scale=-1.0))
+    g.call("mul", g.out_grad("Out"), g.call("scale", bell, scale=sign * 2.0 / math.sqrt(math.pi)),
+           out=g.in_grad("X"))

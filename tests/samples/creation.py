@@ -56,3 +56,12 @@ INVALID = [
     Invalid("uniform_random", {}, attrs={"shape": [2, 3], "dtype": "int64"}, name="int",
             expect=["attribute dtype='int64' must be a float type"]),
 ]
+
+SAMPLES += [
+    Sample("iota", {}, lambda shape, dtype, dimension: np.broadcast_to(
+        np.arange(3, dtype=dtype), (2, 3)),
+        attrs={"shape": [2, 3], "dtype": "int32", "dimension": 1}, name="int32_dim1"),
+    Sample("iota", {}, lambda shape, dtype, dimension: np.broadcast_to(
+        np.arange(4, dtype=dtype)[:, None], (4, 2)),
+        attrs={"shape": [4, 2], "dtype": "float32", "dimension": 0}, name="float32_dim0"),
+]

@@ -68,3 +68,19 @@ INVALID = [
             expect=["Condition bool[4] and X float32[3] do not broadcast",
                     "dim 0 of Condition is 4 and dim 0 of X is 3"]),
 ]
+
+_which = np.array([[0, 2, 1, 1], [2, 0, 0, 1], [1, 1, 2, 0]], np.int32)
+
+SAMPLES += [
+    Sample("select_n", {"Which": _bools(3, 4, seed=2), "Cases": [rand(3, 4), rand(3, 4, seed=1)]},
+           lambda Which, Cases: np.where(Which, Cases[1], Cases[0]), name="bool"),
+    Sample("select_n", {"Which": _which, "Cases": [rand(3, 4), rand(3, 4, seed=1),
+                                                   rand(3, 4, seed=2)]},
+           lambda Which, Cases: np.choose(Which, Cases), name="int_three_cases"),
+    Sample("select_n", {"Which": np.array(True), "Cases": [rand(2, 3), rand(2, 3, seed=1)]},
+           lambda Which, Cases: Cases[1], name="scalar_which"),
+]
+INVALID += [
+    Invalid("select_n", {"Which": spec(3, dtype="bool"), "Cases": [spec(3), spec(4)]},
+            name="cases_differ", expect=["Cases[1] must have shape [3]", "got float32[4]"]),
+]

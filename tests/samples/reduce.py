@@ -72,3 +72,124 @@ INVALID = [
     Invalid("argmax", {"X": spec(4, 3)}, attrs={"axis": 2}, name="axis",
             expect=["attribute axis=2 is out of range for X float32[4, 3] (valid: -2 to 1)"]),
 ]
+
+
+# --- cumsum ---
+
+def _cumsum_ref(X, axis=0, reverse=False):
+    if reverse:
+        return np.flip(np.cumsum(np.flip(X, axis), axis=axis), axis).astype(X.dtype)
+    return np.cumsum(X, axis=axis).astype(X.dtype)
+
+
+# --- reduce_window: explicit loops over output positions and window taps ---
+
+_INIT = {"sum": 0.0, "max": -np.inf, "min": np.inf}
+
+
+def _windows(X, computation, window_dimensions, window_strides=(), padding=(),
+             base_dilation=(), window_dilation=()):
+    """(padded and dilated X as float64, [(output index, [padded-X index of each tap])])."""
+    n = X.ndim
+    strides = window_strides or (1,) * n
+    pads = list(zip(padding[::2], padding[1::2])) or [(0, 0)] * n
+    base = base_dilation or (1,) * n
+    wdil = window_dilation or (1,) * n
+    dilated = np.full([(d - 1) * b + 1 for d, b in zip(X.shape, base)], _INIT[computation])
+    dilated[tuple(slice(None, None, b) for b in base)] = X
+    padded = np.pad(dilated, pads, constant_values=_INIT[computation])
+    out_shape = [(p - ((k - 1) * w + 1)) // s + 1
+                 for p, k, w, s in zip(padded.shape, window_dimensions, wdil, strides)]
+    cells = []
+    for o in np.ndindex(*out_shape):
+        taps = [tuple(i * s + t * w for i, s, t, w in zip(o, strides, tap, wdil))
+                for tap in np.ndindex(*window_dimensions)]
+        cells.append((o, taps))
+    return padded, out_shape, cells, (pads, base)
+
+
+def _reduce_window_ref(X, computation, **geometry):
+    padded, out_shape, cells, _ = _windows(X, computation, **geometry)
+    fn = {"sum": np.sum, "max": np.max, "min": np.min}[computation]
+    out = np.zeros(out_shape)
+    for o, taps in cells:
+        out[o] = fn([padded[t] for t in taps])
+    return out.astype(X.dtype)
+
+
+def _to_input(index, pads, base):
+    """The index of X a padded-and-dilated index holds, or None for padding."""
+    held = []
+    for i, (lo, _), b in zip(index, pads, base):
+        if (i - lo) % b or i < lo:
+            return None
+        held.append((i - lo) // b)
+    return tuple(held)
+
+
+def _selected(padded, computation, taps):
+    """The taps a window's gradient goes to: all (sum) or the first extreme (max, min)."""
+    if computation == "sum":
+        return taps
+    values = [padded[t] for t in taps]
+    return [taps[int(np.argmax(values) if computation == "max" else np.argmin(values))]]
+
+
+def _reduce_window_grad_ref(X, OutGrad, computation, **geometry):
+    padded, _, cells, (pads, base) = _windows(X, computation, **geometry)
+    out = np.zeros(X.shape)
+    for o, taps in cells:
+        for t in _selected(padded, computation, taps):
+            held = _to_input(t, pads, base)
+            if held is not None and all(h < d for h, d in zip(held, X.shape)):
+                out[held] += OutGrad[o]
+    return out.astype(X.dtype)
+
+
+def _reduce_window_jvp_ref(X, Tangent, computation, **geometry):
+    padded, out_shape, cells, (pads, base) = _windows(X, computation, **geometry)
+    out = np.zeros(out_shape)
+    for o, taps in cells:
+        for t in _selected(padded, computation, taps):
+            held = _to_input(t, pads, base)
+            if held is not None and all(h < d for h, d in zip(held, X.shape)):
+                out[o] += Tangent[held]
+    return out.astype(X.dtype)
+
+
+def _window_samples(name, x, symbolic=True, **attrs):
+    out = _reduce_window_ref(x, **attrs)
+    return [
+        Sample("reduce_window", {"X": x}, _reduce_window_ref, attrs, name=name,
+               symbolic=symbolic),
+        Sample("reduce_window_grad", {"X": x, "OutGrad": rand(*out.shape, seed=3)},
+               _reduce_window_grad_ref, attrs, name=name, symbolic=False),
+        Sample("reduce_window_jvp", {"X": x, "Tangent": rand(*x.shape, seed=4)},
+               _reduce_window_jvp_ref, attrs, name=name, symbolic=symbolic),
+    ]
+
+
+SAMPLES += [
+    Sample("cumsum", {"X": rand(3, 4)}, _cumsum_ref, {"axis": 1}, name="axis1"),
+    Sample("cumsum", {"X": rand(3, 4)}, _cumsum_ref, {"axis": 0, "reverse": True},
+           name="reverse"),
+    Sample("cumsum", {"X": np.arange(6, dtype=np.int32).reshape(2, 3)}, _cumsum_ref,
+           {"axis": -1}, name="int"),
+    # NHWC pooling windows as Flax's max_pool and avg_pool make them
+    *_window_samples("max_nhwc", rand(2, 4, 4, 2), computation="max",
+                     window_dimensions=[1, 2, 2, 1], window_strides=[1, 2, 2, 1]),
+    *_window_samples("sum_nhwc_padded", rand(1, 3, 5, 2), computation="sum",
+                     window_dimensions=[1, 2, 3, 1], window_strides=[1, 1, 2, 1],
+                     padding=[0, 0, 1, 0, 1, 1, 0, 0]),
+    *_window_samples("min_base_dilated", rand(5, 6), computation="min",
+                     window_dimensions=[2, 2], window_strides=[1, 2], base_dilation=[2, 1],
+                     symbolic=False),
+    # (JAX differentiates max and min windows without window dilation only)
+    *_window_samples("sum_window_dilated", rand(5, 6), computation="sum",
+                     window_dimensions=[2, 2], window_dilation=[1, 2], symbolic=False),
+]
+INVALID += [
+    Invalid("reduce_window", {"X": spec(2, 4, 4)}, name="window_rank",
+            attrs={"computation": "max", "window_dimensions": [2, 2]},
+            expect=["window attributes must hold one entry per dim of X float32[2, 4, 4]"]),
+]

@@ -162,3 +162,68 @@ INVALID = [
     Invalid("slice", {"X": spec(4, 3)}, attrs={"axes": [2], "starts": [0], "ends": [1]},
             name="axis", expect=["attribute axes=2 is out of range for X float32[4, 3]"]),
 ]
+
+
+# --- lax primitives ---
+
+def _broadcast_in_dim_ref(X, shape, broadcast_dimensions):
+    target = [X.shape[list(broadcast_dimensions).index(i)] if d == -1 else d
+              for i, d in enumerate(shape)]
+    placed = [1] * len(target)
+    for i, d in enumerate(broadcast_dimensions):
+        placed[d] = X.shape[i]
+    return np.broadcast_to(X.reshape(placed), target)
+
+
+def _starts(*values):
+    return [np.array(v, np.int32) for v in values]
+
+
+def _clamped(X, StartIndices, sizes):
+    return [min(max(int(s), 0), n - k) for s, n, k in zip(StartIndices, X.shape, sizes)]
+
+
+def _dynamic_slice_ref(X, StartIndices, sizes):
+    starts = _clamped(X, StartIndices, sizes)
+    return X[tuple(slice(s, s + k) for s, k in zip(starts, sizes))]
+
+
+def _dynamic_update_slice_ref(X, Update, StartIndices):
+    starts = _clamped(X, StartIndices, Update.shape)
+    out = X.copy()
+    out[tuple(slice(s, s + k) for s, k in zip(starts, Update.shape))] = Update
+    return out
+
+
+SAMPLES += [
+    Sample("broadcast_in_dim", {"X": rand(3, 1)}, _broadcast_in_dim_ref,
+           {"shape": [2, 3, 4], "broadcast_dimensions": [1, 2]}, name="expand_fixed_dims",
+           symbolic=False),
+    Sample("broadcast_in_dim", {"X": rand(3, 1)}, _broadcast_in_dim_ref,
+           {"shape": [2, -1, 4], "broadcast_dimensions": [1, 2]}, name="keep_unknown"),
+    Sample("broadcast_in_dim", {"X": rand(4, 3)}, _broadcast_in_dim_ref,
+           {"shape": [-1, 2, 3], "broadcast_dimensions": [0, 2]}, name="middle"),
+    Sample("broadcast_in_dim", {"X": np.array(1.5, np.float32)}, _broadcast_in_dim_ref,
+           {"shape": [2, 3], "broadcast_dimensions": []}, name="scalar"),
+    Sample("broadcast_in_dim", {"X": np.arange(3, dtype=np.int32)}, _broadcast_in_dim_ref,
+           {"shape": [2, 3], "broadcast_dimensions": [1]}, name="int_fixed_dims",
+           symbolic=False),
+    Sample("dynamic_slice", {"X": rand(5, 6), "StartIndices": _starts(1, 2)},
+           _dynamic_slice_ref, {"sizes": [3, 2]}, symbolic=False),
+    Sample("dynamic_slice", {"X": rand(5, 6), "StartIndices": _starts(4, -3)},
+           _dynamic_slice_ref, {"sizes": [3, 2]}, name="clamped", symbolic=False),
+    Sample("dynamic_update_slice", {"X": rand(5, 6), "Update": rand(2, 3, seed=1),
+                                    "StartIndices": _starts(1, 2)},
+           _dynamic_update_slice_ref, symbolic=False),
+    Sample("dynamic_update_slice", {"X": rand(5, 6), "Update": rand(2, 3, seed=1),
+                                    "StartIndices": _starts(9, -1)},
+           _dynamic_update_slice_ref, name="clamped", symbolic=False),
+]
+INVALID += [
+    Invalid("broadcast_in_dim", {"X": spec(3, 2)}, name="dim_differs",
+            attrs={"shape": [3, 4], "broadcast_dimensions": [0, 1]},
+            expect=["dim 1 of X float32[3, 2] must be 4", "it becomes dim 1 of the result"]),
+    Invalid("dynamic_slice", {"X": spec(5, 6), "StartIndices": [spec(dtype="int32")]},
+            name="one_start_missing", attrs={"sizes": [2, 2]},
+            expect=["StartIndices must hold 2 int scalars, one per dim of X float32[5, 6]"]),
+]

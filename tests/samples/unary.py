@@ -1,4 +1,6 @@
 """Samples of lowering/ops/unary.py."""
+import math
+
 import numpy as np
 
 from op_table import Sample, positive, rand
@@ -53,4 +55,21 @@ SAMPLES = [
            {"dtype": "int64"}, name="bool_to_int64"),
     Sample("assign", {"X": rand(3, 4)}, lambda X: X.copy()),
     Sample("assign", {"X": _ints}, lambda X: X.copy(), name="int"),
+]
+
+_erf = np.vectorize(math.erf)
+_erfc = np.vectorize(math.erfc)
+
+SAMPLES += [
+    Sample("integer_pow", {"X": rand(3, 4)}, lambda X, y: X ** y, {"y": 3}, name="cube"),
+    Sample("integer_pow", {"X": rand(3, 4)}, lambda X, y: X ** y, {"y": 2}, name="square"),
+    Sample("integer_pow", {"X": positive(3, 4)}, lambda X, y: (1.0 / X ** 2).astype(X.dtype),
+           {"y": -2}, name="negative"),
+    Sample("integer_pow", {"X": _ints}, lambda X, y: X ** y, {"y": 3}, name="int"),
+    Sample("erf", {"X": rand(3, 4, low=-3, high=3)}, lambda X: _erf(X).astype(X.dtype)),
+    Sample("erf", {"X": rand(2, 3, dtype="float64")}, lambda X: _erf(X), name="float64"),
+    Sample("erfc", {"X": rand(3, 4, low=-3, high=3)}, lambda X: _erfc(X).astype(X.dtype)),
+    Sample("erfc", {"X": np.array([4.0, 6.0, 9.0], np.float32)},
+           lambda X: _erfc(X).astype(X.dtype), name="tail_keeps_precision", rtol=1e-4,
+           atol=0.0),
 ]

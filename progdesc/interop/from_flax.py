@@ -1,0 +1,114 @@
+"""Flax modules as programs: `from_flax` traces a linen or nnx module with `from_jax`'s
+translator.
+
+- Parameters (linen's "params" collection, nnx's `nnx.Param`s) become trainable
+  parameters named by their path in the module (`Dense_0.kernel`, `layers.0.bias`),
+  with the same values, placed in the Scope.
+- Every other variable (linen's "batch_stats" and other collections, nnx's
+  `BatchStat`s) becomes a persistable, non-trainable variable of the same name (its
+  collection's name comes first if a parameter already has that name).
+- State the module updates when called (BatchNorm in training mode: linen traced with
+  every non-"params" collection mutable, nnx by splitting the module again after the
+  call) is written back by an `assign` from the new value into that variable, so each
+  run of the program updates it in the Scope as Flax would return it. Call the
+  module in the mode you want to import: a BatchNorm with `use_running_average=True`
+  (or an nnx module after `.eval()`) reads its statistics and writes nothing.
+"""
+import jax
+
+from progdesc.interop.from_jax import _parameter_names, build, named_leaves
+
+
+def from_flax(module, variables, *example_inputs, scope=None, method=None, **apply_kwargs):
+    """Trace a Flax module applied to `example_inputs` into a program.
+
+    For a linen module, `variables` is what `module.init` returned; `method` and
+    `apply_kwargs` (e.g. `train=True`) are passed to `module.apply`. For an nnx module,
+    `variables` is None (the module's own state) or an `nnx.State` from `nnx.split` to
+    use instead; the module (or its method named `method`) is called with the inputs and
+    `apply_kwargs`. Feeds are named after the call's parameters (`x`).
+
+    Returns `(program, feed_names, fetch_targets)` with the parameters and statistics
+    in `scope` (default: the global one); see the module's docstring for names, state
+    and training mode. The program trains with `minimize` like any other.
+    """
+    from flax import linen, nnx
+    if isinstance(module, nnx.Module):
+        return _from_nnx(module, variables, example_inputs, scope, method, apply_kwargs)
+    if isinstance(module, linen.Module):
+        return _from_linen(module, variables, example_inputs, scope, method, apply_kwargs)
+    raise TypeError(f"from_flax expects a flax.linen or flax.nnx Module, "
+                    f"got {type(module).__name__}")
+
+
+def _build(call, state_tree, state_leaves, example_inputs, arg_names, scope, strip_names):
+    """Trace `call(state, *inputs) -> (output pytree, new state)` into a program; the
+    state's leaves are [(name, value, 'param' or 'state')]."""
+    input_tree = jax.tree_util.tree_structure(tuple(example_inputs))
+    inputs = list(state_leaves)
+    for arg_name, arg in zip(arg_names, example_inputs):
+        inputs += [(n, v, "feed") for n, v in named_leaves(arg, arg_name)]
+    n_state = len(state_leaves)
+    is_state = [kind == "state" for _, _, kind in state_leaves]
+
+    def flat_fn(*leaves):
+        state = jax.tree_util.tree_unflatten(state_tree, leaves[:n_state])
+        out, new_state = call(state, *jax.tree_util.tree_unflatten(input_tree,
+                                                                   leaves[n_state:]))
+        new_leaves = jax.tree_util.tree_leaves(new_state)
+        return (jax.tree_util.tree_leaves(out)
+                + [v for v, s in zip(new_leaves, is_state) if s])
+
+    writes = [name for name, _, kind in state_leaves if kind == "state"]
+    return build(flat_fn, inputs, writes=writes, strip_names=strip_names, scope=scope)
+
+
+def _unique(entries):
+    """Entries [(collection, name, value, kind)] as [(name, value, kind)]: a state
+    variable whose name a parameter has takes its collection's name as a prefix."""
+    params = {name for _, name, _, kind in entries if kind == "param"}
+    return [(f"{c}.{name}" if kind == "state" and name in params else name, value, kind)
+            for c, name, value, kind in entries]
+
+
+def _from_linen(module, variables, example_inputs, scope, method, apply_kwargs):
+    mutable = [c for c in variables if c != "params"]
+    entries = []
+    for name, value in named_leaves(variables):
+        collection, _, rest = name.partition(".")
+        entries.append((collection, rest, value, "param" if collection == "params" else "state"))
+
+    def call(state, *inputs):
+        if not mutable:
+            return module.apply(state, *inputs, method=method, **apply_kwargs), state
+        out, updates = module.apply(state, *inputs, mutable=mutable, method=method,
+                                    **apply_kwargs)
+        return out, {c: updates.get(c, state[c]) if c in mutable else state[c] for c in state}
+
+    fn = getattr(module, method) if isinstance(method, str) else method or module.__call__
+    return _build(call, jax.tree_util.tree_structure(variables), _unique(entries),
+                  example_inputs, _parameter_names(fn, len(example_inputs)), scope, 1)
+
+
+def _from_nnx(module, state, example_inputs, scope, method, apply_kwargs):
+    from flax import nnx
+    graphdef, own_state = nnx.split(module)
+    state = own_state if state is None else state
+    types = {tuple(path): type(v) for path, v in nnx.to_flat_state(state)}
+    entries = []
+    for path, value in jax.tree_util.tree_flatten_with_path(state)[0]:
+        keys = tuple(k.key if hasattr(k, "key") else k.idx if hasattr(k, "idx") else k.name
+                     for k in path)
+        keys = keys[:-1] if keys and keys[-1] == "value" and keys[:-1] in types else keys
+        kind = "param" if issubclass(types.get(keys, nnx.Variable), nnx.Param) else "state"
+        entries.append((types.get(keys, nnx.Variable).__name__,
+                        ".".join(str(k) for k in keys), value, kind))
+
+    def call(state, *inputs):
+        model = nnx.merge(graphdef, state)
+        out = getattr(model, method or "__call__")(*inputs, **apply_kwargs)
+        return out, nnx.split(model)[1]
+
+    fn = getattr(module, method or "__call__")
+    return _build(call, jax.tree_util.tree_structure(state), _unique(entries), example_inputs,
+                  _parameter_names(fn, len(example_inputs)), scope, 0)

@@ -1,0 +1,290 @@
+"""JAX functions as programs: `from_jax` traces a function to a jaxpr and translates each
+equation into registered ops, one small rule per primitive (`jax_rules.RULES`).
+
+What becomes what:
+
+- The example arguments become feed variables named after the function's parameters
+  (`x`, or `batch.image` for a leaf of a pytree argument), with the example's shape
+  and dtype: the program is made for those shapes, as `jax.jit` makes one executable
+  per shape.
+- `params` (a pytree passed as the function's first argument) become trainable
+  parameters named by their path (`Dense_0.kernel`), their values put in the Scope.
+- Constants (arrays the function closes over, and literals): one whose elements are
+  all equal and exactly representable in the float32 attribute of `fill_constant`
+  becomes a `fill_constant` op, whatever its size (it costs nothing to store);
+  any other becomes a persistable, non-trainable variable (`const_0`, ...) whose
+  value goes to the Scope with the parameters and is saved with them.
+- Calls (`jit`, `custom_jvp_call`, `custom_vjp_call`, `remat`) are inlined. The
+  program's gradients are then those of the primal computation: a custom JVP or VJP
+  rule is replaced by the gradient makers of the ops it was inlined into (`relu`'s,
+  whose custom rule an op of ours implements, keeps it).
+- Every op records the user's source line of its equation (shown by `print(program)`
+  and in errors), and its outputs are named after JAX's name stack (a Flax module's
+  path) and the op type.
+
+A primitive without a rule, or whose parameters its rule cannot translate, is
+collected; once the whole jaxpr has been walked, all of them are reported together in
+one `UnsupportedPrimitiveError`, each with the user's source line.
+"""
+import inspect
+import os
+
+import jax
+import numpy as np
+from jax._src import source_info_util
+from jax.extend import core as jcore
+
+from lowering import dtypes
+from lowering.errors import UnsupportedPrimitiveError
+from progdesc import io
+from progdesc.framework import Program, _cell_name
+
+
+class Unsupported(Exception):
+    """Raised by a rule for parameters it cannot translate; the message says which."""
+
+
+_POISON = object()   # the value of a jaxpr variable whose equation could not be translated
+
+
+class Translator:
+    """Appends the ops of a jaxpr to a block, equation by equation.
+
+    `env` maps jaxpr variables to program variable names; `values` collects the
+    values of the persistable constants it declares.
+    """
+
+    def __init__(self, block, strip_names=0):
+        self.block = block
+        self.values = {}
+        self.unsupported = []
+        self._strip = strip_names
+        self._constants = {}
+        self._callsite = ""
+        self._scope = ""
+
+    # --- what rules call ---
+    def call(self, op_type, *args, **attrs):
+        """Append one op, binding `args` to its input slots in order; returns the names of
+        its outputs (one name for a single output, a list for a many slot, a tuple for
+        several slots)."""
+        from lowering import registry
+        opdef = registry.get(op_type)
+        inputs = {slot.name: arg for slot, arg in zip(opdef.inputs, args) if arg is not None}
+        name = f"{self._scope}.{op_type}" if self._scope else None
+        _, out_map = self.block._add_op(op_type, inputs, attrs=attrs, name=name,
+                                        callsite=self._callsite)
+        outs = [out_map.get(s.name, []) if s.many else out_map[s.name][0]
+                for s in opdef.outputs if s.name in out_map]
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def var(self, name):
+        """(dims, dtype name) of a program variable."""
+        return self.block._shape_dtype(name)
+
+    def constant(self, value):
+        """The name of a variable holding the array `value` (see the module's docstring)."""
+        value = np.asarray(value)
+        key = (value.dtype.str, value.shape, value.tobytes()) if value.size <= 4096 else id(value)
+        if key in self._constants:
+            return self._constants[key]
+        flat = value.reshape(-1)
+        first = flat[0].item() if flat.size else 0
+        if (flat.size == 0 or np.all(flat == flat[0])) and _fits_float32(first):
+            name = self.call("fill_constant", shape=list(value.shape),
+                             dtype=dtypes.name_of(value.dtype), value=float(first))
+        else:
+            name = self.block.program._names("const")
+            self.block.create_var(name, value.shape, value.dtype, persistable=True,
+                                  stop_gradient=True)
+            self.values[name] = value
+        self._constants[key] = name
+        return name
+
+    def inline(self, closed_or_open, args):
+        """Translate a nested (closed or open) jaxpr applied to `args`; returns its outputs."""
+        if isinstance(closed_or_open, jcore.ClosedJaxpr):
+            return self.run(closed_or_open.jaxpr, closed_or_open.consts, args)
+        return self.run(closed_or_open, (), args)
+
+    # --- the walk ---
+    def run(self, jaxpr, consts, args):
+        """Translate `jaxpr` with its constvars bound to `consts` (arrays) and its invars to
+        `args` (program variable names); returns the names of its outputs."""
+        env = {}
+        for v, c in zip(jaxpr.constvars, consts):
+            env[v] = self.constant(c)
+        env.update(zip(jaxpr.invars, args))
+        for eqn in jaxpr.eqns:
+            outs = self._equation(eqn, [self._read(env, a) for a in eqn.invars])
+            for v, o in zip(eqn.outvars, outs):
+                if not isinstance(v, jcore.DropVar):
+                    env[v] = o
+        return [self._read(env, v) for v in jaxpr.outvars]
+
+    def _read(self, env, atom):
+        if isinstance(atom, jcore.Literal):
+            return self.constant(np.asarray(atom.val, dtype=atom.aval.dtype))
+        return env[atom]
+
+    def _equation(self, eqn, ins):
+        from progdesc.interop.jax_rules import RULES
+        saved = self._callsite, self._scope
+        self._callsite = _source_line(eqn.source_info) or saved[0]
+        stack = str(eqn.source_info.name_stack).split("/")[self._strip:]
+        self._scope = ".".join(p for p in stack if p) or saved[1]
+        try:
+            rule = RULES.get(eqn.primitive.name)
+            if rule is None:
+                self._note(eqn, "")
+            elif all(i is not _POISON for i in ins):
+                try:
+                    outs = rule(self, eqn, *ins)
+                    return list(outs) if isinstance(outs, (list, tuple)) else [outs]
+                except Unsupported as e:
+                    self._note(eqn, str(e))
+            else:   # an input already failed; the inlined bodies may hold more to report
+                for sub in _sub_jaxprs(eqn):
+                    jaxpr = sub.jaxpr if isinstance(sub, jcore.ClosedJaxpr) else sub
+                    self.inline(sub, [_POISON] * len(jaxpr.invars))
+        finally:
+            self._callsite, self._scope = saved
+        return [_POISON] * len(eqn.outvars)
+
+    def _note(self, eqn, why):
+        entry = (eqn.primitive.name, _source_line(eqn.source_info) or self._callsite, why)
+        if entry not in self.unsupported:
+            self.unsupported.append(entry)
+
+    def check(self):
+        """Raise UnsupportedPrimitiveError if any equation could not be translated."""
+        if self.unsupported:
+            lines = [f"'{name}' at {where or 'an unknown line'}" + (f" ({why})" if why else "")
+                     for name, where, why in self.unsupported]
+            raise UnsupportedPrimitiveError(
+                f"cannot translate {len(lines)} JAX primitive(s) into progdesc ops: "
+                + "; ".join(lines), unsupported=self.unsupported)
+
+
+def _fits_float32(value):
+    """Whether a Python number survives the float32 `value` attribute of fill_constant."""
+    return bool(np.float32(value) == value) or bool(np.isnan(value))
+
+
+def _sub_jaxprs(eqn):
+    return [p for p in eqn.params.values() if isinstance(p, (jcore.ClosedJaxpr, jcore.Jaxpr))]
+
+
+def _source_line(source_info):
+    """'file.py:12' ('In[3]:2' in a notebook) of the user's frame that made an equation."""
+    frame = source_info_util.user_frame(source_info.traceback)
+    if frame is None:
+        return ""
+    return f"{_cell_name(frame.file_name) or os.path.basename(frame.file_name)}:{frame.start_line}"
+
+
+# --- building a program ---
+
+def _path_name(path):
+    """'Dense_0.kernel' of a pytree key path."""
+    parts = []
+    for key in path:
+        for attr in ("key", "idx", "name"):
+            if hasattr(key, attr):
+                parts.append(str(getattr(key, attr)))
+                break
+    return ".".join(parts)
+
+
+def named_leaves(tree, prefix=""):
+    """[(name, leaf)] of a pytree, names joined from the key path (`prefix` first)."""
+    leaves = jax.tree_util.tree_flatten_with_path(tree)[0]
+    return [(".".join(p for p in (prefix, _path_name(path)) if p), leaf) for path, leaf in leaves]
+
+
+def build(flat_fn, inputs, writes=(), strip_names=0, scope=None):
+    """Trace `flat_fn(*arrays) -> [arrays]` and translate it into a new program.
+
+    `inputs` is [(name, example value, kind)], kind 'feed', 'param' (trainable) or
+    'state' (persistable, not trained). The last `len(writes)` results are written into
+    the state variables `writes` (skipped where one is that variable unchanged); the
+    others are the fetch targets. Parameter, state and constant values go into `scope`.
+    Returns (program, feed names, fetch Variables).
+    """
+    values = [v if isinstance(v, jax.Array) else np.asarray(v) for _, v, _ in inputs]
+    for (name, _, _), value in zip(inputs, values):
+        if jax.dtypes.issubdtype(value.dtype, jax.dtypes.prng_key):
+            raise UnsupportedPrimitiveError(f"input '{name}' is a PRNG key, which a program "
+                                            "variable cannot hold", unsupported=[])
+    closed = jax.make_jaxpr(flat_fn)(*values)
+    program = Program()
+    block = program.global_block()
+    names = []
+    for (name, value, kind), aval in zip(inputs, closed.in_avals):
+        shape, dtype = aval.shape, dtypes.name_of(aval.dtype)
+        if kind == "feed":
+            block.create_var(name, shape, dtype, stop_gradient=True, need_check_feed=True)
+        elif kind == "param":
+            block.create_parameter(name, shape, dtype)
+        else:
+            block.create_var(name, shape, dtype, persistable=True, stop_gradient=True)
+        names.append(name)
+    translator = Translator(block, strip_names)
+    outs = translator.run(closed.jaxpr, closed.consts, names)
+    translator.check()
+    n_fetch = len(outs) - len(writes)
+    for target, out in zip(writes, outs[n_fetch:]):
+        if out != target:
+            block._add_op("assign", {"X": out}, {"Out": target}, callsite="")
+    state = {name: value for name, value, kind in inputs if kind != "feed"}
+    state.update(translator.values)
+    io.set_values(program, {k: np.asarray(v) for k, v in state.items()}, scope)
+    feeds = [name for name, _, kind in inputs if kind == "feed"]
+    return program, feeds, [block.var(n) for n in outs[:n_fetch]]
+
+
+def from_jax(fn, *example_args, params=None, scope=None):
+    """Trace `fn(*example_args)` (or `fn(params, *example_args)`) into a program.
+
+    Each array leaf of the example arguments becomes a feed variable named after `fn`'s
+    parameter (`x`; `batch.image` for a leaf of a dict argument `batch`), of the
+    example's shape and dtype. The leaves of `params`, if given, become trainable
+    parameters named by their path (`w`, `layer1.b`), their values placed in `scope`
+    (default: the global one) with the program's constants. The results of `fn` (any
+    pytree of arrays) are the fetch targets, flattened in pytree order.
+
+    Returns `(program, feed_names, fetch_targets)`, as `progdesc.io.load_inference_model`
+    does. Raises UnsupportedPrimitiveError listing every primitive it cannot translate,
+    each with the line of your code that made it; see the module's docstring for how
+    constants, nested calls and custom derivatives are translated.
+    """
+    arg_names = _parameter_names(fn, len(example_args), skip=1 if params is not None else 0)
+    inputs = []
+    if params is not None:
+        inputs += [(n, v, "param") for n, v in named_leaves(params)]
+    for arg_name, arg in zip(arg_names, example_args):
+        inputs += [(n, v, "feed") for n, v in named_leaves(arg, arg_name)]
+    param_tree = jax.tree_util.tree_structure(params) if params is not None else None
+    arg_tree = jax.tree_util.tree_structure(tuple(example_args))
+    n_params = param_tree.num_leaves if param_tree is not None else 0
+
+    def flat_fn(*leaves):
+        args = jax.tree_util.tree_unflatten(arg_tree, leaves[n_params:])
+        if param_tree is None:
+            return jax.tree_util.tree_leaves(fn(*args))
+        return jax.tree_util.tree_leaves(
+            fn(jax.tree_util.tree_unflatten(param_tree, leaves[:n_params]), *args))
+
+    return build(flat_fn, inputs, scope=scope)
+
+
+def _parameter_names(fn, count, skip=0):
+    """Names for `count` positional arguments of `fn` after the first `skip`: its parameter
+    names where it has them, else x0, x1, ..."""
+    try:
+        params = [p for p in inspect.signature(fn).parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)][skip:]
+    except (TypeError, ValueError):
+        params = []
+    names = [p.name for p in params[:count]]
+    return names + [f"x{i}" for i in range(len(names), count)]

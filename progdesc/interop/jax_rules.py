@@ -1,0 +1,250 @@
+"""The translation table of `from_jax`: JAX primitive name -> a rule appending our ops.
+
+A rule is `rule(t, eqn, *ins)`: `t` is the `Translator` (`t.call(op_type, *inputs,
+**attrs)` appends an op and returns its output names, `t.constant(array)` gives a
+variable holding an array, `t.inline(jaxpr, ins)` translates a nested jaxpr), `eqn`
+the equation (its `params`, `outvars` avals), `ins` the names of its operands. It
+returns the names of the equation's results, or raises `Unsupported` for parameters
+it cannot translate.
+"""
+from lowering import dtypes
+from progdesc.interop.from_jax import Unsupported
+
+RULES = {}
+
+
+def rule(*names):
+    """Decorator: register a rule under the primitive names `names`."""
+    def register(fn):
+        for name in names:
+            RULES[name] = fn
+        return fn
+    return register
+
+
+def _same(op_type):
+    """A rule passing the operands straight to `op_type`."""
+    return lambda t, eqn, *ins: t.call(op_type, *ins)
+
+
+_ELEMENTWISE = {
+    "add": "add", "sub": "sub", "mul": "mul", "max": "maximum", "min": "minimum",
+    "pow": "pow", "neg": "neg", "abs": "abs", "exp": "exp", "log": "log", "sqrt": "sqrt",
+    "rsqrt": "rsqrt", "square": "square", "tanh": "tanh", "logistic": "sigmoid",
+    "erf": "erf", "erfc": "erfc", "copy": "assign", "copy_p": "assign",
+    "eq": "equal", "ne": "not_equal", "lt": "less_than", "le": "less_equal",
+    "gt": "greater_than", "ge": "greater_equal",
+}
+for _prim, _op in _ELEMENTWISE.items():
+    RULES[_prim] = _same(_op)
+
+
+def _kind(t, name):
+    return dtypes.kind_of(t.var(name)[1])
+
+
+@rule("div")
+def _div(t, eqn, x, y):
+    if _kind(t, x) != "float":
+        raise Unsupported("integer division rounds toward zero; only float division is "
+                          "translated")
+    return t.call("div", x, y)
+
+
+@rule("and", "or", "not")
+def _logical(t, eqn, *ins):
+    if any(_kind(t, x) != "bool" for x in ins):
+        raise Unsupported("bitwise operations on integers")
+    return t.call(f"logical_{eqn.primitive.name}", *ins)
+
+
+@rule("stop_gradient")
+def _stop_gradient(t, eqn, x):
+    out = t.call("assign", x)
+    t.block.var(out).stop_gradient = True
+    return out
+
+
+@rule("integer_pow")
+def _integer_pow(t, eqn, x):
+    return t.call("integer_pow", x, y=eqn.params["y"])
+
+
+@rule("convert_element_type")
+def _convert(t, eqn, x):
+    dtype = dtypes.name_of(eqn.params["new_dtype"])
+    return x if t.var(x)[1] == dtype else t.call("cast", x, dtype=dtype)
+
+
+@rule("clamp")
+def _clamp(t, eqn, low, x, high):
+    return t.call("minimum", t.call("maximum", x, low), high)
+
+
+# --- shapes ---
+
+@rule("reshape")
+def _reshape(t, eqn, x, *dynamic):
+    if eqn.params.get("dimensions") is not None or dynamic:
+        raise Unsupported("a reshape that transposes or has dynamic sizes")
+    return t.call("reshape", x, shape=list(eqn.params["new_sizes"]))
+
+
+@rule("broadcast_in_dim")
+def _broadcast_in_dim(t, eqn, x, *dynamic):
+    if dynamic:
+        raise Unsupported("dynamic shapes")
+    return t.call("broadcast_in_dim", x, shape=list(eqn.params["shape"]),
+                  broadcast_dimensions=list(eqn.params["broadcast_dimensions"]))
+
+
+@rule("transpose")
+def _transpose(t, eqn, x):
+    return t.call("transpose", x, perm=list(eqn.params["permutation"]))
+
+
+@rule("squeeze")
+def _squeeze(t, eqn, x):
+    return t.call("squeeze", x, axes=list(eqn.params["dimensions"]))
+
+
+@rule("expand_dims")
+def _expand_dims(t, eqn, x):
+    return t.call("unsqueeze", x, axes=list(eqn.params["dimensions"]))
+
+
+@rule("concatenate")
+def _concatenate(t, eqn, *xs):
+    return t.call("concat", list(xs), axis=eqn.params["dimension"])
+
+
+@rule("split")
+def _split(t, eqn, x):
+    return t.call("split", x, sections=list(eqn.params["sizes"]), axis=eqn.params["axis"])
+
+
+@rule("slice")
+def _slice(t, eqn, x):
+    p = eqn.params
+    return t.call("slice", x, axes=list(range(len(p["start_indices"]))),
+                  starts=list(p["start_indices"]), ends=list(p["limit_indices"]),
+                  strides=list(p["strides"] or ()))
+
+
+@rule("dynamic_slice")
+def _dynamic_slice(t, eqn, x, *starts):
+    return t.call("dynamic_slice", x, list(starts), sizes=list(eqn.params["slice_sizes"]))
+
+
+@rule("dynamic_update_slice")
+def _dynamic_update_slice(t, eqn, x, update, *starts):
+    return t.call("dynamic_update_slice", x, update, list(starts))
+
+
+@rule("select_n")
+def _select_n(t, eqn, which, *cases):
+    if len(cases) == 2 and _kind(t, which) == "bool":
+        return t.call("where", which, cases[1], cases[0])
+    return t.call("select_n", which, list(cases))
+
+
+@rule("iota")
+def _iota(t, eqn):
+    p = eqn.params
+    return t.call("iota", shape=list(p["shape"]), dtype=dtypes.name_of(p["dtype"]),
+                  dimension=p["dimension"])
+
+
+# --- reductions ---
+
+for _prim in ("reduce_sum", "reduce_max", "reduce_min", "reduce_prod"):
+    RULES[_prim] = (lambda op_type: lambda t, eqn, x: t.call(
+        op_type, x, axis=list(eqn.params["axes"]), keep_dim=False))(_prim)
+
+
+@rule("argmax")
+def _argmax(t, eqn, x):
+    (axis,) = eqn.params["axes"]
+    return t.call("argmax", x, axis=axis, keep_dim=False,
+                  dtype=dtypes.name_of(eqn.params["index_dtype"]))
+
+
+@rule("cumsum")
+def _cumsum(t, eqn, x):
+    return t.call("cumsum", x, axis=eqn.params["axis"], reverse=eqn.params["reverse"])
+
+
+@rule("reduce_window_sum", "reduce_window_max", "reduce_window_min")
+def _reduce_window(t, eqn, x):
+    p = eqn.params
+    return t.call("reduce_window", x, computation=eqn.primitive.name.rsplit("_", 1)[1],
+                  window_dimensions=list(p["window_dimensions"]),
+                  window_strides=list(p["window_strides"]),
+                  padding=[int(v) for pair in p["padding"] for v in pair],
+                  base_dilation=list(p["base_dilation"]),
+                  window_dilation=list(p["window_dilation"]))
+
+
+# --- products ---
+
+def _preferred(t, eqn, xs):
+    """The operands cast to the equation's preferred element type, where it differs."""
+    want = eqn.params.get("preferred_element_type")
+    if want is None:
+        return xs
+    want = dtypes.name_of(want)
+    return [x if t.var(x)[1] == want else t.call("cast", x, dtype=want) for x in xs]
+
+
+@rule("dot_general")
+def _dot_general(t, eqn, x, y):
+    (lc, rc), (lb, rb) = eqn.params["dimension_numbers"]
+    x, y = _preferred(t, eqn, [x, y])
+    return t.call("dot_general", x, y, lhs_contracting=list(lc), rhs_contracting=list(rc),
+                  lhs_batch=list(lb), rhs_batch=list(rb))
+
+
+@rule("conv_general_dilated")
+def _conv(t, eqn, x, w):
+    p = eqn.params
+    dn = p["dimension_numbers"]
+    x, w = _preferred(t, eqn, [x, w])
+    return t.call("conv_general_dilated", x, w, window_strides=list(p["window_strides"]),
+                  padding=[int(v) for pair in p["padding"] for v in pair],
+                  lhs_dilation=list(p["lhs_dilation"]), rhs_dilation=list(p["rhs_dilation"]),
+                  lhs_spec=list(dn.lhs_spec), rhs_spec=list(dn.rhs_spec),
+                  out_spec=list(dn.out_spec), feature_group_count=p["feature_group_count"],
+                  batch_group_count=p["batch_group_count"])
+
+
+# --- calls, inlined ---
+
+@rule("jit", "pjit", "closed_call", "core_call", "remat2", "checkpoint", "custom_vjp_call",
+      "custom_vjp_call_jaxpr")
+def _inline(t, eqn, *ins):
+    body = next(eqn.params[k] for k in ("jaxpr", "call_jaxpr", "fun_jaxpr") if k in eqn.params)
+    return t.inline(body, ins[len(ins) - _arity(body):])
+
+
+# jax.nn functions with a custom JVP that one of our ops implements, gradient included
+_CUSTOM_JVP_OPS = {"relu": "relu"}
+_JAX_NN = "jax/_src/nn/functions.py"
+
+
+@rule("custom_jvp_call")
+def _custom_jvp(t, eqn, *ins):
+    body = eqn.params["call_jaxpr"]
+    info = body.jaxpr.debug_info
+    op_type = _CUSTOM_JVP_OPS.get(info.func_name)
+    if (op_type is not None and _JAX_NN in (info.func_src_info or "").replace("\\", "/")
+            and len(ins) == 1 and _kind(t, ins[0]) == "float"):
+        return t.call(op_type, *ins)
+    return t.inline(body, ins[len(ins) - _arity(body):])
+
+
+def _arity(body):
+    jaxpr = getattr(body, "jaxpr", body)
+    return len(jaxpr.invars)
+
+
+del _prim, _op

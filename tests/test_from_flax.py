@@ -1,0 +1,284 @@
+"""pd.from_flax against Flax itself: outputs, gradients (jax.grad of the Flax loss), and 20
+Adam steps against optax, on an MLP, a CNN with BatchNorm (training mode, statistics
+updated) and a transformer encoder (linen), and on nnx modules; the imported program
+saves, loads, exports and prints like any other."""
+import functools
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from flax import nnx
+from flax import traverse_util
+
+import progdesc as pd
+from progdesc import ops
+
+RTOL = ATOL = 1e-5
+
+
+class MLP(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+        return nn.Dense(3)(nn.relu(nn.Dense(16)(x)))
+
+
+class CNN(nn.Module):
+    @nn.compact
+    def __call__(self, x, train=True):
+        x = nn.Conv(4, (3, 3), use_bias=False)(x)   # a bias before BatchNorm has no gradient
+        x = nn.BatchNorm(use_running_average=not train, momentum=0.9)(x)
+        x = nn.max_pool(nn.relu(x), (2, 2), (2, 2))
+        x = nn.avg_pool(nn.Conv(6, (3, 3), padding="VALID")(x), (2, 2), (1, 1))
+        return nn.Dense(3)(x.reshape(x.shape[0], -1))
+
+
+class Encoder(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+        # no biases: the key bias has no gradient (softmax ignores a shift along the keys),
+        # and Adam would turn its rounding noise into steps
+        h = nn.MultiHeadDotProductAttention(num_heads=2, use_bias=False)(nn.LayerNorm()(x))
+        x = x + h
+        h = nn.Dense(8)(nn.gelu(nn.Dense(16)(nn.LayerNorm()(x))))
+        return (x + h).mean(axis=1)
+
+
+def _data(*shape, seed=0):
+    return np.random.default_rng(seed).normal(size=shape).astype(np.float32)
+
+
+CASES = {
+    "mlp": (MLP(), _data(6, 5), {}),
+    "cnn_batchnorm": (CNN(), _data(4, 8, 8, 2), {"train": True}),
+    "transformer": (Encoder(), _data(2, 5, 8), {}),
+}
+
+
+@functools.lru_cache(maxsize=None)
+def _variables(case):
+    """The case's module initialized (jitted: Flax's eager init compiles op by op)."""
+    module, x, kw = CASES[case]
+    return jax.jit(functools.partial(module.init, **kw))(jax.random.key(0), x)
+
+
+def _flat(tree):
+    """{'Dense_0.kernel': array} of a nested dict of arrays."""
+    return {k: np.asarray(v) for k, v in traverse_util.flatten_dict(tree, sep=".").items()}
+
+
+def _flax_loss(module, kw):
+    def loss(params, state, x, y):
+        variables = {"params": params, **state}
+        if state:
+            out, new_state = module.apply(variables, x, mutable=list(state), **kw)
+        else:
+            out, new_state = module.apply(variables, x, **kw), state
+        return jnp.mean((out - y) ** 2), new_state
+    return loss
+
+
+def _imported(case):
+    """(variables, program, feeds, fetch target, scope, loss, startup) with an MSE loss
+    appended to the imported program."""
+    module, x, kw = CASES[case]
+    variables = _variables(case)
+    scope = pd.Scope()
+    program, feeds, fetches = pd.from_flax(module, variables, x, scope=scope, **kw)
+    startup = pd.Program()
+    with pd.program_guard(program, startup):
+        y = pd.data("y", fetches[0].shape)
+        loss = ops.mean(ops.square(fetches[0] - y))
+    return variables, program, feeds, fetches[0], scope, loss, startup
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_outputs_equal_flax(case):
+    module, x, kw = CASES[case]
+    variables = _variables(case)
+    scope = pd.Scope()
+    program, feeds, fetches = pd.from_flax(module, variables, x, scope=scope, **kw)
+    assert feeds == ["x"]
+    got, = pd.Executor().run(program, feed={"x": x}, fetch_list=fetches, scope=scope)
+    state = [c for c in variables if c != "params"]
+    apply = functools.partial(module.apply, mutable=state, **kw) if state else \
+        functools.partial(module.apply, **kw)
+    want = jax.jit(apply)(variables, x)
+    want = want[0] if state else want
+    np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_parameters_keep_their_names_and_values(case):
+    module, x, kw = CASES[case]
+    variables = _variables(case)
+    scope = pd.Scope()
+    program, _, _ = pd.from_flax(module, variables, x, scope=scope, **kw)
+    params = _flat(variables["params"])
+    assert {p.name for p in program.all_parameters()} == set(params)
+    for name, value in params.items():
+        np.testing.assert_array_equal(scope.get(name), value)
+    for name, value in _flat(variables.get("batch_stats", {})).items():
+        var = program.global_block().var(name)
+        assert var.persistable and var.stop_gradient and not var.desc.is_parameter
+        np.testing.assert_array_equal(scope.get(name), value)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_gradients_equal_jax_grad_of_the_flax_loss(case):
+    module, x, kw = CASES[case]
+    variables, program, _, _, scope, loss, _ = _imported(case)
+    y = _data(*program.global_block().var("y").shape, seed=1)
+    names = sorted(_flat(variables["params"]))
+    block = program.global_block()
+    grads = pd.gradients(loss, [block.var(n) for n in names])
+    got = pd.Executor().run(program, feed={"x": x, "y": y}, fetch_list=grads, scope=scope)
+    state = {c: v for c, v in variables.items() if c != "params"}
+    want = _flat(jax.jit(jax.grad(lambda p: _flax_loss(module, kw)(p, state, x, y)[0]))(
+        variables["params"]))
+    for name, g in zip(names, got):
+        np.testing.assert_allclose(g, want[name], rtol=1e-4, atol=1e-5, err_msg=name)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_twenty_adam_steps_match_optax(case):
+    module, x, kw = CASES[case]
+    variables, program, _, _, scope, loss, startup = _imported(case)
+    y = _data(*program.global_block().var("y").shape, seed=1)
+    with pd.program_guard(program, startup):
+        pd.optimizer.Adam(0.01).minimize(loss)
+    exe = pd.Executor()
+    exe.run(startup, scope=scope)
+    for _ in range(20):
+        exe.run(program, feed={"x": x, "y": y}, fetch_list=[loss], scope=scope)
+
+    opt = optax.adam(0.01)
+
+    @jax.jit
+    def step(params, state, opt_state):
+        (_, state), grads = jax.value_and_grad(_flax_loss(module, kw), has_aux=True)(
+            params, state, x, y)
+        updates, opt_state = opt.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), state, opt_state
+
+    params = variables["params"]
+    state = {c: v for c, v in variables.items() if c != "params"}
+    opt_state = opt.init(params)
+    for _ in range(20):
+        params, state, opt_state = step(params, state, opt_state)
+    for name, want in {**_flat(params), **_flat(state.get("batch_stats", {}))}.items():
+        np.testing.assert_allclose(scope.get(name), want, rtol=RTOL, atol=ATOL, err_msg=name)
+
+
+def test_batch_norm_in_training_mode_updates_its_statistics():
+    module, x, kw = CASES["cnn_batchnorm"]
+    variables = _variables("cnn_batchnorm")
+    scope = pd.Scope()
+    program, _, fetches = pd.from_flax(module, variables, x, scope=scope, **kw)
+    pd.Executor().run(program, feed={"x": x}, fetch_list=fetches, scope=scope)
+    _, updated = module.apply(variables, x, mutable=["batch_stats"], **kw)
+    stats = _flat(updated["batch_stats"])
+    assert not np.allclose(stats["BatchNorm_0.mean"],
+                           _flat(variables["batch_stats"])["BatchNorm_0.mean"])
+    for name, want in stats.items():
+        np.testing.assert_allclose(scope.get(name), want, rtol=RTOL, atol=ATOL, err_msg=name)
+
+
+def test_batch_norm_in_eval_mode_writes_nothing():
+    module, x, _ = CASES["cnn_batchnorm"]
+    variables = _variables("cnn_batchnorm")
+    scope = pd.Scope()
+    program, _, fetches = pd.from_flax(module, variables, x, scope=scope, train=False)
+    assert "assign" not in [op.type for op in program.global_block().ops]
+    got, = pd.Executor().run(program, feed={"x": x}, fetch_list=fetches, scope=scope)
+    np.testing.assert_allclose(got, module.apply(variables, x, train=False), rtol=RTOL,
+                               atol=ATOL)
+
+
+class NnxNet(nnx.Module):
+    def __init__(self, rngs):
+        self.linear1 = nnx.Linear(5, 8, rngs=rngs)
+        self.bn = nnx.BatchNorm(8, momentum=0.9, rngs=rngs)
+        self.layers = nnx.List([nnx.Linear(8, 3, rngs=rngs)])
+
+    def __call__(self, x):
+        return self.layers[0](nnx.relu(self.bn(self.linear1(x))))
+
+
+def test_nnx_module_outputs_names_and_statistics():
+    model = NnxNet(nnx.Rngs(0))
+    x = _data(6, 5)
+    scope = pd.Scope()
+    program, feeds, fetches = pd.from_flax(model, None, x, scope=scope)
+    assert feeds == ["x"]
+    assert {p.name for p in program.all_parameters()} == {
+        "linear1.kernel", "linear1.bias", "bn.scale", "bn.bias", "layers.0.kernel",
+        "layers.0.bias"}
+    assert not program.global_block().var("bn.mean").desc.is_parameter
+    got, = pd.Executor().run(program, feed={"x": x}, fetch_list=fetches, scope=scope)
+    want = model(x)            # training mode: updates the module's statistics
+    np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
+    np.testing.assert_allclose(scope.get("bn.mean"), model.bn.mean[...], rtol=RTOL, atol=ATOL)
+    np.testing.assert_allclose(scope.get("bn.var"), model.bn.var[...], rtol=RTOL, atol=ATOL)
+
+
+def test_nnx_module_trains_like_optax():
+    model = NnxNet(nnx.Rngs(0))
+    model.eval()
+    x, y = _data(6, 5), _data(6, 3, seed=1)
+    scope = pd.Scope()
+    program, _, (out,) = pd.from_flax(model, None, x, scope=scope)
+    startup = pd.Program()
+    with pd.program_guard(program, startup):
+        loss = ops.mean(ops.square(out - pd.data("y", [6, 3])))
+        pd.optimizer.Adam(0.01).minimize(loss)
+    exe = pd.Executor()
+    exe.run(startup, scope=scope)
+    for _ in range(20):
+        exe.run(program, feed={"x": x, "y": y}, fetch_list=[loss], scope=scope)
+    optimizer = nnx.Optimizer(model, optax.adam(0.01), wrt=nnx.Param)
+
+    @nnx.jit
+    def step(model, optimizer):
+        optimizer.update(model, nnx.grad(lambda m: jnp.mean((m(x) - y) ** 2))(model))
+
+    for _ in range(20):
+        step(model, optimizer)
+    np.testing.assert_allclose(scope.get("linear1.kernel"), model.linear1.kernel[...],
+                               rtol=RTOL, atol=ATOL)
+    np.testing.assert_allclose(scope.get("layers.0.bias"), model.layers[0].bias[...],
+                               rtol=RTOL, atol=ATOL)
+
+
+def test_the_imported_program_saves_loads_exports_and_prints(tmp_path):
+    module, x, _ = CASES["mlp"]
+    variables = _variables("mlp")
+    scope = pd.Scope()
+    program, feeds, fetches = pd.from_flax(module, variables, x, scope=scope)
+    want = module.apply(variables, x)
+    text = str(program)
+    assert "param Dense_0.kernel: float32[16, 3]" in text
+    assert "Dense_0.dot_general_0.out: float32[6, 3] = dot_general(" in text
+    assert "relu(" in text
+
+    pd.io.save_inference_model(str(tmp_path / "model"), feeds, fetches, program=program,
+                               scope=scope)
+    fresh = pd.Scope()
+    loaded, loaded_feeds, loaded_fetches = pd.io.load_inference_model(str(tmp_path / "model"),
+                                                                      scope=fresh)
+    got, = pd.Executor().run(loaded, feed={loaded_feeds[0]: x}, fetch_list=loaded_fetches,
+                             scope=fresh)
+    np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
+
+    path = str(tmp_path / "model.pdx")
+    pd.export.export_compiled(path, program, feeds, fetches, scope=scope,
+                              batch_polymorphic=False)
+    got, = pd.export.load_compiled(path)(x)
+    np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
+
+
+def test_a_module_that_is_not_flax_is_refused():
+    with pytest.raises(TypeError, match="flax.linen or flax.nnx Module"):
+        pd.from_flax(lambda x: x, {}, np.zeros(3))
