@@ -799,6 +799,13 @@ class Program:
             raise FormatError(bad_reference)
         return cls.from_desc(desc)
 
+    def schedule(self, block=0):
+        """The `Schedule` of block `block`: its ops in recorded order, what each depends on,
+        and the groups of mutually independent ops (see progdesc.schedule). Prints readably,
+        shows as a table in Jupyter, draws with `.render()`."""
+        from progdesc.schedule import schedule
+        return schedule(self, block)
+
     def __str__(self):
         precision = "" if self.precision == "default" else f", precision {self.precision}"
         head = f"program (format {self.desc.format_version}, seed {self.random_seed}{precision})"
