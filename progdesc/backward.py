@@ -6,7 +6,7 @@ to the block like any other op; nothing here computes a value.
 from lowering import registry
 from lowering import progdesc_pb2 as pb
 from lowering.blocks import free_reads
-from lowering.desc import read_attrs, slot_map
+from lowering.desc import FORWARD_OP, read_attrs, slot_map
 from lowering.errors import BackwardError, ProgdescError
 from lowering.gc_pause import gc_paused
 from lowering.gradients import GradContext, OpSpec, grad_name
@@ -43,7 +43,7 @@ def emit_grad_ops(block, op_desc, op_index, in_grad_targets, out_grads, aliasabl
                             var=e.var, callsite=op_desc.callsite) from None
     for spec in g.ops:
         try:
-            _append(block, spec, op_desc.callsite)
+            _append(block, spec, op_desc.callsite, op_index)
         except ProgdescError as e:
             raise BackwardError(f"gradient op '{spec.type}' of this op is invalid: {e.detail}",
                                 op_type=opdef.type, op_index=op_index, block_idx=block.idx,
@@ -120,9 +120,12 @@ def _copy_sub_block(program, block_idx, parent):
     return child.idx
 
 
-def _append(block, spec, callsite=""):
-    block._add_op(spec.type, spec.inputs, spec.outputs, spec.attrs, role=pb.BACKWARD,
-                  callsite=callsite)
+def _append(block, spec, callsite="", forward_op=None):
+    """Append the gradient op `spec`; `forward_op` is the index of the op it is a gradient of."""
+    desc, _ = block._add_op(spec.type, spec.inputs, spec.outputs, spec.attrs,
+                            role=pb.BACKWARD, callsite=callsite)
+    if forward_op is not None:
+        desc.attrs[FORWARD_OP].i = forward_op
 
 
 def _outputs(op_desc):
