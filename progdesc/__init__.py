@@ -1,7 +1,8 @@
 """progdesc: serializable program descriptions, compiled to XLA through JAX."""
 from lowering.errors import (AttributeTypeError, BackwardError, FeedError, FetchError,
-                             FormatError, NumericsError, ProgdescError, ProgramError, ScopeError,
-                             ShapeError, UnknownOpError)
+                             FormatError, ProgdescError, ProgramError, ScopeError, ShapeError,
+                             UnknownOpError)
+from lowering.errors import NumericsError
 from progdesc import (compile_cache, control_flow, custom_op, display, export, initializer, io,
                       layers, ops, optimizer, reader)
 from progdesc.backward import append_backward, gradients
@@ -19,10 +20,11 @@ compile_cache.configure_default()   # JAX's persistent compilation cache, on by 
 __version__ = "0.1.0"
 __all__ = [
     "AttributeTypeError", "BackwardError", "Block", "Executor", "FeedError", "FetchError",
-    "FormatError", "NumericsError", "Operator", "ProgdescError", "Program", "ProgramError", "Scope", "ScopeError",
+    "FormatError", "Operator", "ProgdescError", "Program", "ProgramError", "Scope", "ScopeError",
     "ShapeError", "UnknownOpError", "Variable", "data", "default_main_program",
     "default_startup_program", "global_scope", "ops", "program_guard", "scope_guard",
     "ParamAttr", "append_backward", "create_parameter", "gradients", "initializer", "layers",
     "optimizer", "prune", "reader", "control_flow", "custom_op", "display", "export", "io",
     "set_compilation_cache",
+    "NumericsError",
 ]

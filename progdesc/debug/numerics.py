@@ -46,6 +46,7 @@ def run_checked(executor, program, feed, fetch_list, scope, return_numpy, steps)
         lowered = lower_block(desc, 0, precision)
     except FeedError as e:
         raise _in_run(e) from None
+    # what the compiled run checks, on what it reads (an entry's names and scope holders)
     reads = types.SimpleNamespace(reads=lowered.reads, read_holders=tuple(
         scope.find_var(n) or _UNSET for n in lowered.reads))
     state = dict(zip(lowered.reads, executor._check_state(program, reads)))
@@ -53,9 +54,9 @@ def run_checked(executor, program, feed, fetch_list, scope, return_numpy, steps)
     run = _Run(program, desc, [s for s in steps_of(desc) if s.desc_index in kept], lowered,
                tuple((n, v.shape if steps is None else v.shape[1:])
                      for n, v in zip(names, values)))
-    highest = jax.default_matmul_precision("highest") if precision == "highest" else None
-    with jax.enable_x64(True), _default_device(executor.device), (
-            highest or contextlib.nullcontext()):
+    precision_scope = (jax.default_matmul_precision("highest") if precision == "highest"
+                       else contextlib.nullcontext())
+    with jax.enable_x64(True), _default_device(executor.device), precision_scope:
         if steps is None:
             fetched, written = run.once(state, values)
         else:
@@ -125,20 +126,19 @@ def _inner_culprit(step, inputs, rng, desc):
     a NaN or Inf when `step` runs again over `inputs`, or None if none does."""
     found = []
 
-    def record(op, labels, computed):
-        if not found and any(s[0] or s[1] or s[2] for s in computed[:len(op.outputs)]):
-            found.append((op.ref, {label: summary(name, dtype, shape, s) for
-                                   (label, name, dtype, shape), s in zip(labels, computed)}))
+    def record(op, n_outputs, labels, computed):
+        if not found and any(s[0] or s[1] or s[2] for s in computed[:n_outputs]):
+            found.append((op, {label: summary(name, dtype, shape, s) for
+                               (label, name, dtype, shape), s in zip(labels, computed)}))
 
     def watch(inner, env, block_idx):
         outputs = labelled(inner.outputs, env, "output")
         if not outputs:
             return
         watched = outputs + labelled(inner.inputs, env, "input")
-        op = types.SimpleNamespace(
-            ref=OpRef(block_idx, inner.index, inner.opdef.type, inner.callsite), outputs=outputs)
+        op = OpRef(block_idx, inner.index, inner.opdef.type, inner.callsite)
         labels = [(label, name, v.dtype, v.shape) for label, name, v in watched]
-        jax.debug.callback(lambda computed: record(op, labels, computed),
+        jax.debug.callback(lambda computed: record(op, len(outputs), labels, computed),
                            [stats(v) for _, _, v in watched], ordered=True)
 
     with watching(watch):
