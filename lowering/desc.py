@@ -3,8 +3,8 @@ from lowering import progdesc_pb2 as pb
 from lowering.registry import decode_attr
 
 FORWARD_OP = "@forward_op"
-"""Attribute of a gradient op: the index, in its block, of the forward op whose gradient maker
-emitted it (an int). No op type declares it, and none can: it is not a Python identifier."""
+"""Attribute of a gradient op: [block, index] of the forward op whose gradient maker emitted it
+(ints). No op type declares it, and none can: it is not a Python identifier."""
 
 
 def slot_map(slots):

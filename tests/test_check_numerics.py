@@ -157,10 +157,12 @@ def test_gradient_ops_record_their_forward_op_and_the_link_survives_saving():
         pd.gradients([loss], [x])
     loaded = pd.Program.from_bytes(main.to_bytes())
     ops_ = loaded.global_block().desc.ops
-    linked = {i: d.attrs[FORWARD_OP].i for i, d in enumerate(ops_) if FORWARD_OP in d.attrs}
-    forward_types = [ops_[i].type for i in sorted(set(linked.values()))]
+    linked = {i: tuple(d.attrs[FORWARD_OP].ints.values) for i, d in enumerate(ops_)
+              if FORWARD_OP in d.attrs}
+    assert {b for b, _ in linked.values()} == {0}
+    forward_types = [ops_[i].type for i in sorted({i for _, i in linked.values()})]
     assert forward_types == ["tanh", "mul", "mean"]
-    for i, f in linked.items():
+    for i, (_, f) in linked.items():
         assert ops_[i].role == pb.BACKWARD and ops_[f].role == pb.FORWARD
         assert ops_[i].callsite == ops_[f].callsite
     assert "@forward_op" not in str(loaded)   # not shown as an attribute of the op
@@ -190,6 +192,33 @@ def test_a_nan_inside_a_scan_names_the_inner_op_and_the_scan():
     out = e.values["output Out"]   # the first step that went bad: c = [-3, 3]
     assert (out.nan, out.min, out.max) == (1, np.float32(math.sqrt(3)), np.float32(math.sqrt(3)))
     assert f"inside op #{scan_index} 'scan'" in str(e)
+
+
+def test_a_nan_in_the_gradient_of_a_scan_step_names_the_forward_op_in_the_step():
+    main = pd.Program()
+    with pd.program_guard(main, pd.Program()):
+        xs = pd.data("xs", [4, 2], stop_gradient=False)
+        c0 = pd.data("c0", [2])
+
+        def step(c, x):
+            c = c + x
+            return c, ops.sqrt(c)   # the step's sqrt
+
+        _, ys = cf.scan(step, c0, xs)
+        total = ops.reduce_sum(ys)
+        grad, = pd.gradients([total], [xs])
+    feed = {"xs": np.array([[1, 1], [1, -1], [1, 1], [1, 1]], np.float32),
+            "c0": np.zeros(2, np.float32)}
+    assert np.isfinite(_checked().run(main, feed=feed, fetch_list=[total], scope=pd.Scope()))
+    with pytest.raises(pd.NumericsError) as info:
+        _checked().run(main, feed=feed, fetch_list=[grad], scope=pd.Scope())
+    e = info.value
+    assert e.block_idx > 1 and e.outer_op.type == "scan"   # in the gradient step's block
+    step_block = main.global_block().desc.ops[[d.type for d in main.global_block().desc.ops]
+                                              .index("scan")].attrs["block"].block_idx
+    sqrt_index = [d.type for d in main.desc.blocks[step_block].ops].index("sqrt")
+    assert e.forward_op == (step_block, sqrt_index, "sqrt", line_of(__file__, "# the step's sqrt"))
+    assert f"it computes a gradient of op #{sqrt_index} 'sqrt' in block {step_block}" in str(e)
 
 
 def test_a_nan_inside_a_cond_and_a_while_loop():

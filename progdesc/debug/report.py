@@ -83,19 +83,20 @@ def labelled(slots, env, what):
 def forward_op_of(program_desc, op):
     """The OpRef of the forward op the gradient op `op` (an OpRef) belongs to, or None when it
     is not a gradient op or its forward op is no longer where it was."""
-    ops = program_desc.blocks[op.block].ops
-    op_desc = ops[op.index]
+    op_desc = program_desc.blocks[op.block].ops[op.index]
     if FORWARD_OP not in op_desc.attrs:
         return None
-    index = op_desc.attrs[FORWARD_OP].i
+    block, index = op_desc.attrs[FORWARD_OP].ints.values
+    ops = program_desc.blocks[block].ops if 0 <= block < len(program_desc.blocks) else ()
     if not 0 <= index < len(ops) or ops[index].callsite != op_desc.callsite:
         return None
-    return OpRef(op.block, index, ops[index].type, ops[index].callsite)
+    return OpRef(block, index, ops[index].type, ops[index].callsite)
 
 
 def _named(op):
+    where = f" in block {op.block}" if op.block else ""
     at = f" (created at {op.callsite})" if op.callsite else ""
-    return f"op #{op.index} '{op.type}'{at}"
+    return f"op #{op.index} '{op.type}'{where}{at}"
 
 
 def numerics_error(op, values, forward_op=None, outer_op=None, origins=None):
@@ -106,7 +107,7 @@ def numerics_error(op, values, forward_op=None, outer_op=None, origins=None):
     inputs = {k: v for k, v in values.items() if k.startswith("input")}
     bad_label = next(k for k, v in outputs.items() if not v.finite)
     head = ("this op produced the run's first NaN or Inf" if outer_op is None else
-            f"inside {_named(outer_op)} of block {outer_op.block}, this op produced a NaN or Inf")
+            f"inside {_named(outer_op)}, this op produced a NaN or Inf")
     if forward_op is not None:
         head += f"; it computes a gradient of {_named(forward_op)}"
     parts = [head, "outputs: " + "; ".join(f"{k[7:]} {v}" for k, v in outputs.items())]
