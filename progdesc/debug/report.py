@@ -84,9 +84,10 @@ def forward_op_of(program_desc, op):
     """The OpRef of the forward op the gradient op `op` (an OpRef) belongs to, or None when it
     is not a gradient op or its forward op is no longer where it was."""
     op_desc = program_desc.blocks[op.block].ops[op.index]
-    if FORWARD_OP not in op_desc.attrs:
+    link = op_desc.attrs[FORWARD_OP].ints.values if FORWARD_OP in op_desc.attrs else ()
+    if len(link) != 2:
         return None
-    block, index = op_desc.attrs[FORWARD_OP].ints.values
+    block, index = link
     ops = program_desc.blocks[block].ops if 0 <= block < len(program_desc.blocks) else ()
     if not 0 <= index < len(ops) or ops[index].callsite != op_desc.callsite:
         return None
