@@ -20,10 +20,10 @@ on, so the ops of one level are mutually independent; level by level is a
 topological order.
 
 Nothing here changes how a program runs. A compiled run leaves scheduling to
-XLA, which sees the whole data-flow graph. Run op by op (eager mode, the checking
-executor) independent ops overlap too, without threads: JAX dispatches each op
-asynchronously and returns before its result is computed, so the device works on
-an op while Python is already dispatching the next.
+XLA, which sees the whole data-flow graph. Run op by op (eager mode), independent
+ops overlap too, without threads: JAX dispatches each op asynchronously and returns
+before its result is computed, so the device works on an op while Python is already
+dispatching the next. (The checking executor waits for each op, to look at its values.)
 """
 import html
 from dataclasses import dataclass
