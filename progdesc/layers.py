@@ -40,8 +40,7 @@ def _output(var, prefix):
 def _param(prefix, suffix, shape, attr, default_init, dtype="float32"):
     attr = ParamAttr.of(attr)
     if attr.name is None:
-        attr = ParamAttr(f"{prefix}.{suffix}", attr.initializer, attr.trainable,
-                         attr.regularizer, attr.learning_rate)
+        attr = dataclasses.replace(attr, name=f"{prefix}.{suffix}")
     return create_parameter(shape, dtype, attr=attr, default_initializer=default_init)
 
 
