@@ -51,7 +51,9 @@ def _mlp(shard_params=False):
     h = layers.fc(h, 128, act="relu", param_attr=w, bias_attr=b)
     logits = layers.fc(h, 12, param_attr=w, bias_attr=b)
     loss = ops.mean(layers.softmax_with_cross_entropy(logits, label))
-    return x, label, logits, loss
+    hits = ops.equal(ops.argmax(logits, axis=-1, dtype="int64"), ops.squeeze(label, axes=[-1]))
+    correct = ops.reduce_sum(ops.cast(hits, dtype="int32"))
+    return x, label, logits, loss, layers.accuracy(logits, label), correct
 
 
 def _cnn(sync):
@@ -78,7 +80,7 @@ def _train(model, mesh=None, data_parallel=False, steps=5, batch=None, scope=Non
     fetched values, main program, scope)."""
     main, startup = pd.Program(random_seed=3), pd.Program(random_seed=3)
     with pd.program_guard(main, startup):
-        x, label, logits, loss = model()
+        x, label, logits, loss, *metrics = model()
         Adam(1e-2).minimize(loss, data_parallel=data_parallel)
     exe = pd.Executor(mesh=mesh)
     fresh = scope is None
@@ -89,7 +91,8 @@ def _train(model, mesh=None, data_parallel=False, steps=5, batch=None, scope=Non
     fetched = None
     for _ in range(steps):
         fetched = exe.run(main, feed={x: bx, label: by},
-                          fetch_list=[loss, logits] if fetch_logits else [loss], scope=scope)
+                          fetch_list=[loss, logits, *metrics] if fetch_logits else [loss],
+                          scope=scope)
     return _persistables(main, scope), fetched, main, scope
 
 
@@ -108,14 +111,17 @@ def _assert_close(got, want, atol=1e-5):
 
 @four_devices
 def test_data_parallel_mlp_matches_one_device():
-    want, (loss1, logits1), _, _ = _train(_mlp, fetch_logits=True)
-    got, (loss4, logits4), main, scope = _train(_mlp, Mesh({"data": 4}), data_parallel=True,
-                                                fetch_logits=True)
+    want, (loss1, logits1, acc1, correct1), _, _ = _train(_mlp, fetch_logits=True)
+    got, (loss4, logits4, acc4, correct4), main, scope = _train(
+        _mlp, Mesh({"data": 4}), data_parallel=True, fetch_logits=True)
     _assert_close(got, want)
-    # the loss comes back as the mean over the global batch, logits as one global array
+    # the loss comes back as the mean over the global batch, logits as one global array,
+    # a float metric averaged and an integer count summed over the devices
     np.testing.assert_allclose(loss4, loss1, rtol=1e-5)
     assert logits4.shape == (16, 12)
     np.testing.assert_allclose(logits4, logits1, atol=1e-5)
+    np.testing.assert_allclose(acc4, acc1, rtol=1e-6)
+    assert correct4 == correct1 == round(float(acc1) * 16) and correct1 > 0
     # parameters stay replicated on the four devices
     w = scope.get("fc_0.w_0")
     assert len(w.sharding.device_set) == 4 and w.sharding.is_fully_replicated
@@ -151,7 +157,7 @@ def test_data_parallel_runs_several_steps_in_one_call():
     want, _, _, _ = _train(_mlp, steps=3)
     main, startup = pd.Program(random_seed=3), pd.Program(random_seed=3)
     with pd.program_guard(main, startup):
-        x, label, _, loss = _mlp()
+        x, label, _, loss, *_ = _mlp()
         Adam(1e-2).minimize(loss, data_parallel=True)
     exe, scope = pd.Executor(mesh=Mesh({"data": 4})), pd.Scope()
     exe.run(startup, scope=scope)
@@ -172,7 +178,7 @@ def test_fsdp_matches_one_device_with_a_quarter_of_the_argument_bytes():
         mesh = Mesh({"data": n})
         main, startup = pd.Program(random_seed=3), pd.Program(random_seed=3)
         with pd.program_guard(main, startup):
-            x, label, _, loss = _mlp(shard_params=True)
+            x, label, _, loss, *_ = _mlp(shard_params=True)
             Adam(1e-2).minimize(loss)
         exe, scope = pd.Executor(mesh=mesh), pd.Scope()
         exe.run(startup, scope=scope)
@@ -248,7 +254,7 @@ def test_one_scope_moves_between_layouts():
 def _dp_program(model=_mlp):
     main, startup = pd.Program(random_seed=3), pd.Program(random_seed=3)
     with pd.program_guard(main, startup):
-        x, label, _, loss = model()
+        x, label, _, loss, *_ = model()
         Adam(1e-2).minimize(loss, data_parallel=True)
     return main, startup, x, label, loss
 
