@@ -18,7 +18,7 @@ import pytest
 
 import progdesc as pd
 from progdesc import ParamAttr, layers, ops
-from progdesc.distributed import Mesh, shard
+from progdesc.distributed import Mesh
 from progdesc.optimizer import Adam
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
