@@ -306,3 +306,22 @@ def test_a_data_parallel_program_needs_the_data_axis_and_replicated_state():
     with pytest.raises(pd.ProgramError, match="keeps every persistable replicated") as info:
         exe.run(main, feed=dict(zip((x, label), _batch())), fetch_list=[loss], scope=scope)
     assert info.value.var == "fc_0.w_0"
+
+
+@four_devices
+def test_each_device_draws_its_own_dropout_mask_and_the_rng_state_advances_as_on_one():
+    states = {}
+    for mesh in (None, Mesh({"data": 4})):
+        main, startup = pd.Program(random_seed=5), pd.Program(random_seed=5)
+        with pd.program_guard(main, startup):
+            x = pd.data("x", [-1, 64])
+            y = layers.dropout(layers.fc(x, 64), 0.5)
+            Adam(1e-2).minimize(ops.mean(y), data_parallel=True)
+        exe, scope = pd.Executor(mesh=mesh), pd.Scope()
+        exe.run(startup, scope=scope)
+        same_rows = np.tile(np.ones((2, 64), "float32"), (4, 1))   # every device gets these
+        out, = exe.run(main, feed={x: same_rows}, fetch_list=[y], scope=scope)
+        states[mesh is None] = np.asarray(scope.get("@RNG_STATE@"))
+    shares = (out == 0).reshape(4, 2, 64)
+    assert len({share.tobytes() for share in shares}) == 4
+    np.testing.assert_array_equal(states[False], states[True])

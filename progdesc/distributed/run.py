@@ -21,7 +21,9 @@ mean over the global batch; a parameter, unchanged), integer and bool values are
 summed (counts, e.g. of correct predictions). In sharded mode the program sees the
 global batch, so fetches need no combining. Persistables that a data-parallel
 program leaves different on different devices (`batch_norm` running statistics
-without `sync_axis`) are averaged over the devices after each step.
+without `sync_axis`) are averaged over the devices after each step. Random ops
+(dropout) draw different numbers on each device, from the device's index folded
+into the program's RNG state; the state itself advances as on one device.
 """
 import jax
 import numpy as np
@@ -29,6 +31,7 @@ from jax import lax
 from jax.sharding import NamedSharding, PartitionSpec
 
 from lowering.errors import FeedError, ProgramError
+from lowering.lower import RNG_VAR
 from lowering.ops.collective import varying_axes
 from progdesc.distributed.data_parallel import uses_collectives
 from progdesc.distributed.sharding import is_split, named_sharding, replicated
@@ -89,11 +92,19 @@ def _data_parallel(mesh, fn, var, feed_specs, fetch_names, reads, writes, lead, 
                                "but this one has a sharding annotation that splits it: drop "
                                "data_parallel (the annotations shard it) or the annotation",
                                var=name)
-    n_fetch = len(fetch_names)
+    n_fetch, n_feeds = len(fetch_names), len(feed_specs)
     fetch_split = [per_example(n) for n in fetch_names]
+    rng_in = n_feeds + reads.index(RNG_VAR) if RNG_VAR in reads else None
+    rng_out = n_fetch + writes.index(RNG_VAR) if RNG_VAR in writes else None
 
     def body(*args):
-        outs = fn(*args)
+        args = list(args)
+        if rng_in is not None:   # each device draws its own random numbers (dropout masks)
+            shared = args[rng_in]
+            args[rng_in] = jax.random.fold_in(shared, lax.axis_index(axis))
+        outs = list(fn(*args))
+        if rng_out is not None:   # the state advances as lower_block advances it, on all alike
+            outs[rng_out] = jax.random.fold_in(shared, 0)
         fetched = [v if each else _combine(v, axis) for v, each in
                    zip(outs[:n_fetch], fetch_split)]
         written = [_agree(v, axis, name) for v, name in zip(outs[n_fetch:], writes)]
