@@ -300,6 +300,10 @@ def test_a_data_parallel_program_needs_the_data_axis_and_replicated_state():
     exe.run(startup, scope=scope)   # no collectives: it runs
     with pytest.raises(pd.ProgramError, match="has no data axis 'data'"):
         exe.run(main, feed=dict(zip((x, label), _batch())), fetch_list=[loss], scope=scope)
+    exe = pd.Executor(mesh=Mesh({"batch": 4}, data_axis="batch"))
+    with pytest.raises(pd.ProgramError, match="communicates over mesh axis 'data', but runs "
+                                              "data parallel over the mesh's data axis 'batch'"):
+        exe.run(main, feed=dict(zip((x, label), _batch())), fetch_list=[loss], scope=scope)
     main, startup, x, label, loss = _dp_program(lambda: _mlp(shard_params=True))
     exe, scope = pd.Executor(mesh=Mesh({"data": 4})), pd.Scope()
     exe.run(startup, scope=scope)

@@ -33,7 +33,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 from lowering.errors import FeedError, ProgramError
 from lowering.lower import RNG_VAR
 from lowering.ops.collective import varying_axes
-from progdesc.distributed.data_parallel import uses_collectives
+from progdesc.distributed.data_parallel import collective_axes
 from progdesc.distributed.sharding import is_split, named_sharding, replicated
 
 
@@ -65,9 +65,10 @@ def compile_on_mesh(mesh, program_desc, fn, feeds, fetch_names, reads, writes, s
         else:
             feed_specs.append(PartitionSpec())
     feed_shardings = [NamedSharding(mesh.jax_mesh, s) for s in feed_specs]
-    if uses_collectives(program_desc):
-        jitted, read_shardings = _data_parallel(mesh, fn, var, feed_specs, fetch_names, reads,
-                                                writes, lead, per_example, donate)
+    axes = collective_axes(program_desc)
+    if axes:
+        jitted, read_shardings = _data_parallel(mesh, axes, fn, var, feed_specs, fetch_names,
+                                                reads, writes, lead, per_example, donate)
     else:
         read_shardings = [named_sharding(mesh, var[n]) if n in var else replicated(mesh)
                           for n in reads]
@@ -80,12 +81,17 @@ def compile_on_mesh(mesh, program_desc, fn, feeds, fetch_names, reads, writes, s
     return jitted, lambda args: jax.device_put(tuple(args), shardings)
 
 
-def _data_parallel(mesh, fn, var, feed_specs, fetch_names, reads, writes, lead, per_example,
-                   donate):
+def _data_parallel(mesh, axes, fn, var, feed_specs, fetch_names, reads, writes, lead,
+                   per_example, donate):
     axis = mesh.data_axis
     if axis not in mesh.axes:
         raise ProgramError(f"the program is data parallel (it all-reduces over a mesh axis) "
                            f"but the mesh {mesh.axes} has no data axis '{axis}'")
+    if axes != {axis}:
+        other = sorted(axes - {axis})[0]
+        raise ProgramError(f"the program communicates over mesh axis '{other}', but runs data "
+                           f"parallel over the mesh's data axis '{axis}' only: build it for "
+                           f"that axis, or give the Mesh data_axis='{other}'")
     for name in (*reads, *writes):
         if name in var and is_split(var[name]):
             raise ProgramError("a data-parallel program keeps every persistable replicated, "
