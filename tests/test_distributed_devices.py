@@ -240,13 +240,23 @@ def test_checkpoint_of_a_sharded_run_loads_into_one_and_two_devices(tmp_path):
 
 
 @four_devices
-@pytest.mark.slow
 def test_one_scope_moves_between_layouts():
-    _, _, main, scope = _train(lambda: _mlp(shard_params=True), Mesh({"data": 4}), steps=2)
-    want, _, _, _ = _train(lambda: _mlp(shard_params=True), Mesh({"data": 4}), steps=3)
-    got, _, _, _ = _train(lambda: _mlp(shard_params=True), Mesh({"data": 2}), steps=1,
-                          scope=scope)
-    _assert_close(got, want)
+    want, _, _, _ = _train(lambda: _mlp(shard_params=True), steps=4)
+    main, startup = pd.Program(random_seed=3), pd.Program(random_seed=3)
+    with pd.program_guard(main, startup):
+        x, label, _, loss, *_ = _mlp(shard_params=True)
+        Adam(1e-2).minimize(loss)
+    four, two, scope = Mesh({"data": 4}), Mesh({"data": 2}), pd.Scope()
+    four, two = pd.Executor(mesh=four), pd.Executor(mesh=two)
+    four.run(startup, scope=scope)
+    feed = dict(zip((x, label), _batch()))
+    four.run(main, feed=feed, fetch_list=[loss], scope=scope)
+    four.run(main, feed=feed, fetch_list=[loss], scope=scope)
+    two.run(main, feed=feed, fetch_list=[loss], scope=scope)
+    assert len(scope.get("fc_0.w_0").sharding.device_set) == 2
+    four.run(main, feed=feed, fetch_list=[loss], scope=scope)  # and back, on its fast path
+    assert len(scope.get("fc_0.w_0").sharding.device_set) == 4
+    _assert_close(_persistables(main, scope), want)
 
 
 # --- bad input ---

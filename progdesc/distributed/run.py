@@ -78,7 +78,32 @@ def compile_on_mesh(mesh, program_desc, fn, feeds, fetch_names, reads, writes, s
                          out_shardings=(*[None] * len(fetch_names), *write_shardings),
                          donate_argnums=donate)
     shardings = (*feed_shardings, *read_shardings)
-    return jitted, lambda args: jax.device_put(tuple(args), shardings)
+    n_feeds = len(feed_shardings)
+
+    def place(args, everything=True):
+        """The flat arguments laid out as the step expects; only the feeds unless
+        `everything` (persistables an earlier step wrote are already in place)."""
+        n = len(args) if everything else n_feeds
+        return (*jax.device_put(tuple(args[:n]), shardings[:n]), *args[n:])
+    return jitted, place
+
+
+def placing(call, place):
+    """`call` (a compiled step) with its feeds placed first, and every argument placed when
+    a persistable is laid out elsewhere.
+
+    Feeds are always put on the mesh explicitly: handing NumPy arrays to a multi-device
+    executable can deadlock JAX's CPU collectives. A persistable on other devices
+    (written into the Scope by another Executor) makes the executable refuse the call
+    before it runs (a ValueError, nothing donated); the call is then made again with
+    everything placed.
+    """
+    def run(*args):
+        try:
+            return call(*place(args, everything=False))
+        except ValueError:
+            return call(*place(args))
+    return run
 
 
 def _data_parallel(mesh, axes, fn, var, feed_specs, fetch_names, reads, writes, lead,
@@ -121,7 +146,9 @@ def _data_parallel(mesh, axes, fn, var, feed_specs, fetch_names, reads, writes, 
                  *[rep] * len(writes))
     mapped = jax.shard_map(body, mesh=mesh.jax_mesh,
                            in_specs=(*feed_specs, *[rep] * len(reads)), out_specs=out_specs)
-    return jax.jit(mapped, donate_argnums=donate), [replicated(mesh)] * len(reads)
+    read_shardings = [replicated(mesh)] * len(reads)
+    in_shardings = (*[NamedSharding(mesh.jax_mesh, s) for s in feed_specs], *read_shardings)
+    return jax.jit(mapped, in_shardings=in_shardings, donate_argnums=donate), read_shardings
 
 
 def _varies(x, axis):
