@@ -6,6 +6,10 @@ A collective names a mesh axis (e.g. "data"). Inside `shard_map` over that axis
 not bound and the program runs on one device, an axis of size 1: the reduction
 of one value is that value, so the op is the identity. A data-parallel program
 therefore also runs, unchanged and with the same results, on a single device.
+
+Devices communicate only through these ops: a gradient op lowered through
+`jax.vjp` uses `local_vjp`, so that inside shard_map it computes each device's
+own partial gradient rather than one JAX sums over the devices.
 """
 import jax
 from jax import lax
@@ -29,7 +33,7 @@ def all_reduce(x, reduce_type, axis_name):
     """`x` reduced over the devices of mesh axis `axis_name`; `x` itself if it is unbound."""
     if reduce_type not in _REDUCTIONS:
         raise ProgramError(f"reduce_type must be one of {', '.join(_REDUCTIONS)}, "
-                         f"got {reduce_type!r}")
+                           f"got {reduce_type!r}")
     if not axis_name or not axis_bound(axis_name):
         return x
     return _REDUCTIONS[reduce_type](x, axis_name)
