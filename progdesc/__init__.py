@@ -2,8 +2,8 @@
 from lowering.errors import (AttributeTypeError, BackwardError, FeedError, FetchError,
                              FormatError, ProgdescError, ProgramError, ScopeError, ShapeError,
                              NumericsError, UnknownOpError, UnsupportedPrimitiveError)
-from progdesc import (compile_cache, control_flow, custom_op, display, export, initializer, io,
-                      layers, ops, optimizer, reader)
+from progdesc import (compile_cache, control_flow, custom_op, display, distributed, export,
+                      initializer, io, layers, ops, optimizer, reader)
 from progdesc.backward import append_backward, gradients
 from progdesc.compile_cache import set_compilation_cache
 from progdesc.param import ParamAttr, create_parameter
@@ -26,5 +26,5 @@ __all__ = [
     "ParamAttr", "append_backward", "create_parameter", "gradients", "initializer", "layers",
     "optimizer", "prune", "reader", "control_flow", "custom_op", "display", "export", "io",
     "set_compilation_cache", "from_flax", "from_jax", "UnsupportedPrimitiveError", "as_jax",
-    "NumericsError",
+    "NumericsError", "distributed",
 ]
