@@ -72,3 +72,7 @@ class BackwardError(ProgdescError, ValueError):
 
 class ScopeError(ProgdescError, LookupError):
     """A variable missing from a Scope, or a value that does not fit it."""
+
+
+class DistributedError(ProgdescError, RuntimeError):
+    """A multi-process run that cannot start: bad arguments, or peers that do not join."""
