@@ -1,5 +1,6 @@
 """progdesc: serializable program descriptions, compiled to XLA through JAX."""
-from lowering.errors import (AttributeTypeError, BackwardError, FeedError, FetchError,
+from lowering.errors import (AttributeTypeError, BackwardError, DistributedError, FeedError,
+                             FetchError,
                              FormatError, ProgdescError, ProgramError, ScopeError, ShapeError,
                              UnknownOpError)
 from progdesc import (compile_cache, control_flow, custom_op, display, export, initializer, io,
@@ -13,6 +14,7 @@ from progdesc.framework import (Block, Operator, Program, Variable, data, defaul
                                 default_startup_program, program_guard)
 from progdesc.scope import Scope, global_scope, scope_guard
 from progdesc import amp
+from progdesc import distributed
 
 compile_cache.configure_default()   # JAX's persistent compilation cache, on by default
 
@@ -24,5 +26,5 @@ __all__ = [
     "default_startup_program", "global_scope", "ops", "program_guard", "scope_guard",
     "ParamAttr", "append_backward", "create_parameter", "gradients", "initializer", "layers",
     "optimizer", "prune", "reader", "control_flow", "custom_op", "display", "export", "io",
-    "set_compilation_cache",
+    "set_compilation_cache", "DistributedError", "distributed",
 ]

@@ -1,0 +1,144 @@
+"""progdesc.distributed across processes: joining, feeding, fetching, checkpoints.
+
+The multi-process cases start real processes on 127.0.0.1 (a free port each
+time), with PYTHONPATH at this repository and a timeout, and kill what is left
+of them when a case fails.
+"""
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+
+import jax
+import numpy as np
+import pytest
+
+import progdesc as pd
+from lowering.errors import DistributedError, FormatError
+from progdesc import distributed as dist
+from progdesc import io, layers, ops
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PROCESS_TIMEOUT = 180
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start(script, *args, devices=1):
+    """A Python process running `script` with `args`, on `devices` forced CPU devices."""
+    env = dict(os.environ, PYTHONPATH=ROOT, JAX_PLATFORMS="cpu",
+               XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}")
+    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(script), *map(str, args)],
+                            env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+
+
+def finish(procs):
+    """Every process's (return code, output); kills them all if one outlives the timeout."""
+    try:
+        return [(p.wait(timeout=PROCESS_TIMEOUT), p.stdout.read()) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+            p.stdout.close()
+
+
+@pytest.mark.parametrize("args, message", [
+    (("localhost", 2, 0), "coordinator must be 'host:port'"),
+    (("127.0.0.1:x", 2, 0), "coordinator must be 'host:port'"),
+    (("127.0.0.1:1234", 0, 0), "num_processes must be a positive int"),
+    (("127.0.0.1:1234", 2, 2), r"process_id must be an int in \[0, 2\)"),
+    (("127.0.0.1:1234", 2, -1), r"process_id must be an int in \[0, 2\)"),
+])
+def test_initialize_checks_its_arguments(args, message):
+    with pytest.raises(DistributedError, match=message):
+        dist.initialize(*args)
+
+
+def test_initialize_checks_its_timeout():
+    with pytest.raises(DistributedError, match="timeout must be a positive"):
+        dist.initialize("127.0.0.1:1234", 2, 0, timeout=0)
+
+
+def test_initialize_after_jax_started_is_refused():
+    jax.devices()   # the backend is up in this process
+    with pytest.raises(DistributedError, match="before anything touches a JAX device"):
+        dist.initialize("127.0.0.1:1234", 2, 0)
+    assert not jax.distributed.is_initialized()
+
+
+JOIN_ALONE = """
+    import sys, jax, progdesc as pd
+    from progdesc import distributed as dist
+    try:
+        dist.initialize(f"127.0.0.1:{sys.argv[1]}", 2, int(sys.argv[2]), timeout=2)
+    except pd.DistributedError as e:
+        print("ERROR:", e)
+    print("after:", jax.process_count(), float(jax.numpy.ones(3).sum()))
+"""
+
+
+@pytest.mark.parametrize("process_id", [0, 1])
+def test_a_process_left_alone_gets_an_error_naming_the_coordinator(process_id):
+    port = free_port()
+    [(code, out)] = finish([start(JOIN_ALONE, port, process_id)])
+    assert code == 0, out
+    assert (f"ERROR: process {process_id} of 2 could not join the run coordinated at "
+            f"127.0.0.1:{port} within 2 s") in out
+    assert "after: 1 3.0" in out   # the process lives on, as a one-process run
+
+
+def test_shard_files_round_trip_in_one_process(tmp_path):
+    main, startup, _ = mlp_program(seed=3)
+    scope = pd.Scope()
+    pd.Executor().run(startup, scope=scope)
+    dist.save_checkpoint_shards(tmp_path / "ckpt", main, scope)
+    assert os.listdir(tmp_path / "ckpt") == ["shard-00000-of-00001.safetensors"]
+    loaded = pd.Scope()
+    names = dist.load_checkpoint_shards(tmp_path / "ckpt", main, loaded)
+    assert sorted(names) == sorted(io.persistable_vars(main))
+    for name in names:
+        np.testing.assert_array_equal(np.asarray(loaded.get(name)), np.asarray(scope.get(name)))
+
+
+def test_shard_files_missing_or_incomplete_are_refused(tmp_path):
+    main, startup, _ = mlp_program(seed=3)
+    scope = pd.Scope()
+    pd.Executor().run(startup, scope=scope)
+    weight = main.all_parameters()[0].name
+    value = np.asarray(scope.get(weight))
+    half = value.shape[0] // 2
+    (tmp_path / "a").mkdir()
+    io.atomic_write(tmp_path / "a" / "shard-00001-of-00002.safetensors", io.tensors_bytes(
+        {f"{weight}|0:{half},0:{value.shape[1]}|{value.shape[0]},{value.shape[1]}":
+         value[:half]}))
+    with pytest.raises(FormatError, match="lacks shard-00000-of-00002.safetensors"):
+        dist.load_checkpoint_shards(tmp_path / "a", main, pd.Scope())
+    io.atomic_write(tmp_path / "a" / "shard-00000-of-00002.safetensors", io.tensors_bytes({}))
+    target = pd.Scope()
+    with pytest.raises(FormatError, match=f"variable '{weight}': the shards .* do not cover"):
+        dist.load_checkpoint_shards(tmp_path / "a", main, target)
+    assert not target.local_var_names()
+    with pytest.raises(FormatError, match="holds no checkpoint shards"):
+        dist.load_checkpoint_shards(tmp_path, main, pd.Scope())
+
+
+def mlp_program(seed, data_parallel=False):
+    """An MLP classifier trained by Adam: (main, startup, loss)."""
+    main, startup = pd.Program(), pd.Program()
+    main.random_seed = startup.random_seed = seed
+    with pd.program_guard(main, startup):
+        x = pd.data("x", [None, 8])
+        y = pd.data("y", [None, 1], dtype="int64")
+        h = layers.fc(x, 16, act="tanh")
+        logits = layers.fc(h, 4)
+        loss = ops.mean(layers.softmax_with_cross_entropy(logits, y))
+        pd.optimizer.Adam(0.05).minimize(loss)
+    return main, startup, loss
