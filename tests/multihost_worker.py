@@ -1,0 +1,74 @@
+"""One process of the two-process runs of test_multihost.py, and the model both sides build.
+
+`python tests/multihost_worker.py PORT PROCESS_ID OUT_DIR`, with 2 forced CPU
+devices: joins a run of 2 processes coordinated at 127.0.0.1:PORT, then trains
+the MLP for STEPS Adam steps on a mesh over the 4 devices of both processes,
+twice: data parallel, and FSDP (every parameter split along the data axis).
+Each process feeds only its own half of every global batch. It writes what
+the test compares to OUT_DIR: `process-<id>-<mode>.npz` (parameters, losses,
+the last step's per-example logits), and, written together by both processes,
+a checkpoint file (process 0 writes it) and a directory of per-process shards.
+"""
+import os
+import sys
+
+import numpy as np
+
+SEED, STEPS, GLOBAL_BATCH, PROCESSES = 7, 4, 16, 2
+
+
+def mlp_program(mode=None):
+    """The MLP trained by Adam: (main, startup, loss, logits). `mode` None: a plain
+    program; "dp": data parallel; "fsdp": every parameter annotated as split along its
+    first dim over mesh axis 'data'."""
+    import progdesc as pd
+    from progdesc import distributed as dist
+    from progdesc import layers, ops
+    main, startup = pd.Program(random_seed=SEED), pd.Program(random_seed=SEED)
+    with pd.program_guard(main, startup):
+        x = pd.data("x", [None, 8])
+        y = pd.data("y", [None, 1], dtype="int64")
+        h = layers.fc(x, 16, act="tanh")
+        logits = layers.fc(h, 4)
+        loss = ops.mean(layers.softmax_with_cross_entropy(logits, y))
+        pd.optimizer.Adam(0.05).minimize(loss, data_parallel=mode == "dp")
+        if mode == "fsdp":
+            for param in main.all_parameters():
+                dist.shard(param, ("data",) + (None,) * (len(param.shape) - 1))
+    return main, startup, loss, logits
+
+
+def global_batches():
+    """STEPS (x, y) global batches of GLOBAL_BATCH rows."""
+    rng = np.random.default_rng(SEED)
+    return [(rng.standard_normal((GLOBAL_BATCH, 8)).astype(np.float32),
+             rng.integers(0, 4, (GLOBAL_BATCH, 1)).astype(np.int64)) for _ in range(STEPS)]
+
+
+def main(port, process_id, out_dir):
+    import progdesc as pd
+    from progdesc import distributed as dist
+    dist.initialize(f"127.0.0.1:{port}", PROCESSES, process_id, timeout=60)
+    import jax
+    assert jax.process_count() == PROCESSES and len(jax.devices()) == 4
+    mesh = dist.Mesh({"data": 4})
+    rows = slice(process_id * GLOBAL_BATCH // PROCESSES,
+                 (process_id + 1) * GLOBAL_BATCH // PROCESSES)
+    for mode in ("dp", "fsdp"):
+        main_program, startup, loss, logits = mlp_program(mode)
+        exe, scope = pd.Executor(mesh=mesh), pd.Scope()
+        exe.run(startup, scope=scope)
+        losses = []
+        for x, y in global_batches():
+            feed = {"x": dist.global_batch(x[rows], mesh), "y": dist.global_batch(y[rows], mesh)}
+            lost, out = exe.run(main_program, feed=feed, fetch_list=[loss, logits], scope=scope)
+            losses.append(lost)
+        params = {p.name: dist.to_host(scope.get(p.name)) for p in main_program.all_parameters()}
+        np.savez(os.path.join(out_dir, f"process-{process_id}-{mode}.npz"), losses=losses,
+                 logits=out, **params)
+        dist.save_checkpoint(os.path.join(out_dir, f"{mode}.safetensors"), main_program, scope)
+        dist.save_checkpoint_shards(os.path.join(out_dir, f"{mode}-shards"), main_program, scope)
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3])
