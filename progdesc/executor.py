@@ -48,11 +48,15 @@ class _Compiled:
     checked: bool = False      # whether a run checked what the holders hold
     hot_scope: object = None   # `scope`, once a run checked what its holders hold
     feeds: tuple = ()          # (name, shape of one step's value) per feed, for error messages
+    place: object = None       # on a mesh: puts the flat args where the executable wants them
+    compiled: object = None    # the jax Compiled, after the first call (memory_analysis, ...)
 
     def __call__(self, args, device, compiler_options=None):
         """Run the executable on flat `args`, compiling it on the first call."""
         if self.call is None:
             with jax.enable_x64(True), _default_device(device):
+                if self.place is not None:
+                    args = self.place(args)
                 compiled = self.jitted.lower(*args).compile(compiler_options or None)
                 outs = compiled(*args)
             # Only 64-bit feeds need the context (without it NumPy ones become 32-bit);
@@ -61,6 +65,10 @@ class _Compiled:
             # After its first call a Compiled holds the C++ call its __call__ forwards to;
             # calling that directly saves a Python frame per run.
             self.call = getattr(compiled, "_call", None) or compiled
+            self.compiled = compiled
+            if self.place is not None:
+                call, place = self.call, self.place
+                self.call = lambda *a: call(*place(a))
             return outs
         if self.needs_x64:
             with jax.enable_x64(True):
@@ -143,10 +151,15 @@ class Executor:
     applied to every program this Executor compiles (see bench/RESULTS.md
     for what the CPU ones gave). `precision` ("default" or "highest")
     overrides the precision policy of every program it runs; None keeps
-    each program's own (`Program.precision`).
+    each program's own (`Program.precision`). `mesh`, a `progdesc.distributed.Mesh`,
+    runs every program on the mesh's devices, data parallel or sharded
+    (see progdesc/distributed/run.py).
     """
 
-    def __init__(self, device=None, compiler_options=None, precision=None):
+    def __init__(self, device=None, compiler_options=None, precision=None, mesh=None):
+        if mesh is not None and device is not None:
+            raise ValueError("give an Executor a device or a mesh, not both")
+        self.mesh = mesh
         self.device = _device(device)
         self._precision = None if precision is None else check_precision(precision)
         self.compiler_options = dict(compiler_options or {})
@@ -274,7 +287,8 @@ class Executor:
         entry = self._entries.get(key)
         if entry is None:
             entry = _remember(self._entries, key,
-                              self._compile(program, tuple(names), fetch_names, steps))
+                              self._compile(program, tuple(names), fetch_names, steps,
+                                            tuple(v.shape for v in values)))
             entry.feeds = tuple((n, v.shape if steps is None else v.shape[1:])
                                 for n, v in zip(names, values))
         casts = None if all(c is None for c in casts) else tuple(casts)
@@ -305,7 +319,7 @@ class Executor:
                     f"{dtypes.name_of(var.desc.dtype)}{list(var.desc.dims)}", var=name)
         return tuple(state)
 
-    def _compile(self, program, feed_names, fetch_names, steps):
+    def _compile(self, program, feed_names, fetch_names, steps, feed_shapes):
         desc = with_feed_fetch(program, feed_names, fetch_names)
         lowered = lower_block(desc, 0, self._precision)
         written, read = set(lowered.writes), set(lowered.reads)
@@ -335,10 +349,17 @@ class Executor:
                 return (*fetched, *written)
             return call
 
-        jitted = jax.jit(flat(step if steps is None else many_steps),
-                         donate_argnums=tuple(range(n_feeds, n_feeds + n_mutable)))
+        fn, place = flat(step if steps is None else many_steps), None
+        donate = tuple(range(n_feeds, n_feeds + n_mutable))
+        if self.mesh is None:
+            jitted = jax.jit(fn, donate_argnums=donate)
+        else:
+            from progdesc.distributed.run import compile_on_mesh
+            jitted, place = compile_on_mesh(self.mesh, desc, fn, zip(feed_names, feed_shapes),
+                                            lowered.fetch_names, mutable + readonly,
+                                            mutable + only_written, steps, donate)
         return _Compiled(jitted, lowered.fetch_names, mutable + readonly, n_mutable,
-                         mutable + only_written, len(lowered.fetch_names))
+                         mutable + only_written, len(lowered.fetch_names), place=place)
 
 
 def _in_run(error):
