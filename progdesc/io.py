@@ -204,8 +204,9 @@ def persistable_vars(program):
 
 
 def checkpoint_bytes(program, scope=None):
-    """The safetensors bytes of every persistable of `program`, read from `scope`."""
-    scope = scope or global_scope()
+    """The safetensors bytes of every persistable of `program`, read from `scope` (a Scope,
+    or a {name: array} dict)."""
+    scope = global_scope() if scope is None else scope
     tensors = {}
     for name, var in persistable_vars(program).items():
         if name in scope:

@@ -17,7 +17,9 @@ import pytest
 import progdesc as pd
 from lowering.errors import DistributedError, FormatError
 from progdesc import distributed as dist
-from progdesc import io, layers, ops
+from progdesc import io
+
+from multihost_worker import GLOBAL_BATCH, global_batches, mlp_program
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROCESS_TIMEOUT = 180
@@ -30,10 +32,12 @@ def free_port():
 
 
 def start(script, *args, devices=1):
-    """A Python process running `script` with `args`, on `devices` forced CPU devices."""
+    """A Python process running `script` (source, or a path) with `args`, on `devices`
+    forced CPU devices."""
     env = dict(os.environ, PYTHONPATH=ROOT, JAX_PLATFORMS="cpu",
                XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}")
-    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(script), *map(str, args)],
+    code = [script] if os.path.exists(script) else ["-c", textwrap.dedent(script)]
+    return subprocess.Popen([sys.executable, *code, *map(str, args)],
                             env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True)
 
@@ -96,7 +100,7 @@ def test_a_process_left_alone_gets_an_error_naming_the_coordinator(process_id):
 
 
 def test_shard_files_round_trip_in_one_process(tmp_path):
-    main, startup, _ = mlp_program(seed=3)
+    main, startup, _, _ = mlp_program()
     scope = pd.Scope()
     pd.Executor().run(startup, scope=scope)
     dist.save_checkpoint_shards(tmp_path / "ckpt", main, scope)
@@ -109,7 +113,7 @@ def test_shard_files_round_trip_in_one_process(tmp_path):
 
 
 def test_shard_files_missing_or_incomplete_are_refused(tmp_path):
-    main, startup, _ = mlp_program(seed=3)
+    main, startup, _, _ = mlp_program()
     scope = pd.Scope()
     pd.Executor().run(startup, scope=scope)
     weight = main.all_parameters()[0].name
@@ -130,15 +134,54 @@ def test_shard_files_missing_or_incomplete_are_refused(tmp_path):
         dist.load_checkpoint_shards(tmp_path, main, pd.Scope())
 
 
-def mlp_program(seed, data_parallel=False):
-    """An MLP classifier trained by Adam: (main, startup, loss)."""
-    main, startup = pd.Program(), pd.Program()
-    main.random_seed = startup.random_seed = seed
-    with pd.program_guard(main, startup):
-        x = pd.data("x", [None, 8])
-        y = pd.data("y", [None, 1], dtype="int64")
-        h = layers.fc(x, 16, act="tanh")
-        logits = layers.fc(h, 4)
-        loss = ops.mean(layers.softmax_with_cross_entropy(logits, y))
-        pd.optimizer.Adam(0.05).minimize(loss)
-    return main, startup, loss
+def one_process_run():
+    """The reference: the plain MLP on this process's one device, on the same global
+    batches: (main program, scope after training, losses, last logits)."""
+    main, startup, loss, logits = mlp_program()
+    exe, scope = pd.Executor(), pd.Scope()
+    exe.run(startup, scope=scope)
+    losses = []
+    for x, y in global_batches():
+        lost, out = exe.run(main, feed={"x": x, "y": y}, fetch_list=[loss, logits], scope=scope)
+        losses.append(lost)
+    return main, scope, np.array(losses), out
+
+
+def test_two_processes_train_like_one(tmp_path):
+    """Two processes of 2 CPU devices each train data parallel and FSDP on a 4-device
+    mesh, each feeding half of every batch: the same parameters, losses and logits in
+    both, equal to a one-process run; the checkpoints they write load on one device."""
+    port = free_port()
+    worker = os.path.join(ROOT, "tests", "multihost_worker.py")
+    results = finish([start(worker, port, i, tmp_path, devices=2) for i in (0, 1)])
+    for i, (code, out) in enumerate(results):
+        assert code == 0, f"process {i} failed:\n{out}"
+    main, scope, losses, logits = one_process_run()
+    params = [p.name for p in main.all_parameters()]
+    for mode in ("dp", "fsdp"):
+        first, second = (np.load(tmp_path / f"process-{i}-{mode}.npz") for i in (0, 1))
+        assert sorted(first.files) == sorted(["losses", "logits", *params])
+        for key in first.files:
+            np.testing.assert_array_equal(first[key], second[key], err_msg=f"{mode} {key}")
+        np.testing.assert_allclose(first["losses"], losses, rtol=1e-5, atol=1e-5)
+        assert first["logits"].shape == (GLOBAL_BATCH, 4)
+        np.testing.assert_allclose(first["logits"], logits, rtol=1e-5, atol=1e-5)
+        for name in params:
+            np.testing.assert_allclose(first[name], np.asarray(scope.get(name)), rtol=1e-5,
+                                       atol=1e-5, err_msg=f"{mode} {name}")
+        from_file, from_shards = pd.Scope(), pd.Scope()
+        io.load_checkpoint(tmp_path / f"{mode}.safetensors", main, from_file)
+        dist.load_checkpoint_shards(tmp_path / f"{mode}-shards", main, from_shards)
+        for name in io.persistable_vars(main):
+            if name in from_file:
+                np.testing.assert_array_equal(np.asarray(from_shards.get(name)),
+                                              np.asarray(from_file.get(name)), err_msg=name)
+        for name in params:
+            np.testing.assert_array_equal(np.asarray(from_file.get(name)), first[name])
+    # FSDP: each process wrote the halves of the parameters that it holds
+    halves = [io.read_checkpoint(tmp_path / "fsdp-shards" / f"shard-0000{i}-of-00002.safetensors")
+              for i in (0, 1)]
+    weight = params[0]
+    assert [sorted(k for k in half if k.startswith(weight + "|")) for half in halves] == [
+        [f"{weight}|0:2,0:16|8,16", f"{weight}|2:4,0:16|8,16"],
+        [f"{weight}|4:6,0:16|8,16", f"{weight}|6:8,0:16|8,16"]]

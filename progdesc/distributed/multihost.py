@@ -29,7 +29,7 @@ from jax.experimental import multihost_utils
 from lowering.errors import DistributedError, FormatError
 from progdesc import io
 from progdesc.framework import default_main_program
-from progdesc.scope import Scope, global_scope
+from progdesc.scope import global_scope
 
 _SHARD_FILE = "shard-{:05d}-of-{:05d}.safetensors"
 _SHARD_FILE_RE = re.compile(r"shard-(\d{5})-of-(\d{5})\.safetensors")
@@ -128,7 +128,8 @@ def global_batch(local_value, mesh, axis="data"):
     result is one array of all processes' rows, to feed like any other value.
     """
     sharding = jax.sharding.NamedSharding(_jax_mesh(mesh), jax.sharding.PartitionSpec(axis))
-    return jax.make_array_from_process_local_data(sharding, np.asarray(local_value))
+    with jax.enable_x64(True):   # int64 labels stay int64, as the program declares them
+        return jax.make_array_from_process_local_data(sharding, np.asarray(local_value))
 
 
 def _jax_mesh(mesh):
@@ -141,7 +142,8 @@ def to_host(value):
     if isinstance(value, jax.Array) and not value.is_fully_addressable:
         if value.is_fully_replicated:
             return np.asarray(value.addressable_data(0))
-        return multihost_utils.process_allgather(value, tiled=True)
+        with jax.enable_x64(True):   # 64-bit values stay 64-bit while they are gathered
+            return multihost_utils.process_allgather(value, tiled=True)
     return np.asarray(value)
 
 
@@ -160,10 +162,8 @@ def save_checkpoint(path, program=None, scope=None):
     """
     program = program or default_main_program()
     scope = scope or global_scope()
-    gathered = Scope()
-    for name in io.persistable_vars(program):
-        if name in scope:
-            gathered.set(name, to_host(scope.get(name)))
+    gathered = {name: to_host(scope.get(name)) for name in io.persistable_vars(program)
+                if name in scope}
     if jax.process_index() == 0:
         io.atomic_write(path, io.checkpoint_bytes(program, gathered))
     _sync(f"progdesc checkpoint {os.fspath(path)}")
