@@ -43,13 +43,18 @@ def build(spec, mode, k):
     main, startup, _, _, loss = W.build_progdesc(spec)
     if mode == "dp":
         dist.data_parallel(main)
-    if mode == "fsdp":
+    if mode == "fsdp":   # each parameter and its Adam moments ('<param>.moment1', ...)
+        block = main.global_block()
         with pd.program_guard(main, startup):
             for param in main.all_parameters():
                 split = next((d for d, n in enumerate(param.shape) if n % k == 0), None)
-                if split is not None:
-                    dist.shard(param, tuple("data" if d == split else None
-                                            for d in range(len(param.shape))))
+                if split is None:
+                    continue
+                spec = tuple("data" if d == split else None for d in range(len(param.shape)))
+                for var in block.vars.values():
+                    if var.name == param.name or (var.persistable and var.shape == param.shape
+                                                  and var.name.startswith(param.name + ".")):
+                        dist.shard(var, spec)
     return main, startup, loss
 
 
@@ -99,10 +104,10 @@ def measure(k, names, steps):
 
 def run_all(device_counts, names, steps, log=print):
     """Rows of every device count, each measured in a fresh subprocess."""
-    rows = []
+    rows, gpu = [], _has_gpu()
     for k in device_counts:
         env = dict(os.environ, PYTHONPATH=ROOT)
-        if env.get("JAX_PLATFORMS", "cpu") == "cpu" and not _has_gpu():
+        if not gpu:
             env["JAX_PLATFORMS"] = "cpu"
             env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") +
                                 f" --xla_force_host_platform_device_count={k}").strip()

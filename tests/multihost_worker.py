@@ -19,22 +19,22 @@ SEED, STEPS, GLOBAL_BATCH, PROCESSES = 7, 4, 16, 2
 
 def mlp_program(mode=None):
     """The MLP trained by Adam: (main, startup, loss, logits). `mode` None: a plain
-    program; "dp": data parallel; "fsdp": every parameter annotated as split along its
-    first dim over mesh axis 'data'."""
+    program; "dp": data parallel; "fsdp": every parameter (and so its Adam state) split
+    along its first dim over mesh axis 'data'."""
     import progdesc as pd
-    from progdesc import distributed as dist
     from progdesc import layers, ops
+
+    def split(rank):
+        return pd.ParamAttr(sharding=("data",) + (None,) * (rank - 1)) if mode == "fsdp" else None
+
     main, startup = pd.Program(random_seed=SEED), pd.Program(random_seed=SEED)
     with pd.program_guard(main, startup):
         x = pd.data("x", [None, 8])
         y = pd.data("y", [None, 1], dtype="int64")
-        h = layers.fc(x, 16, act="tanh")
-        logits = layers.fc(h, 4)
+        h = layers.fc(x, 16, act="tanh", param_attr=split(2), bias_attr=split(1))
+        logits = layers.fc(h, 4, param_attr=split(2), bias_attr=split(1))
         loss = ops.mean(layers.softmax_with_cross_entropy(logits, y))
         pd.optimizer.Adam(0.05).minimize(loss, data_parallel=mode == "dp")
-        if mode == "fsdp":
-            for param in main.all_parameters():
-                dist.shard(param, ("data",) + (None,) * (len(param.shape) - 1))
     return main, startup, loss, logits
 
 

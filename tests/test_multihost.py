@@ -178,10 +178,10 @@ def test_two_processes_train_like_one(tmp_path):
                                               np.asarray(from_file.get(name)), err_msg=name)
         for name in params:
             np.testing.assert_array_equal(np.asarray(from_file.get(name)), first[name])
-    # FSDP: each process wrote the halves of the parameters that it holds
+    # FSDP: each process wrote the halves of the parameters (and their Adam state) it holds
     halves = [io.read_checkpoint(tmp_path / "fsdp-shards" / f"shard-0000{i}-of-00002.safetensors")
               for i in (0, 1)]
-    weight = params[0]
-    assert [sorted(k for k in half if k.startswith(weight + "|")) for half in halves] == [
-        [f"{weight}|0:2,0:16|8,16", f"{weight}|2:4,0:16|8,16"],
-        [f"{weight}|4:6,0:16|8,16", f"{weight}|6:8,0:16|8,16"]]
+    for name in (params[0], params[0] + ".moment1"):
+        assert [sorted(k for k in half if k.startswith(name + "|")) for half in halves] == [
+            [f"{name}|0:2,0:16|8,16", f"{name}|2:4,0:16|8,16"],
+            [f"{name}|4:6,0:16|8,16", f"{name}|6:8,0:16|8,16"]]
