@@ -521,6 +521,17 @@ def param_settings_text(var_desc):
     return "{" + ", ".join(parts) + "}" if parts else ""
 
 
+def sharding_text(var_desc):
+    """'sharding=[data, -]' ('-': a dim not split), 'sharding=replicated', or '' when the
+    VarDesc has no sharding annotation (progdesc.distributed)."""
+    if not var_desc.HasField("sharding"):
+        return ""
+    dims = [a or "-" for a in var_desc.sharding.dims]
+    if all(a == "-" for a in dims):
+        return "sharding=replicated"
+    return f"sharding=[{', '.join(dims)}]"
+
+
 def op_line(block, op_desc):
     """One readable line: outputs = type(inputs) {non-default attrs}."""
     def names(mapping, with_type):
@@ -583,7 +594,8 @@ def block_text(block):
         elif v.persistable and v.kind == pb.DENSE_TENSOR:
             what = "param" if v.is_parameter else "state"
             settings = param_settings_text(v) if v.is_parameter else ""
-            lines.append(f"  {what} {v.name}: {type_str(v)} {settings}".rstrip())
+            notes = " ".join(t for t in (settings, sharding_text(v)) if t)
+            lines.append(f"  {what} {v.name}: {type_str(v)} {notes}".rstrip())
     role = None
     for op_desc in block.desc.ops:
         if op_desc.role != role and role is not None:

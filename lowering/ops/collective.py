@@ -7,6 +7,7 @@ not bound and the program runs on one device, an axis of size 1: the reduction
 of one value is that value, so the op is the identity. A data-parallel program
 therefore also runs, unchanged and with the same results, on a single device.
 """
+import jax
 from jax import lax
 
 from lowering.errors import BackwardError, ProgramError
@@ -32,6 +33,40 @@ def all_reduce(x, reduce_type, axis_name):
     if not axis_name or not axis_bound(axis_name):
         return x
     return _REDUCTIONS[reduce_type](x, axis_name)
+
+
+def varying_axes(x):
+    """The mapped axes over which traced value `x` may differ between devices (inside
+    shard_map; an empty set anywhere else)."""
+    aval = jax.typeof(x)
+    vma = getattr(aval, "vma", None)
+    if vma is None:
+        mat = getattr(aval, "manual_axis_type", None)
+        vma = mat.varying if mat is not None else ()
+    return frozenset(vma)
+
+
+def local_vjp(fn, primals, cotangent):
+    """`jax.vjp(fn, *primals)` applied to `cotangent`, as one device's partial gradients.
+
+    Inside shard_map, JAX's transpose of using a replicated value (a parameter) in a
+    per-device computation sums its gradient over the devices. A gradient op of
+    progdesc computes each device's own part and leaves communication to explicit
+    `c_allreduce` ops, so every primal is first marked as varying over the axes that
+    any input varies over. Anywhere else this is `jax.vjp`. Gradient ops lowered
+    through `jax.vjp` use this. None primals pass through.
+    """
+    axes = frozenset().union(*(varying_axes(v) for v in (*primals, cotangent)
+                               if v is not None))
+    if axes:
+        primals = tuple(v if v is None else _vary(v, axes) for v in primals)
+    _, vjp = jax.vjp(fn, *primals)
+    return vjp(cotangent)
+
+
+def _vary(x, axes):
+    missing = tuple(sorted(axes - varying_axes(x)))
+    return lax.pcast(x, missing, to="varying") if missing else x
 
 
 @op("c_allreduce", inputs=[In("X", "number")], outputs=[Out("Out")],

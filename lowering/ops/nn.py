@@ -19,7 +19,7 @@ from jax import lax
 
 from lowering import checks
 from lowering.errors import BackwardError, ShapeError
-from lowering.ops.collective import all_reduce
+from lowering.ops.collective import all_reduce, local_vjp
 from lowering.registry import REQUIRED, Attr, In, Out, op
 
 
@@ -116,8 +116,7 @@ def _(g):
     attrs=_CONV_ATTRS, same_dtype=("Input", "Filter", "OutputGrad"))
 def conv2d_grad(Input, Filter, OutputGrad, **attrs):
     """Gradients of conv2d's Input and Filter from the gradient of its Output."""
-    _, vjp = jax.vjp(lambda x, w: conv2d.lower(x, w, **attrs), Input, Filter)
-    return vjp(OutputGrad)
+    return local_vjp(lambda x, w: conv2d.lower(x, w, **attrs), (Input, Filter), OutputGrad)
 
 
 @conv2d_grad.gradient
@@ -203,8 +202,7 @@ def _(g):
     attrs=_POOL_ATTRS, same_dtype=("X", "OutGrad"))
 def pool2d_grad(X, OutGrad, **attrs):
     """Gradient of pool2d's X from the gradient of its Out (linear in OutGrad; zero in X)."""
-    _, vjp = jax.vjp(lambda x: pool2d.lower(x, **attrs), X)
-    return vjp(OutGrad)[0]
+    return local_vjp(lambda x: pool2d.lower(x, **attrs), (X,), OutGrad)[0]
 
 
 @pool2d_grad.gradient
@@ -307,8 +305,7 @@ def scaled_dot_product_attention_grad(Q, K, V, OutGrad, Bias=None, Mask=None, **
     def forward(q, k, v, bias):
         return scaled_dot_product_attention.lower(q, k, v, bias, Mask, **attrs)
 
-    _, vjp = jax.vjp(forward, Q, K, V, Bias)
-    return vjp(OutGrad)
+    return local_vjp(forward, (Q, K, V, Bias), OutGrad)
 
 
 # --- normalization ---

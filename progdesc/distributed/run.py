@@ -29,6 +29,7 @@ from jax import lax
 from jax.sharding import NamedSharding, PartitionSpec
 
 from lowering.errors import FeedError, ProgramError
+from lowering.ops.collective import varying_axes
 from progdesc.distributed.data_parallel import uses_collectives
 from progdesc.distributed.sharding import is_split, named_sharding, replicated
 
@@ -108,11 +109,7 @@ def _data_parallel(mesh, fn, var, feed_specs, fetch_names, reads, writes, lead, 
 
 def _varies(x, axis):
     """Whether traced value `x` may differ between the devices of `axis` (inside shard_map)."""
-    aval = jax.typeof(x)
-    vma = getattr(aval, "vma", None)
-    if vma is None:
-        vma = aval.manual_axis_type.varying
-    return axis in vma
+    return axis in varying_axes(x)
 
 
 def _combine(x, axis):
