@@ -134,23 +134,24 @@ def test_shard_files_missing_or_incomplete_are_refused(tmp_path):
         dist.load_checkpoint_shards(tmp_path, main, pd.Scope())
 
 
-def one_process_run():
+def one_process_run(steps=None):
     """The reference: the plain MLP on this process's one device, on the same global
-    batches: (main program, scope after training, losses, last logits)."""
+    batches (the first `steps`): (main program, scope after training, losses, last logits)."""
     main, startup, loss, logits = mlp_program()
     exe, scope = pd.Executor(), pd.Scope()
     exe.run(startup, scope=scope)
     losses = []
-    for x, y in global_batches():
+    for x, y in global_batches()[:steps]:
         lost, out = exe.run(main, feed={"x": x, "y": y}, fetch_list=[loss, logits], scope=scope)
         losses.append(lost)
     return main, scope, np.array(losses), out
 
 
 def test_two_processes_train_like_one(tmp_path):
-    """Two processes of 2 CPU devices each train data parallel and FSDP on a 4-device
-    mesh, each feeding half of every batch: the same parameters, losses and logits in
-    both, equal to a one-process run; the checkpoints they write load on one device."""
+    """Two processes of 2 CPU devices each run the README's example, then train data
+    parallel and FSDP on a 4-device mesh, each feeding half of every batch: the same
+    parameters, losses and logits in both, equal to a one-process run; the checkpoints
+    they write load on one device."""
     port = free_port()
     worker = os.path.join(ROOT, "tests", "multihost_worker.py")
     results = finish([start(worker, port, i, tmp_path, devices=2) for i in (0, 1)])
@@ -158,6 +159,16 @@ def test_two_processes_train_like_one(tmp_path):
         assert code == 0, f"process {i} failed:\n{out}"
     main, scope, losses, logits = one_process_run()
     params = [p.name for p in main.all_parameters()]
+    # the README's example: one step, its loss in both processes, its checkpoint
+    _, after_one, first_loss, _ = one_process_run(steps=1)
+    for i in (0, 1):
+        np.testing.assert_allclose(np.load(tmp_path / f"process-{i}-readme.npz")["loss"],
+                                   first_loss[0], rtol=1e-5)
+    readme_scope = pd.Scope()
+    io.load_checkpoint(tmp_path / "ckpt.safetensors", main, readme_scope)
+    for name in params:
+        np.testing.assert_allclose(np.asarray(readme_scope.get(name)),
+                                   np.asarray(after_one.get(name)), rtol=1e-5, atol=1e-5)
     for mode in ("dp", "fsdp"):
         first, second = (np.load(tmp_path / f"process-{i}-{mode}.npz") for i in (0, 1))
         assert sorted(first.files) == sorted(["losses", "logits", *params])
