@@ -99,6 +99,17 @@ def test_a_process_left_alone_gets_an_error_naming_the_coordinator(process_id):
     assert "after: 1 3.0" in out   # the process lives on, as a one-process run
 
 
+def test_a_coordinator_port_in_use_is_named():
+    with socket.socket() as taken:
+        taken.bind(("", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        [(code, out)] = finish([start(JOIN_ALONE, port, 0)])
+    assert code == 0, out
+    assert f"ERROR: process 0 could not serve the coordinator at 127.0.0.1:{port}" in out
+    assert "after: 1 3.0" in out
+
+
 def test_shard_files_round_trip_in_one_process(tmp_path):
     main, startup, _, _ = mlp_program()
     scope = pd.Scope()

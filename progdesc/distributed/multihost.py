@@ -58,7 +58,12 @@ def initialize(coordinator, num_processes, process_id, timeout=300, local_device
                                        local_device_ids=local_device_ids,
                                        initialization_timeout=timeout)
     except RuntimeError:
+        served = _jax_distributed.global_state.service is not None
         _forget_failed_join()
+        if process_id == 0 and not served:
+            raise DistributedError(
+                f"process 0 could not serve the coordinator at {coordinator}: is the port "
+                "free, and the host an address of this machine?") from None
         raise DistributedError(
             f"process {process_id} of {num_processes} could not join the run coordinated at "
             f"{coordinator} within {timeout} s: is every process started, with the same "
@@ -90,8 +95,10 @@ def _connect_raises():
 
     jaxlib's client ends the process (a fatal log) on an error unless it was made
     with an error callback, and `jax.distributed.initialize` passes none. With one,
-    a failed `connect` raises; a peer lost after joining still ends the process, as
-    in JAX. On a jaxlib without this seam, JAX's own behaviour stands.
+    the error reaches `connect`, which raises: our callback raises, and jaxlib 0.10
+    cannot even call a Python callback with its error, which raises too. A peer lost
+    after joining still ends the process, as in JAX (an exception on jaxlib's own
+    thread). On a jaxlib without this seam, JAX's own behaviour stands.
     """
     module = getattr(_jax_distributed, "_jax", None)
     make_client = getattr(module, "get_distributed_runtime_client", None)
@@ -111,8 +118,8 @@ def _connect_raises():
 
 
 def _forget_failed_join():
-    """Drop the client (never connected) and the service of a failed join, so that a
-    later `initialize` can try again."""
+    """Drop the client (never connected) and the service of a failed join: the process
+    goes on as a one-process run."""
     state = _jax_distributed.global_state
     service, state.client, state.service = state.service, None, None
     state.process_id, state.num_processes, state.coordinator_address = 0, 1, None
