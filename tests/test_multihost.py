@@ -8,6 +8,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
 
 import jax
@@ -31,27 +32,33 @@ def free_port():
         return s.getsockname()[1]
 
 
-def start(script, *args, devices=1):
-    """A Python process running `script` (source, or a path) with `args`, on `devices`
-    forced CPU devices."""
+def start(command, *args, devices=1):
+    """A Python process running `command` (["-c", source] or [path]) with `args`, on
+    `devices` forced CPU devices; its output goes to a temporary file."""
     env = dict(os.environ, PYTHONPATH=ROOT, JAX_PLATFORMS="cpu",
                XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}")
-    code = [script] if os.path.exists(script) else ["-c", textwrap.dedent(script)]
-    return subprocess.Popen([sys.executable, *code, *map(str, args)],
-                            env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
+    log = tempfile.TemporaryFile("w+")
+    proc = subprocess.Popen([sys.executable, *command, *map(str, args)], env=env, cwd=ROOT,
+                            stdout=log, stderr=subprocess.STDOUT, text=True)
+    proc.log = log
+    return proc
 
 
 def finish(procs):
     """Every process's (return code, output); kills them all if one outlives the timeout."""
     try:
-        return [(p.wait(timeout=PROCESS_TIMEOUT), p.stdout.read()) for p in procs]
+        codes = [p.wait(timeout=PROCESS_TIMEOUT) for p in procs]
+        outs = []
+        for p in procs:
+            p.log.seek(0)
+            outs.append(p.log.read())
+        return list(zip(codes, outs))
     finally:
         for p in procs:
             if p.poll() is None:
                 p.kill()
                 p.wait()
-            p.stdout.close()
+            p.log.close()
 
 
 @pytest.mark.parametrize("args, message", [
@@ -78,7 +85,7 @@ def test_initialize_after_jax_started_is_refused():
     assert not jax.distributed.is_initialized()
 
 
-JOIN_ALONE = """
+JOIN_ALONE = ["-c", textwrap.dedent("""
     import sys, jax, progdesc as pd
     from progdesc import distributed as dist
     try:
@@ -86,7 +93,7 @@ JOIN_ALONE = """
     except pd.DistributedError as e:
         print("ERROR:", e)
     print("after:", jax.process_count(), float(jax.numpy.ones(3).sum()))
-"""
+""")]
 
 
 @pytest.mark.parametrize("process_id", [0, 1])
@@ -164,7 +171,7 @@ def test_two_processes_train_like_one(tmp_path):
     parameters, losses and logits in both, equal to a one-process run; the checkpoints
     they write load on one device."""
     port = free_port()
-    worker = os.path.join(ROOT, "tests", "multihost_worker.py")
+    worker = [os.path.join(ROOT, "tests", "multihost_worker.py")]
     results = finish([start(worker, port, i, tmp_path, devices=2) for i in (0, 1)])
     for i, (code, out) in enumerate(results):
         assert code == 0, f"process {i} failed:\n{out}"
