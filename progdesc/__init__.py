@@ -1,8 +1,8 @@
 """progdesc: serializable program descriptions, compiled to XLA through JAX."""
-from lowering.errors import (AttributeTypeError, BackwardError, DistributedError, FeedError,
-                             FetchError,
+from lowering.errors import (AttributeTypeError, BackwardError, FeedError, FetchError,
                              FormatError, ProgdescError, ProgramError, ScopeError, ShapeError,
                              UnknownOpError)
+from lowering.errors import DistributedError
 from progdesc import (compile_cache, control_flow, custom_op, display, export, initializer, io,
                       layers, ops, optimizer, reader)
 from progdesc.backward import append_backward, gradients
