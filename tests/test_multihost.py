@@ -152,6 +152,26 @@ def test_shard_files_missing_or_incomplete_are_refused(tmp_path):
         dist.load_checkpoint_shards(tmp_path, main, pd.Scope())
 
 
+@pytest.mark.parametrize("key, message", [
+    ("w|0:2,0:3|4,3", "does not fit the others"),          # the box is not the data's shape
+    ("w|0:2,0:4|2,3", "does not fit the others"),          # the box leaves the value
+    ("w|0:2|2", "does not fit the others"),                # box and shape of another rank
+    ("w|0:2,0:2|100000,100000,100000", "box and shape disagree"),
+    ("w|0:2,0:2|2,2", None),                               # a whole value: loads
+    ("w|0:2,0:2|100000,100000", "do not cover"),           # refused before any allocation
+    ("no bars", "not a shard key"),
+])
+def test_shard_keys_are_checked(tmp_path, key, message):
+    io.atomic_write(tmp_path / "shard-00000-of-00001.safetensors",
+                    io.tensors_bytes({key: np.ones((2, 2), np.float32)}))
+    if message is None:
+        np.testing.assert_array_equal(dist.multihost.read_checkpoint_shards(tmp_path)["w"],
+                                      np.ones((2, 2), np.float32))
+        return
+    with pytest.raises(FormatError, match=message):
+        dist.multihost.read_checkpoint_shards(tmp_path)
+
+
 def one_process_run(steps=None):
     """The reference: the plain MLP on this process's one device, on the same global
     batches (the first `steps`): (main program, scope after training, losses, last logits)."""

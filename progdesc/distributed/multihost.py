@@ -17,6 +17,7 @@ CPU implementation (gloo).
   any device count.
 """
 import contextlib
+import math
 import os
 import re
 
@@ -189,26 +190,16 @@ def save_checkpoint_shards(dirname, program=None, scope=None):
     for name in io.persistable_vars(program):
         if name not in scope:
             continue
-        value = scope.get(name)
-        shards = (value.addressable_shards if isinstance(value, jax.Array)
-                  else [_WholeShard(value)])
-        for shard in shards:
+        value = scope.get(name)   # a jax.Array: a Scope holds nothing else
+        for shard in value.addressable_shards:
             if shard.replica_id == 0:
-                box = _box(shard.index, np.shape(value))
-                pieces[_shard_key(name, box, np.shape(value))] = np.asarray(shard.data)
+                box = _box(shard.index, value.shape)
+                pieces[_shard_key(name, box, value.shape)] = np.asarray(shard.data)
     os.makedirs(dirname, exist_ok=True)
     index, count = jax.process_index(), jax.process_count()
     io.atomic_write(os.path.join(dirname, _SHARD_FILE.format(index, count)),
                     io.tensors_bytes(pieces))
     _sync(f"progdesc checkpoint shards {os.fspath(dirname)}")
-
-
-class _WholeShard:
-    """A value that is not a jax.Array, as its one shard."""
-
-    def __init__(self, value):
-        self.data, self.replica_id = value, 0
-        self.index = tuple(slice(None) for _ in np.shape(value))
 
 
 def _box(index, shape):
@@ -244,24 +235,32 @@ def read_checkpoint_shards(dirname):
         if _SHARD_FILE.format(i, count) not in found:
             raise FormatError(f"'{os.fspath(dirname)}' lacks {_SHARD_FILE.format(i, count)} "
                               f"(the checkpoint was written by {count} processes)")
-    values, covered = {}, {}
+    pieces = {}   # name -> (shape, dtype, [(box, data)])
     for i in range(count):
         path = os.path.join(dirname, _SHARD_FILE.format(i, count))
         for key, data in io.read_checkpoint(path).items():
             name, box, shape = _parse_shard_key(key, f"'{path}'")
-            if name not in values:
-                values[name] = np.zeros(shape, data.dtype)
-                covered[name] = np.zeros(shape, bool)
-            if values[name].shape != shape or values[name].dtype != data.dtype or \
-                    values[name][box].shape != data.shape:
+            whole, dtype, found = pieces.setdefault(name, (shape, data.dtype, []))
+            extent = tuple(b.stop - b.start for b in box)
+            if (whole, dtype) != (shape, data.dtype) or extent != data.shape or any(
+                    b.start < 0 or b.stop > n for b, n in zip(box, shape)):
                 raise FormatError(f"'{path}' holds a shard that does not fit the others",
                                   var=name)
-            values[name][box] = data
-            covered[name][box] = True
-    for name, mask in covered.items():
-        if not mask.all():
+            found.append((box, data))
+    values = {}
+    for name, (shape, dtype, found) in pieces.items():
+        # the shards must hold at least the whole value's elements: this bounds what is
+        # allocated by what the files hold
+        if sum(data.size for _, data in found) < math.prod(shape):
             raise FormatError(f"the shards in '{os.fspath(dirname)}' do not cover the whole "
                               "value", var=name)
+        value, covered = np.zeros(shape, dtype), np.zeros(shape, bool)
+        for box, data in found:
+            value[box], covered[box] = data, True
+        if not covered.all():
+            raise FormatError(f"the shards in '{os.fspath(dirname)}' do not cover the whole "
+                              "value", var=name)
+        values[name] = value
     return values
 
 
