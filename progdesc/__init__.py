@@ -3,8 +3,8 @@ from lowering.errors import (AttributeTypeError, BackwardError, FeedError, Fetch
                              FormatError, ProgdescError, ProgramError, ScopeError, ShapeError,
                              UnknownOpError)
 from lowering.errors import DistributedError
-from progdesc import (compile_cache, control_flow, custom_op, display, export, initializer, io,
-                      layers, ops, optimizer, reader)
+from progdesc import (compile_cache, control_flow, custom_op, display, distributed, export,
+                      initializer, io, layers, ops, optimizer, reader)
 from progdesc.backward import append_backward, gradients
 from progdesc.compile_cache import set_compilation_cache
 from progdesc.param import ParamAttr, create_parameter
@@ -14,7 +14,6 @@ from progdesc.framework import (Block, Operator, Program, Variable, data, defaul
                                 default_startup_program, program_guard)
 from progdesc.scope import Scope, global_scope, scope_guard
 from progdesc import amp
-from progdesc import distributed
 
 compile_cache.configure_default()   # JAX's persistent compilation cache, on by default
 
@@ -26,5 +25,5 @@ __all__ = [
     "default_startup_program", "global_scope", "ops", "program_guard", "scope_guard",
     "ParamAttr", "append_backward", "create_parameter", "gradients", "initializer", "layers",
     "optimizer", "prune", "reader", "control_flow", "custom_op", "display", "export", "io",
-    "set_compilation_cache", "DistributedError", "distributed",
+    "set_compilation_cache", "distributed", "DistributedError",
 ]

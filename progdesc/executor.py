@@ -67,8 +67,8 @@ class _Compiled:
             self.call = getattr(compiled, "_call", None) or compiled
             self.compiled = compiled
             if self.place is not None:
-                call, place = self.call, self.place
-                self.call = lambda *a: call(*place(a))
+                from progdesc.distributed.run import placing
+                self.call = placing(self.call, self.place)
             return outs
         if self.needs_x64:
             with jax.enable_x64(True):

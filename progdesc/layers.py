@@ -145,12 +145,13 @@ def batch_norm(input, act=None, is_test=False, momentum=0.9, epsilon=1e-5, param
         variance = create_global_var(f"{prefix}.w_2", [c], 1.0, input.dtype)
         block = default_main_program().current_block()
         y = block.create_var(f"{prefix}.tmp_0", input.shape, input.dtype)
+        attrs = {"momentum": momentum, "epsilon": epsilon, "is_test": is_test}
+        if sync_axis:
+            attrs["sync_axis"] = sync_axis
         block.append_op("batch_norm",
                         {"X": input, "Scale": scale, "Bias": bias, "Mean": mean,
                          "Variance": variance},
-                        {"Y": y, "MeanOut": mean, "VarianceOut": variance},
-                        {"momentum": momentum, "epsilon": epsilon, "is_test": is_test,
-                         "sync_axis": sync_axis})
+                        {"Y": y, "MeanOut": mean, "VarianceOut": variance}, attrs)
         return _output(activation(y), prefix)
 
 

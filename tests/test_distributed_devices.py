@@ -18,7 +18,7 @@ import pytest
 
 import progdesc as pd
 from progdesc import ParamAttr, layers, ops
-from progdesc.distributed import Mesh, shard
+from progdesc.distributed import Mesh
 from progdesc.optimizer import Adam
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -51,7 +51,9 @@ def _mlp(shard_params=False):
     h = layers.fc(h, 128, act="relu", param_attr=w, bias_attr=b)
     logits = layers.fc(h, 12, param_attr=w, bias_attr=b)
     loss = ops.mean(layers.softmax_with_cross_entropy(logits, label))
-    return x, label, logits, loss
+    hits = ops.equal(ops.argmax(logits, axis=-1, dtype="int64"), ops.squeeze(label, axes=[-1]))
+    correct = ops.reduce_sum(ops.cast(hits, dtype="int32"))
+    return x, label, logits, loss, layers.accuracy(logits, label), correct
 
 
 def _cnn(sync):
@@ -78,7 +80,7 @@ def _train(model, mesh=None, data_parallel=False, steps=5, batch=None, scope=Non
     fetched values, main program, scope)."""
     main, startup = pd.Program(random_seed=3), pd.Program(random_seed=3)
     with pd.program_guard(main, startup):
-        x, label, logits, loss = model()
+        x, label, logits, loss, *metrics = model()
         Adam(1e-2).minimize(loss, data_parallel=data_parallel)
     exe = pd.Executor(mesh=mesh)
     fresh = scope is None
@@ -89,7 +91,8 @@ def _train(model, mesh=None, data_parallel=False, steps=5, batch=None, scope=Non
     fetched = None
     for _ in range(steps):
         fetched = exe.run(main, feed={x: bx, label: by},
-                          fetch_list=[loss, logits] if fetch_logits else [loss], scope=scope)
+                          fetch_list=[loss, logits, *metrics] if fetch_logits else [loss],
+                          scope=scope)
     return _persistables(main, scope), fetched, main, scope
 
 
@@ -108,14 +111,17 @@ def _assert_close(got, want, atol=1e-5):
 
 @four_devices
 def test_data_parallel_mlp_matches_one_device():
-    want, (loss1, logits1), _, _ = _train(_mlp, fetch_logits=True)
-    got, (loss4, logits4), main, scope = _train(_mlp, Mesh({"data": 4}), data_parallel=True,
-                                                fetch_logits=True)
+    want, (loss1, logits1, acc1, correct1), _, _ = _train(_mlp, fetch_logits=True)
+    got, (loss4, logits4, acc4, correct4), main, scope = _train(
+        _mlp, Mesh({"data": 4}), data_parallel=True, fetch_logits=True)
     _assert_close(got, want)
-    # the loss comes back as the mean over the global batch, logits as one global array
+    # the loss comes back as the mean over the global batch, logits as one global array,
+    # a float metric averaged and an integer count summed over the devices
     np.testing.assert_allclose(loss4, loss1, rtol=1e-5)
     assert logits4.shape == (16, 12)
     np.testing.assert_allclose(logits4, logits1, atol=1e-5)
+    np.testing.assert_allclose(acc4, acc1, rtol=1e-6)
+    assert correct4 == correct1 == round(float(acc1) * 16) and correct1 > 0
     # parameters stay replicated on the four devices
     w = scope.get("fc_0.w_0")
     assert len(w.sharding.device_set) == 4 and w.sharding.is_fully_replicated
@@ -151,7 +157,7 @@ def test_data_parallel_runs_several_steps_in_one_call():
     want, _, _, _ = _train(_mlp, steps=3)
     main, startup = pd.Program(random_seed=3), pd.Program(random_seed=3)
     with pd.program_guard(main, startup):
-        x, label, _, loss = _mlp()
+        x, label, _, loss, *_ = _mlp()
         Adam(1e-2).minimize(loss, data_parallel=True)
     exe, scope = pd.Executor(mesh=Mesh({"data": 4})), pd.Scope()
     exe.run(startup, scope=scope)
@@ -172,7 +178,7 @@ def test_fsdp_matches_one_device_with_a_quarter_of_the_argument_bytes():
         mesh = Mesh({"data": n})
         main, startup = pd.Program(random_seed=3), pd.Program(random_seed=3)
         with pd.program_guard(main, startup):
-            x, label, _, loss = _mlp(shard_params=True)
+            x, label, _, loss, *_ = _mlp(shard_params=True)
             Adam(1e-2).minimize(loss)
         exe, scope = pd.Executor(mesh=mesh), pd.Scope()
         exe.run(startup, scope=scope)
@@ -234,13 +240,23 @@ def test_checkpoint_of_a_sharded_run_loads_into_one_and_two_devices(tmp_path):
 
 
 @four_devices
-@pytest.mark.slow
 def test_one_scope_moves_between_layouts():
-    _, _, main, scope = _train(lambda: _mlp(shard_params=True), Mesh({"data": 4}), steps=2)
-    want, _, _, _ = _train(lambda: _mlp(shard_params=True), Mesh({"data": 4}), steps=3)
-    got, _, _, _ = _train(lambda: _mlp(shard_params=True), Mesh({"data": 2}), steps=1,
-                          scope=scope)
-    _assert_close(got, want)
+    want, _, _, _ = _train(lambda: _mlp(shard_params=True), steps=4)
+    main, startup = pd.Program(random_seed=3), pd.Program(random_seed=3)
+    with pd.program_guard(main, startup):
+        x, label, _, loss, *_ = _mlp(shard_params=True)
+        Adam(1e-2).minimize(loss)
+    four, two, scope = Mesh({"data": 4}), Mesh({"data": 2}), pd.Scope()
+    four, two = pd.Executor(mesh=four), pd.Executor(mesh=two)
+    four.run(startup, scope=scope)
+    feed = dict(zip((x, label), _batch()))
+    four.run(main, feed=feed, fetch_list=[loss], scope=scope)
+    four.run(main, feed=feed, fetch_list=[loss], scope=scope)
+    two.run(main, feed=feed, fetch_list=[loss], scope=scope)
+    assert len(scope.get("fc_0.w_0").sharding.device_set) == 2
+    four.run(main, feed=feed, fetch_list=[loss], scope=scope)  # and back, on its fast path
+    assert len(scope.get("fc_0.w_0").sharding.device_set) == 4
+    _assert_close(_persistables(main, scope), want)
 
 
 # --- bad input ---
@@ -248,7 +264,7 @@ def test_one_scope_moves_between_layouts():
 def _dp_program(model=_mlp):
     main, startup = pd.Program(random_seed=3), pd.Program(random_seed=3)
     with pd.program_guard(main, startup):
-        x, label, _, loss = model()
+        x, label, _, loss, *_ = model()
         Adam(1e-2).minimize(loss, data_parallel=True)
     return main, startup, x, label, loss
 
@@ -294,9 +310,32 @@ def test_a_data_parallel_program_needs_the_data_axis_and_replicated_state():
     exe.run(startup, scope=scope)   # no collectives: it runs
     with pytest.raises(pd.ProgramError, match="has no data axis 'data'"):
         exe.run(main, feed=dict(zip((x, label), _batch())), fetch_list=[loss], scope=scope)
+    exe = pd.Executor(mesh=Mesh({"batch": 4}, data_axis="batch"))
+    with pytest.raises(pd.ProgramError, match="communicates over mesh axis 'data', but runs "
+                                              "data parallel over the mesh's data axis 'batch'"):
+        exe.run(main, feed=dict(zip((x, label), _batch())), fetch_list=[loss], scope=scope)
     main, startup, x, label, loss = _dp_program(lambda: _mlp(shard_params=True))
     exe, scope = pd.Executor(mesh=Mesh({"data": 4})), pd.Scope()
     exe.run(startup, scope=scope)
     with pytest.raises(pd.ProgramError, match="keeps every persistable replicated") as info:
         exe.run(main, feed=dict(zip((x, label), _batch())), fetch_list=[loss], scope=scope)
     assert info.value.var == "fc_0.w_0"
+
+
+@four_devices
+def test_each_device_draws_its_own_dropout_mask_and_the_rng_state_advances_as_on_one():
+    states = {}
+    for mesh in (None, Mesh({"data": 4})):
+        main, startup = pd.Program(random_seed=5), pd.Program(random_seed=5)
+        with pd.program_guard(main, startup):
+            x = pd.data("x", [-1, 64])
+            y = layers.dropout(layers.fc(x, 64), 0.5)
+            Adam(1e-2).minimize(ops.mean(y), data_parallel=True)
+        exe, scope = pd.Executor(mesh=mesh), pd.Scope()
+        exe.run(startup, scope=scope)
+        same_rows = np.tile(np.ones((2, 64), "float32"), (4, 1))   # every device gets these
+        out, = exe.run(main, feed={x: same_rows}, fetch_list=[y], scope=scope)
+        states[mesh is None] = np.asarray(scope.get("@RNG_STATE@"))
+    shares = (out == 0).reshape(4, 2, 64)
+    assert len({share.tobytes() for share in shares}) == 4
+    np.testing.assert_array_equal(states[False], states[True])

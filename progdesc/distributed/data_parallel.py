@@ -58,13 +58,17 @@ def data_parallel(program, axis_name="data"):
     return [g for _, g in pairs]
 
 
-def uses_collectives(program_desc):
-    """Whether any op of the program communicates across devices (a `c_allreduce`, or a
-    `batch_norm` that synchronises its statistics): such a program runs data parallel."""
+def collective_axes(program_desc):
+    """The mesh axes that ops of the program communicate over (those of `c_allreduce` ops,
+    and of `batch_norm` ops that synchronise their statistics): a program with any runs
+    data parallel."""
+    axes = set()
     for block in program_desc.blocks:
         for op_desc in block.ops:
-            if op_desc.type == "c_allreduce" or (
-                    op_desc.type == "batch_norm" and "sync_axis" in op_desc.attrs
-                    and op_desc.attrs["sync_axis"].s):
-                return True
-    return False
+            if op_desc.type == "c_allreduce":
+                attr = op_desc.attrs.get("axis_name")
+                axes.add(attr.s if attr is not None else "data")
+            elif op_desc.type == "batch_norm" and "sync_axis" in op_desc.attrs:
+                axes.add(op_desc.attrs["sync_axis"].s)
+    axes.discard("")
+    return axes

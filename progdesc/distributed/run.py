@@ -21,7 +21,9 @@ mean over the global batch; a parameter, unchanged), integer and bool values are
 summed (counts, e.g. of correct predictions). In sharded mode the program sees the
 global batch, so fetches need no combining. Persistables that a data-parallel
 program leaves different on different devices (`batch_norm` running statistics
-without `sync_axis`) are averaged over the devices after each step.
+without `sync_axis`) are averaged over the devices after each step. Random ops
+(dropout) draw different numbers on each device, from the device's index folded
+into the program's RNG state; the state itself advances as on one device.
 """
 import jax
 import numpy as np
@@ -29,8 +31,9 @@ from jax import lax
 from jax.sharding import NamedSharding, PartitionSpec
 
 from lowering.errors import FeedError, ProgramError
+from lowering.lower import RNG_VAR
 from lowering.ops.collective import varying_axes
-from progdesc.distributed.data_parallel import uses_collectives
+from progdesc.distributed.data_parallel import collective_axes
 from progdesc.distributed.sharding import is_split, named_sharding, replicated
 
 
@@ -62,9 +65,10 @@ def compile_on_mesh(mesh, program_desc, fn, feeds, fetch_names, reads, writes, s
         else:
             feed_specs.append(PartitionSpec())
     feed_shardings = [NamedSharding(mesh.jax_mesh, s) for s in feed_specs]
-    if uses_collectives(program_desc):
-        jitted, read_shardings = _data_parallel(mesh, fn, var, feed_specs, fetch_names, reads,
-                                                writes, lead, per_example, donate)
+    axes = collective_axes(program_desc)
+    if axes:
+        jitted, read_shardings = _data_parallel(mesh, axes, fn, var, feed_specs, fetch_names,
+                                                reads, writes, lead, per_example, donate)
     else:
         read_shardings = [named_sharding(mesh, var[n]) if n in var else replicated(mesh)
                           for n in reads]
@@ -74,26 +78,64 @@ def compile_on_mesh(mesh, program_desc, fn, feeds, fetch_names, reads, writes, s
                          out_shardings=(*[None] * len(fetch_names), *write_shardings),
                          donate_argnums=donate)
     shardings = (*feed_shardings, *read_shardings)
-    return jitted, lambda args: jax.device_put(tuple(args), shardings)
+    n_feeds = len(feed_shardings)
+
+    def place(args, everything=True):
+        """The flat arguments laid out as the step expects; only the feeds unless
+        `everything` (persistables an earlier step wrote are already in place)."""
+        n = len(args) if everything else n_feeds
+        return (*jax.device_put(tuple(args[:n]), shardings[:n]), *args[n:])
+    return jitted, place
 
 
-def _data_parallel(mesh, fn, var, feed_specs, fetch_names, reads, writes, lead, per_example,
-                   donate):
+def placing(call, place):
+    """`call` (a compiled step) with its feeds placed first, and every argument placed when
+    a persistable is laid out elsewhere.
+
+    Feeds are always put on the mesh explicitly: handing NumPy arrays to a multi-device
+    executable can deadlock JAX's CPU collectives. A persistable on other devices
+    (written into the Scope by another Executor) makes the executable refuse the call
+    before it runs (a ValueError, nothing donated); the call is then made again with
+    everything placed.
+    """
+    def run(*args):
+        try:
+            return call(*place(args, everything=False))
+        except ValueError:
+            return call(*place(args))
+    return run
+
+
+def _data_parallel(mesh, axes, fn, var, feed_specs, fetch_names, reads, writes, lead,
+                   per_example, donate):
     axis = mesh.data_axis
     if axis not in mesh.axes:
         raise ProgramError(f"the program is data parallel (it all-reduces over a mesh axis) "
                            f"but the mesh {mesh.axes} has no data axis '{axis}'")
+    if axes != {axis}:
+        other = sorted(axes - {axis})[0]
+        raise ProgramError(f"the program communicates over mesh axis '{other}', but runs data "
+                           f"parallel over the mesh's data axis '{axis}' only: build it for "
+                           f"that axis, or give the Mesh data_axis='{other}'")
     for name in (*reads, *writes):
         if name in var and is_split(var[name]):
             raise ProgramError("a data-parallel program keeps every persistable replicated, "
                                "but this one has a sharding annotation that splits it: drop "
                                "data_parallel (the annotations shard it) or the annotation",
                                var=name)
-    n_fetch = len(fetch_names)
+    n_fetch, n_feeds = len(fetch_names), len(feed_specs)
     fetch_split = [per_example(n) for n in fetch_names]
+    rng_in = n_feeds + reads.index(RNG_VAR) if RNG_VAR in reads else None
+    rng_out = n_fetch + writes.index(RNG_VAR) if RNG_VAR in writes else None
 
     def body(*args):
-        outs = fn(*args)
+        args = list(args)
+        if rng_in is not None:   # each device draws its own random numbers (dropout masks)
+            shared = args[rng_in]
+            args[rng_in] = jax.random.fold_in(shared, lax.axis_index(axis))
+        outs = list(fn(*args))
+        if rng_out is not None:   # the state advances as lower_block advances it, on all alike
+            outs[rng_out] = jax.random.fold_in(shared, 0)
         fetched = [v if each else _combine(v, axis) for v, each in
                    zip(outs[:n_fetch], fetch_split)]
         written = [_agree(v, axis, name) for v, name in zip(outs[n_fetch:], writes)]
@@ -104,7 +146,9 @@ def _data_parallel(mesh, fn, var, feed_specs, fetch_names, reads, writes, lead, 
                  *[rep] * len(writes))
     mapped = jax.shard_map(body, mesh=mesh.jax_mesh,
                            in_specs=(*feed_specs, *[rep] * len(reads)), out_specs=out_specs)
-    return jax.jit(mapped, donate_argnums=donate), [replicated(mesh)] * len(reads)
+    read_shardings = [replicated(mesh)] * len(reads)
+    in_shardings = (*[NamedSharding(mesh.jax_mesh, s) for s in feed_specs], *read_shardings)
+    return jax.jit(mapped, in_shardings=in_shardings, donate_argnums=donate), read_shardings
 
 
 def _varies(x, axis):

@@ -7,6 +7,7 @@ annotation at all leaves the choice to the Executor, which replicates.
 from jax.sharding import NamedSharding, PartitionSpec
 
 from lowering.errors import ProgramError
+from progdesc.framework import default_startup_program
 
 
 def set_sharding(var_desc, spec):
@@ -39,7 +40,6 @@ def shard(var, spec):
     """Annotate Variable `var` with `spec` in its program, and in the default startup
     program too if that declares a variable of the same name (a parameter or optimizer
     state initialized there), so both lay it out alike."""
-    from progdesc.framework import default_startup_program
     set_sharding(var.desc, spec)
     var.block.program._touch()
     startup = default_startup_program()
