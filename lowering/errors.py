@@ -102,3 +102,7 @@ class NumericsError(ProgdescError, FloatingPointError):
         self.forward_op = forward_op
         self.outer_op = outer_op
         super().__init__(message, **where)
+
+
+class DistributedError(ProgdescError, RuntimeError):
+    """A multi-process run that cannot start: bad arguments, or peers that do not join."""

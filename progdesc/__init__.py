@@ -1,7 +1,8 @@
 """progdesc: serializable program descriptions, compiled to XLA through JAX."""
 from lowering.errors import (AttributeTypeError, BackwardError, FeedError, FetchError,
                              FormatError, ProgdescError, ProgramError, ScopeError, ShapeError,
-                             NumericsError, UnknownOpError, UnsupportedPrimitiveError)
+                             DistributedError, NumericsError, UnknownOpError,
+                             UnsupportedPrimitiveError)
 from progdesc import (compile_cache, control_flow, custom_op, display, distributed, export,
                       initializer, io, layers, ops, optimizer, reader)
 from progdesc.backward import append_backward, gradients
@@ -26,5 +27,5 @@ __all__ = [
     "ParamAttr", "append_backward", "create_parameter", "gradients", "initializer", "layers",
     "optimizer", "prune", "reader", "control_flow", "custom_op", "display", "export", "io",
     "set_compilation_cache", "from_flax", "from_jax", "UnsupportedPrimitiveError", "as_jax",
-    "NumericsError", "distributed",
+    "NumericsError", "distributed", "DistributedError",
 ]

@@ -240,6 +240,9 @@ class Executor:
             scope._store(entry.write_holders, outs[entry.n_fetched:])
             outs = outs[:entry.n_fetched]
         if return_numpy:
+            if self.mesh is not None:   # gathered where other processes hold parts
+                from progdesc.distributed.multihost import to_host
+                return [to_host(v) for v in outs]
             if len(outs) == 1:   # the common case, without a comprehension's frame
                 return [np.asarray(outs[0])]
             return [np.asarray(v) for v in outs]
