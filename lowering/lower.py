@@ -24,6 +24,7 @@ float32 dot and convolution: those of gradient ops and of ops lowered through
 each need their own `precision=` argument otherwise.
 """
 import contextlib
+import contextvars
 from dataclasses import dataclass
 
 import jax
@@ -130,22 +131,23 @@ def steps_of(program_desc, block_idx=0, start=0, var_index=None):
     return steps
 
 
-def _plan(program_desc, block_idx, results=None):
+def _plan(program_desc, block_idx, results=None, fetches_only=False):
     """(kept steps, var index, persistable names) of block `block_idx`.
 
-    Block 0 keeps the ops that reach a fetch or a persistable variable; a
-    sub-block (`results` given) keeps the ops that reach `results`, the names
-    it hands back to its op.
+    Block 0 keeps the ops that reach a fetch or a persistable variable (only a
+    fetch with `fetches_only`); a sub-block (`results` given) keeps the ops that
+    reach `results`, the names it hands back to its op.
     """
     var_index = _var_index(program_desc, block_idx)
     persistable = {n for n, v in var_index.items() if v.persistable}
     steps = steps_of(program_desc, block_idx, var_index=var_index)
     roots = _NOTHING if results is None else set(results)
+    write_roots = _NOTHING if results is not None or fetches_only else persistable
     needed, kept = set(roots), []
     for step in reversed(steps):
         outs = [n for names in step.outputs.values() for n in names]
         if (results is None and step.opdef.type == "fetch") or any(
-                n in needed or (results is None and n in persistable) for n in outs):
+                n in needed or n in write_roots for n in outs):
             kept.append(step)
             if step.opdef.type != "fetch":
                 needed.difference_update(outs)
@@ -215,16 +217,19 @@ def _check_reads(steps, available, persistable, var_index, block_idx):
     return reads
 
 
-def lower_block(program_desc, block_idx=0, precision=None):
+def lower_block(program_desc, block_idx=0, precision=None, fetches_only=False):
     """Lower block `block_idx` of a `ProgramDesc` (with feed/fetch ops) to a `LoweredBlock`.
 
     `precision` (a name in PRECISIONS) overrides the program's precision policy.
+    With `fetches_only`, ops that write persistables but reach no fetch are left
+    out too (op indices, and so random keys, stay those of the whole block).
     Ops with sub-blocks lower them with the same pass (`SubBlock`), traced inside
     the op's `lax.cond` / `lax.switch` / `lax.scan` / `lax.while_loop`.
     """
     precision = check_precision(precision or precision_of(program_desc))
     with gc_paused():
-        steps, var_index, persistable = _plan(program_desc, block_idx)
+        steps, var_index, persistable = _plan(program_desc, block_idx,
+                                              fetches_only=fetches_only)
     fetch_names = {}
     for step in steps:
         if step.opdef.type == "fetch":
@@ -296,10 +301,28 @@ class SubBlock:
         return [env[n] for n in results]
 
 
+_WATCH = contextvars.ContextVar("progdesc_watch", default=None)
+
+
+@contextlib.contextmanager
+def watching(watch):
+    """Within, `watch(step, env, block_idx)` is called after each op of a sub-block is traced,
+    with its outputs in `env` (tracers inside lax.cond / scan / while_loop): the checking
+    executor uses it to look inside an op with sub-blocks."""
+    token = _WATCH.set(watch)
+    try:
+        yield
+    finally:
+        _WATCH.reset(token)
+
+
 def _run_steps(steps, env, rng, fetches, block_idx, program_desc, plans):
     """Trace the ops of one block (block 0 or a sub-block) over `env`, in order."""
+    watch = _WATCH.get()
     for step in steps:
         _run_step(step, env, rng, fetches, block_idx, program_desc, plans)
+        if watch is not None:
+            watch(step, env, block_idx)
 
 
 def run_step(step, env, rng, program_desc, block_idx=0, fetches=None):

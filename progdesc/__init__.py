@@ -1,15 +1,16 @@
 """progdesc: serializable program descriptions, compiled to XLA through JAX."""
 from lowering.errors import (AttributeTypeError, BackwardError, FeedError, FetchError,
                              FormatError, ProgdescError, ProgramError, ScopeError, ShapeError,
-                             UnknownOpError, UnsupportedPrimitiveError)
-from progdesc import (compile_cache, control_flow, custom_op, display, export, initializer, io,
-                      layers, ops, optimizer, reader)
+                             DistributedError, NumericsError, UnknownOpError,
+                             UnsupportedPrimitiveError)
+from progdesc import (compile_cache, control_flow, custom_op, display, distributed, export,
+                      initializer, io, layers, ops, optimizer, reader)
 from progdesc.backward import append_backward, gradients
 from progdesc.compile_cache import set_compilation_cache
 from progdesc.param import ParamAttr, create_parameter
 from progdesc.prune import prune
 from progdesc.executor import Executor
-from progdesc.interop import from_flax, from_jax
+from progdesc.interop import as_jax, from_flax, from_jax
 from progdesc.framework import (Block, Operator, Program, Variable, data, default_main_program,
                                 default_startup_program, program_guard)
 from progdesc.scope import Scope, global_scope, scope_guard
@@ -25,5 +26,6 @@ __all__ = [
     "default_startup_program", "global_scope", "ops", "program_guard", "scope_guard",
     "ParamAttr", "append_backward", "create_parameter", "gradients", "initializer", "layers",
     "optimizer", "prune", "reader", "control_flow", "custom_op", "display", "export", "io",
-    "set_compilation_cache", "from_flax", "from_jax", "UnsupportedPrimitiveError",
+    "set_compilation_cache", "from_flax", "from_jax", "UnsupportedPrimitiveError", "as_jax",
+    "NumericsError", "distributed", "DistributedError",
 ]

@@ -14,6 +14,11 @@ or `~/.cache/progdesc/xla` without XDG_CACHE_HOME.
   `jax.config.update("jax_compilation_cache_dir", ...)` before importing progdesc) is
   left as it is, together with JAX's other cache settings.
 
+The cache is bounded: past `DEFAULT_MAX_BYTES` (2 GiB) JAX evicts the entries read
+least recently (JAX's own LRU eviction, `jax_compilation_cache_max_size`). A bound
+the user gave JAX (`JAX_COMPILATION_CACHE_MAX_SIZE`, or the config) is kept;
+`set_compilation_cache(path, max_bytes=...)` sets another, -1 for none.
+
 The setting is JAX's own, so it serves every JAX computation of the process. Every
 compiled program is written (JAX's own default skips those that compile in under 1 s,
 which is most progdesc programs on a CPU), unless the user set JAX's
@@ -28,6 +33,8 @@ from jax.experimental.compilation_cache import compilation_cache as _jax_cache
 OFF_VARIABLE = "PROGDESC_COMPILATION_CACHE"
 DIR_VARIABLE = "PROGDESC_CACHE_DIR"
 _OFF_VALUES = {"0", "false", "off", "no"}
+DEFAULT_MAX_BYTES = 2 * 1024 ** 3
+_UNBOUNDED = -1       # JAX's default for jax_compilation_cache_max_size
 
 
 def default_cache_dir():
@@ -44,14 +51,16 @@ def default_cache_dir():
     return os.path.join(root, "xla")
 
 
-def set_compilation_cache(path):
+def set_compilation_cache(path, max_bytes=DEFAULT_MAX_BYTES):
     """Use `path` as JAX's persistent compilation cache in this process; None turns it off.
 
     Takes effect for the next compilation, replacing any earlier setting (JAX's
     own included). Unless JAX's minimum compile time was set by the user, every
-    compiled program is written.
+    compiled program is written. Past `max_bytes` the entries read least recently
+    are evicted; -1 lets the cache grow without bound.
     """
     _use(None if path is None else os.fspath(path))
+    jax.config.update("jax_compilation_cache_max_size", int(max_bytes))
     _jax_cache.reset_cache()   # JAX opens its cache once; let the next compile reopen it
 
 
@@ -64,6 +73,10 @@ def configure_default():
         if os.environ.get(OFF_VARIABLE, "").strip().lower() in _OFF_VALUES:
             return None
         _use(default_cache_dir())   # JAX has opened no cache without a directory: no reset
+        bound_set_by_user = ("JAX_COMPILATION_CACHE_MAX_SIZE" in os.environ
+                             or jax.config.jax_compilation_cache_max_size != _UNBOUNDED)
+        if not bound_set_by_user:
+            jax.config.update("jax_compilation_cache_max_size", DEFAULT_MAX_BYTES)
     return jax.config.jax_compilation_cache_dir
 
 
@@ -73,3 +86,4 @@ def _use(path):
                              or jax.config.jax_persistent_cache_min_compile_time_secs != 1.0)
     if path is not None and not threshold_set_by_user:     # 1.0 s: JAX's default
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+

@@ -48,11 +48,15 @@ class _Compiled:
     checked: bool = False      # whether a run checked what the holders hold
     hot_scope: object = None   # `scope`, once a run checked what its holders hold
     feeds: tuple = ()          # (name, shape of one step's value) per feed, for error messages
+    place: object = None       # on a mesh: puts the flat args where the executable wants them
+    compiled: object = None    # the jax Compiled, after the first call (memory_analysis, ...)
 
     def __call__(self, args, device, compiler_options=None):
         """Run the executable on flat `args`, compiling it on the first call."""
         if self.call is None:
             with jax.enable_x64(True), _default_device(device):
+                if self.place is not None:
+                    args = self.place(args)
                 compiled = self.jitted.lower(*args).compile(compiler_options or None)
                 outs = compiled(*args)
             # Only 64-bit feeds need the context (without it NumPy ones become 32-bit);
@@ -61,6 +65,10 @@ class _Compiled:
             # After its first call a Compiled holds the C++ call its __call__ forwards to;
             # calling that directly saves a Python frame per run.
             self.call = getattr(compiled, "_call", None) or compiled
+            self.compiled = compiled
+            if self.place is not None:
+                from progdesc.distributed.run import placing
+                self.call = placing(self.call, self.place)
             return outs
         if self.needs_x64:
             with jax.enable_x64(True):
@@ -143,11 +151,24 @@ class Executor:
     applied to every program this Executor compiles (see bench/RESULTS.md
     for what the CPU ones gave). `precision` ("default" or "highest")
     overrides the precision policy of every program it runs; None keeps
-    each program's own (`Program.precision`).
+    each program's own (`Program.precision`). `mesh`, a `progdesc.distributed.Mesh`,
+    runs every program on the mesh's devices, data parallel or sharded
+    (see progdesc/distributed/run.py). With `check_numerics=True` it
+    compiles nothing: `run` runs programs op by op and raises
+    `NumericsError` at the first op that produces a NaN or Inf
+    (progdesc.debug).
     """
 
-    def __init__(self, device=None, compiler_options=None, precision=None):
+    def __init__(self, device=None, compiler_options=None, precision=None, mesh=None,
+                 check_numerics=False):
+        if mesh is not None and device is not None:
+            raise ValueError("give an Executor a device or a mesh, not both")
+        if mesh is not None and check_numerics:
+            raise ValueError("check_numerics runs op by op on one device: give it no mesh")
+        self.mesh = mesh
         self.device = _device(device)
+        self.check_numerics = bool(check_numerics)
+        """Whether `run` runs op by op, checking every result for NaN and Inf."""
         self._precision = None if precision is None else check_precision(precision)
         self.compiler_options = dict(compiler_options or {})
         """XLA options for every compilation, e.g. {"xla_cpu_use_onednn": True}."""
@@ -179,6 +200,9 @@ class Executor:
         scope = scope or global_scope()
         feed = feed or {}
         fetch_list = fetch_list or ()
+        if self.check_numerics:
+            from progdesc.debug import run_checked
+            return run_checked(self, program, feed, fetch_list, scope, return_numpy, steps)
         try:   # feed and fetch Variables stand for themselves in the key: no name lookups
             key = (program._serial, program._version, _REGISTRY_GENERATION[0], steps,
                    *fetch_list, None, *feed, *map(_SHAPE_DTYPE, feed.values()))
@@ -216,6 +240,9 @@ class Executor:
             scope._store(entry.write_holders, outs[entry.n_fetched:])
             outs = outs[:entry.n_fetched]
         if return_numpy:
+            if self.mesh is not None:   # gathered where other processes hold parts
+                from progdesc.distributed.multihost import to_host
+                return [to_host(v) for v in outs]
             if len(outs) == 1:   # the common case, without a comprehension's frame
                 return [np.asarray(outs[0])]
             return [np.asarray(v) for v in outs]
@@ -245,6 +272,23 @@ class Executor:
         Returns (entry, converted feeds, per-feed casts or None when every
         feed already has its variable's dtype).
         """
+        names, values, casts = self._convert_feeds(program, feed, steps)
+        key = (program._serial, program.version, registry.GENERATION[0],
+               tuple((n, v.shape, v.dtype) for n, v in zip(names, values)), fetch_names, steps,
+               self._precision or program.precision)
+        entry = self._entries.get(key)
+        if entry is None:
+            entry = _remember(self._entries, key,
+                              self._compile(program, tuple(names), fetch_names, steps,
+                                            tuple(v.shape for v in values)))
+            entry.feeds = tuple((n, v.shape if steps is None else v.shape[1:])
+                                for n, v in zip(names, values))
+        casts = None if all(c is None for c in casts) else tuple(casts)
+        return entry, tuple(values), casts
+
+    def _convert_feeds(self, program, feed, steps):
+        """(names, converted values, per-feed cast dtype or None) of `feed`; FeedError for a
+        feed that does not fit its variable."""
         if steps is not None and (not isinstance(steps, int) or steps < 1):
             raise ValueError(f"steps must be a positive int, got {steps!r}")
         block = program.global_block()
@@ -268,17 +312,7 @@ class Executor:
             names.append(name)
             values.append(arr)
             casts.append(None if raw_dtype == arr.dtype else arr.dtype)
-        key = (program._serial, program.version, registry.GENERATION[0],
-               tuple((n, v.shape, v.dtype) for n, v in zip(names, values)), fetch_names, steps,
-               self._precision or program.precision)
-        entry = self._entries.get(key)
-        if entry is None:
-            entry = _remember(self._entries, key,
-                              self._compile(program, tuple(names), fetch_names, steps))
-            entry.feeds = tuple((n, v.shape if steps is None else v.shape[1:])
-                                for n, v in zip(names, values))
-        casts = None if all(c is None for c in casts) else tuple(casts)
-        return entry, tuple(values), casts
+        return names, values, casts
 
     def _check_state(self, program, entry):
         """The persistables' values, the RNG state filled in if absent; refuses missing or
@@ -305,7 +339,7 @@ class Executor:
                     f"{dtypes.name_of(var.desc.dtype)}{list(var.desc.dims)}", var=name)
         return tuple(state)
 
-    def _compile(self, program, feed_names, fetch_names, steps):
+    def _compile(self, program, feed_names, fetch_names, steps, feed_shapes):
         desc = with_feed_fetch(program, feed_names, fetch_names)
         lowered = lower_block(desc, 0, self._precision)
         written, read = set(lowered.writes), set(lowered.reads)
@@ -335,10 +369,17 @@ class Executor:
                 return (*fetched, *written)
             return call
 
-        jitted = jax.jit(flat(step if steps is None else many_steps),
-                         donate_argnums=tuple(range(n_feeds, n_feeds + n_mutable)))
+        fn, place = flat(step if steps is None else many_steps), None
+        donate = tuple(range(n_feeds, n_feeds + n_mutable))
+        if self.mesh is None:
+            jitted = jax.jit(fn, donate_argnums=donate)
+        else:
+            from progdesc.distributed.run import compile_on_mesh
+            jitted, place = compile_on_mesh(self.mesh, desc, fn, zip(feed_names, feed_shapes),
+                                            lowered.fetch_names, mutable + readonly,
+                                            mutable + only_written, steps, donate)
         return _Compiled(jitted, lowered.fetch_names, mutable + readonly, n_mutable,
-                         mutable + only_written, len(lowered.fetch_names))
+                         mutable + only_written, len(lowered.fetch_names), place=place)
 
 
 def _in_run(error):

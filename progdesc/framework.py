@@ -14,7 +14,7 @@ from google.protobuf import text_format
 from lowering import dtypes, infer, registry
 from lowering import progdesc_pb2 as pb
 from lowering.blocks import check_block_references, drop_unused_blocks
-from lowering.desc import fill_op_desc, read_attrs, slot_map
+from lowering.desc import FORWARD_OP, fill_op_desc, read_attrs, slot_map
 from lowering.errors import FormatError, ProgdescError, ProgramError
 from lowering.lower import PRECISIONS, RNG_VAR, precision_of, precision_value
 
@@ -521,6 +521,17 @@ def param_settings_text(var_desc):
     return "{" + ", ".join(parts) + "}" if parts else ""
 
 
+def sharding_text(var_desc):
+    """'sharding=[data, -]' ('-': a dim not split), 'sharding=replicated', or '' when the
+    VarDesc has no sharding annotation (progdesc.distributed)."""
+    if not var_desc.HasField("sharding"):
+        return ""
+    dims = [a or "-" for a in var_desc.sharding.dims]
+    if all(a == "-" for a in dims):
+        return "sharding=replicated"
+    return f"sharding=[{', '.join(dims)}]"
+
+
 def op_line(block, op_desc):
     """One readable line: outputs = type(inputs) {non-default attrs}."""
     def names(mapping, with_type):
@@ -583,7 +594,8 @@ def block_text(block):
         elif v.persistable and v.kind == pb.DENSE_TENSOR:
             what = "param" if v.is_parameter else "state"
             settings = param_settings_text(v) if v.is_parameter else ""
-            lines.append(f"  {what} {v.name}: {type_str(v)} {settings}".rstrip())
+            notes = " ".join(t for t in (settings, sharding_text(v)) if t)
+            lines.append(f"  {what} {v.name}: {type_str(v)} {notes}".rstrip())
     role = None
     for op_desc in block.desc.ops:
         if op_desc.role != role and role is not None:
@@ -799,6 +811,13 @@ class Program:
             raise FormatError(bad_reference)
         return cls.from_desc(desc)
 
+    def schedule(self, block=0):
+        """The `Schedule` of block `block`: its ops in recorded order, what each depends on,
+        and the groups of mutually independent ops (see progdesc.schedule). Prints readably,
+        shows as a table in Jupyter, draws with `.render()`."""
+        from progdesc.schedule import schedule
+        return schedule(self, block)
+
     def __str__(self):
         precision = "" if self.precision == "default" else f", precision {self.precision}"
         head = f"program (format {self.desc.format_version}, seed {self.random_seed}{precision})"
@@ -857,7 +876,7 @@ def validate(program):
                 _bind_slots(opdef.input_index, slot_map(op_desc.inputs), "input")
                 _bind_slots(opdef.output_index, slot_map(op_desc.outputs), "output")
                 opdef.complete_attrs(read_attrs(opdef, op_desc))
-                unknown = set(op_desc.attrs) - {a.name for a in opdef.attrs}
+                unknown = set(op_desc.attrs) - {a.name for a in opdef.attrs} - {FORWARD_OP}
                 if unknown:
                     raise ProgramError(f"attribute '{sorted(unknown)[0]}' is not declared")
                 for names in list(slot_map(op_desc.inputs).values()) + list(

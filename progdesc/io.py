@@ -204,9 +204,9 @@ def persistable_vars(program):
 
 
 def checkpoint_bytes(program, scope=None):
-    """The safetensors bytes of every persistable of `program`, read from `scope`."""
-    from safetensors.numpy import save as st_save
-    scope = scope or global_scope()
+    """The safetensors bytes of every persistable of `program`, read from `scope` (a Scope,
+    or a {name: array} dict)."""
+    scope = global_scope() if scope is None else scope
     tensors = {}
     for name, var in persistable_vars(program).items():
         if name in scope:
@@ -216,7 +216,14 @@ def checkpoint_bytes(program, scope=None):
         else:
             raise ScopeError("has no value in the scope: run the startup program first "
                              "(or load a checkpoint)", var=name)
-        tensors[name] = np.ascontiguousarray(value)
+        tensors[name] = value
+    return tensors_bytes(tensors)
+
+
+def tensors_bytes(tensors):
+    """The safetensors checkpoint bytes (format metadata, checksums) of {key: array}."""
+    from safetensors.numpy import save as st_save
+    tensors = {name: np.ascontiguousarray(value) for name, value in tensors.items()}
     checksums = {name: _checksum(_ST_CODES[dtypes.name_of(value.dtype)], value.shape,
                                  value.reshape(-1).view(np.uint8))
                  for name, value in tensors.items()}

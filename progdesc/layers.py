@@ -40,8 +40,7 @@ def _output(var, prefix):
 def _param(prefix, suffix, shape, attr, default_init, dtype="float32"):
     attr = ParamAttr.of(attr)
     if attr.name is None:
-        attr = ParamAttr(f"{prefix}.{suffix}", attr.initializer, attr.trainable,
-                         attr.regularizer, attr.learning_rate)
+        attr = dataclasses.replace(attr, name=f"{prefix}.{suffix}")
     return create_parameter(shape, dtype, attr=attr, default_initializer=default_init)
 
 
@@ -129,12 +128,13 @@ def pool2d(input, pool_size=2, pool_type="max", pool_stride=None, pool_padding=0
 
 
 def batch_norm(input, act=None, is_test=False, momentum=0.9, epsilon=1e-5, param_attr=None,
-               bias_attr=None, name=None):
+               bias_attr=None, name=None, sync_axis=""):
     """Batch normalization over dim 1; running mean/variance are persistable state.
 
     In training it normalizes with the batch statistics and updates the
     running ones; `is_test` (or `Program.clone(for_test=True)`) uses the
-    running statistics.
+    running statistics. `sync_axis` (a mesh axis name, e.g. "data") makes the
+    statistics those of the global batch in a data-parallel run.
     """
     activation = _activation(act, "batch_norm")
     c = _known(input.shape[1:2], "channels of batch_norm's input", input)[0]
@@ -145,11 +145,13 @@ def batch_norm(input, act=None, is_test=False, momentum=0.9, epsilon=1e-5, param
         variance = create_global_var(f"{prefix}.w_2", [c], 1.0, input.dtype)
         block = default_main_program().current_block()
         y = block.create_var(f"{prefix}.tmp_0", input.shape, input.dtype)
+        attrs = {"momentum": momentum, "epsilon": epsilon, "is_test": is_test}
+        if sync_axis:
+            attrs["sync_axis"] = sync_axis
         block.append_op("batch_norm",
                         {"X": input, "Scale": scale, "Bias": bias, "Mean": mean,
                          "Variance": variance},
-                        {"Y": y, "MeanOut": mean, "VarianceOut": variance},
-                        {"momentum": momentum, "epsilon": epsilon, "is_test": is_test})
+                        {"Y": y, "MeanOut": mean, "VarianceOut": variance}, attrs)
         return _output(activation(y), prefix)
 
 

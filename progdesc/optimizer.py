@@ -17,6 +17,8 @@ from lowering import progdesc_pb2 as pb
 from lowering.errors import ProgramError
 from progdesc import lr as lr_sched
 from progdesc.backward import append_backward
+from progdesc.distributed.data_parallel import all_reduce_gradients
+from progdesc.distributed.sharding import sharding_of
 from progdesc.framework import Variable, default_startup_program, program_guard
 from progdesc.param import create_global_var, param_settings
 
@@ -62,8 +64,14 @@ class Optimizer:
         """Attributes of the update op."""
         return {}
 
-    def minimize(self, loss, startup_program=None, parameter_list=None, no_grad_set=None):
+    def minimize(self, loss, startup_program=None, parameter_list=None, no_grad_set=None,
+                 data_parallel=False):
         """Append backward and update ops for `loss`; returns (optimize ops, params_grads).
+
+        With `data_parallel=True` (or a mesh axis name, default "data") each parameter
+        gradient is all-reduced (averaged) over the devices of that mesh axis before the
+        updates (progdesc.distributed.all_reduce_gradients): run the program with
+        `Executor(mesh=...)` to train one copy per device on its share of the batch.
 
         `params_grads` are the [(parameter, gradient)] pairs of the backward
         pass, before clipping and regularization. Raises BackwardError when
@@ -73,6 +81,9 @@ class Optimizer:
         if isinstance(loss, Variable):
             check_not_updated(loss, parameter_list, no_grad_set)
         params_grads = append_backward(loss, parameter_list, no_grad_set)
+        if data_parallel:
+            all_reduce_gradients(loss.block, params_grads,
+                                 "data" if data_parallel is True else data_parallel)
         return self.apply_gradients(params_grads, startup_program), params_grads
 
     def apply_gradients(self, params_grads, startup_program=None):
@@ -128,7 +139,8 @@ class Optimizer:
         inputs = {"Param": param, "Grad": grad, "LearningRate": lr}
         outputs = {"ParamOut": param}
         for suffix, slot, out_slot in self.state:
-            var = create_global_var(f"{param.name}.{suffix}", param.shape, 0.0, param.dtype)
+            var = create_global_var(f"{param.name}.{suffix}", param.shape, 0.0, param.dtype,
+                                    sharding=sharding_of(param.desc))
             inputs[slot], outputs[out_slot] = var, var
         if self.uses_step:
             inputs["Step"] = step

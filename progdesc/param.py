@@ -5,10 +5,12 @@ goes to the startup program, so running the startup program once fills the
 Scope and every later run of the main program reads from it.
 """
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, Tuple
 
+from lowering import progdesc_pb2 as pb
 from lowering.errors import ProgramError
 from progdesc import initializer as init
+from progdesc.distributed.sharding import set_sharding, sharding_of
 from progdesc.framework import _user_callsite, default_main_program, default_startup_program
 
 
@@ -19,13 +21,16 @@ class ParamAttr:
     `regularizer` is an L2 coefficient added to the parameter's gradient by
     the optimizer; `learning_rate` scales the optimizer's rate for it. Both
     are stored in the parameter's VarDesc (`param_settings`), so copies,
-    saved programs and inference models keep them.
+    saved programs and inference models keep them. `sharding` lays the parameter
+    (and its optimizer state) out on a device mesh: one mesh axis name or None per
+    dim, `()` for replicated (progdesc.distributed); stored in the VarDesc too.
     """
     name: Optional[str] = None
     initializer: Optional[init.Initializer] = None
     trainable: bool = True
     regularizer: float = 0.0
     learning_rate: float = 1.0
+    sharding: Optional[Tuple[Optional[str], ...]] = None
 
     @staticmethod
     def of(attr):
@@ -57,7 +62,8 @@ def param_settings(var):
     return ParamAttr(name=var.name, trainable=not var.stop_gradient,
                      regularizer=settings.regularizer.l2,
                      learning_rate=(settings.learning_rate
-                                    if settings.HasField("learning_rate") else 1.0))
+                                    if settings.HasField("learning_rate") else 1.0),
+                     sharding=sharding_of(var.desc))
 
 
 def create_parameter(shape, dtype="float32", *, attr=None, default_name="param",
@@ -77,16 +83,22 @@ def create_parameter(shape, dtype="float32", *, attr=None, default_name="param",
     if main.global_block().find_var(name) is not None:
         raise ProgramError("a variable of this name already exists; give the parameter "
                            "another name", var=name, callsite=_user_callsite())
+    if attr.sharding is not None:   # a spec that does not fit refuses before anything is added
+        set_sharding(pb.VarDesc(name=name, dims=shape), attr.sharding)
     var = main.global_block().create_parameter(name, shape, dtype, trainable=attr.trainable)
     svar = startup.global_block().create_parameter(name, shape, dtype, trainable=attr.trainable)
     (attr.initializer or default_initializer or init.XavierUniform()).append(
         startup.global_block(), svar)
     _record_settings(var.desc, attr)
+    if attr.sharding is not None:
+        set_sharding(var.desc, attr.sharding)
+        set_sharding(svar.desc, attr.sharding)
     return var
 
 
-def create_global_var(name, shape, value, dtype="float32"):
-    """Declare persistable, non-trainable state (step counters, moments) filled with `value`."""
+def create_global_var(name, shape, value, dtype="float32", sharding=None):
+    """Declare persistable, non-trainable state (step counters, moments) filled with `value`;
+    `sharding` annotates it as ParamAttr.sharding does a parameter."""
     main, startup = default_main_program(), default_startup_program()
     var = main.global_block().find_var(name)
     if var is not None:
@@ -95,5 +107,8 @@ def create_global_var(name, shape, value, dtype="float32"):
                                          stop_gradient=True)
     svar = startup.global_block().create_var(name, shape, dtype, persistable=True,
                                              stop_gradient=True)
+    if sharding is not None:
+        set_sharding(var.desc, sharding)
+        set_sharding(svar.desc, sharding)
     init.Constant(value).append(startup.global_block(), svar)
     return var

@@ -100,10 +100,11 @@ def test_the_off_switch_writes_nothing(tmp_path):
 def jax_cache_settings():
     """Restore JAX's cache settings (the suite runs with the cache off) after a test."""
     saved = (jax.config.jax_compilation_cache_dir,
-             jax.config.jax_persistent_cache_min_compile_time_secs)
+             jax.config.jax_persistent_cache_min_compile_time_secs,
+             jax.config.jax_compilation_cache_max_size)
     yield
     jax.config.update("jax_persistent_cache_min_compile_time_secs", saved[1])
-    pd.set_compilation_cache(saved[0])
+    pd.set_compilation_cache(saved[0], max_bytes=saved[2])
 
 
 @pytest.mark.parametrize("env, expected", [
@@ -159,3 +160,41 @@ def test_a_compile_time_threshold_the_user_set_is_kept(monkeypatch, tmp_path,
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 2.5)
     pd.set_compilation_cache(tmp_path)
     assert jax.config.jax_persistent_cache_min_compile_time_secs == 2.5
+
+
+def test_the_default_cache_is_bounded_unless_the_user_bounded_it(monkeypatch, tmp_path,
+                                                                jax_cache_settings):
+    monkeypatch.delenv("PROGDESC_COMPILATION_CACHE", raising=False)
+    monkeypatch.delenv("JAX_COMPILATION_CACHE_MAX_SIZE", raising=False)
+    monkeypatch.setenv("PROGDESC_CACHE_DIR", str(tmp_path))
+    jax.config.update("jax_compilation_cache_dir", None)
+    jax.config.update("jax_compilation_cache_max_size", -1)
+    compile_cache.configure_default()
+    assert jax.config.jax_compilation_cache_max_size == compile_cache.DEFAULT_MAX_BYTES
+
+    jax.config.update("jax_compilation_cache_dir", None)
+    jax.config.update("jax_compilation_cache_max_size", 12345)      # the user's own bound
+    compile_cache.configure_default()
+    assert jax.config.jax_compilation_cache_max_size == 12345
+
+
+def sizes(path):
+    """Total bytes of the cache entries under `path`."""
+    return sum(len(v) for v in entries(path).values())
+
+
+def test_past_the_bound_the_least_recently_read_entries_go(tmp_path, jax_cache_settings):
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    offset = float(np.random.default_rng().integers(1 << 30))   # programs no cache holds
+    probe = tmp_path / "probe"
+    pd.set_compilation_cache(probe, max_bytes=-1)
+    jax.jit(lambda v: v * 2.0 + offset)(np.ones(3, np.float32)).block_until_ready()
+    entry_bytes = sizes(probe)
+    assert entry_bytes > 0
+
+    bounded = tmp_path / "bounded"
+    pd.set_compilation_cache(bounded, max_bytes=int(2.5 * entry_bytes))
+    for factor in (3.0, 5.0, 7.0, 11.0):
+        jax.jit(lambda v, f=factor: v * f + offset)(np.ones(3, np.float32)).block_until_ready()
+        assert sizes(bounded) <= 2.5 * entry_bytes
+    assert len(entries(bounded)) == 2

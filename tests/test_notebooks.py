@@ -21,7 +21,8 @@ TIMEOUT_PER_CELL = 300
 
 def test_notebooks_exist():
     assert [p.name for p in NOTEBOOKS] == ["01_quickstart.ipynb", "02_gradients.ipynb",
-                                           "03_export.ipynb", "04_control_flow.ipynb"]
+                                           "03_export.ipynb", "04_control_flow.ipynb",
+                                           "05_data_parallel.ipynb", "07_jax_flax.ipynb"]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
@@ -100,3 +101,19 @@ def test_notebook_runs(path, kernel_env, tmp_path):
                     if "image/svg+xml" in o.get("data", {})]
         assert len(drawings) == 1   # the step and its gradient drawn inside their scan ops
         assert "block 1" in drawings[0] and "block 2" in drawings[0]
+    if path.stem == "05_data_parallel":
+        printed = "".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", [])
+                          if o.output_type == "stream")
+        assert printed.count("= c_allreduce(") == 4   # one per parameter gradient
+        assert "per device: [(2, 32), (2, 32), (2, 32), (2, 32)]" in printed
+        for mode in ("data parallel", "FSDP"):
+            line = [ln for ln in printed.splitlines() if ln.startswith(mode + ", largest")][0]
+            assert float(line.rsplit(" ", 1)[1]) < 1e-5
+    if path.stem == "07_jax_flax":
+        printed = "".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", [])
+                          if o.output_type == "stream")
+        assert "param conv.kernel: float32[3, 3, 1, 16]" in printed   # the Flax model, printed
+        assert "= conv_general_dilated(Input=x, Filter=conv.kernel)" in printed
+        accuracies = [float(line.split()[-1]) for line in printed.splitlines()
+                      if line.startswith("held-out accuracy")]
+        assert len(accuracies) == 2 and min(accuracies) > 0.9   # trained by progdesc, by nnx

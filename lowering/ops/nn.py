@@ -19,6 +19,7 @@ from jax import lax
 
 from lowering import checks
 from lowering.errors import BackwardError, ShapeError
+from lowering.ops.collective import all_reduce, local_vjp
 from lowering.registry import REQUIRED, Attr, In, Out, op
 
 
@@ -115,8 +116,7 @@ def _(g):
     attrs=_CONV_ATTRS, same_dtype=("Input", "Filter", "OutputGrad"))
 def conv2d_grad(Input, Filter, OutputGrad, **attrs):
     """Gradients of conv2d's Input and Filter from the gradient of its Output."""
-    _, vjp = jax.vjp(lambda x, w: conv2d.lower(x, w, **attrs), Input, Filter)
-    return vjp(OutputGrad)
+    return local_vjp(lambda x, w: conv2d.lower(x, w, **attrs), (Input, Filter), OutputGrad)
 
 
 @conv2d_grad.gradient
@@ -202,8 +202,7 @@ def _(g):
     attrs=_POOL_ATTRS, same_dtype=("X", "OutGrad"))
 def pool2d_grad(X, OutGrad, **attrs):
     """Gradient of pool2d's X from the gradient of its Out (linear in OutGrad; zero in X)."""
-    _, vjp = jax.vjp(lambda x: pool2d.lower(x, **attrs), X)
-    return vjp(OutGrad)[0]
+    return local_vjp(lambda x: pool2d.lower(x, **attrs), (X,), OutGrad)[0]
 
 
 @pool2d_grad.gradient
@@ -306,24 +305,31 @@ def scaled_dot_product_attention_grad(Q, K, V, OutGrad, Bias=None, Mask=None, **
     def forward(q, k, v, bias):
         return scaled_dot_product_attention.lower(q, k, v, bias, Mask, **attrs)
 
-    _, vjp = jax.vjp(forward, Q, K, V, Bias)
-    return vjp(OutGrad)
+    return local_vjp(forward, (Q, K, V, Bias), OutGrad)
 
 
 # --- normalization ---
 
-def _standardize(g, x, axes, epsilon):
-    """Emit (x - mean, rsqrt(var + eps), normalized x), statistics over `axes` kept as size 1."""
-    centered = g.call("sub", x, g.call("reduce_mean", x, axis=axes, keep_dim=True))
-    var = g.call("reduce_mean", g.call("mul", centered, centered), axis=axes, keep_dim=True)
+def _mean(g, x, axes, sync):
+    """Emit the mean of x over `axes` (kept as size 1), and over the devices of mesh axis
+    `sync` when it is not ''."""
+    mean = g.call("reduce_mean", x, axis=axes, keep_dim=True)
+    return g.call("c_allreduce", mean, reduce_type="mean", axis_name=sync) if sync else mean
+
+
+def _standardize(g, x, axes, epsilon, sync=""):
+    """Emit (x - mean, rsqrt(var + eps), normalized x), statistics over `axes` kept as size 1
+    (and over the devices of mesh axis `sync`, if given)."""
+    centered = g.call("sub", x, _mean(g, x, axes, sync))
+    var = _mean(g, g.call("mul", centered, centered), axes, sync)
     inv_std = g.call("rsqrt", g.call("scale", var, bias=epsilon))
     return centered, inv_std, g.call("mul", centered, inv_std)
 
 
-def _standardize_grad(g, u, xhat, inv_std, axes, out=None):
+def _standardize_grad(g, u, xhat, inv_std, axes, out=None, sync=""):
     """Gradient wrt x of <u, xhat>: inv_std * (u - mean(u) - xhat * mean(u * xhat))."""
-    mean_u = g.call("reduce_mean", u, axis=axes, keep_dim=True)
-    mean_ux = g.call("reduce_mean", g.call("mul", u, xhat), axis=axes, keep_dim=True)
+    mean_u = _mean(g, u, axes, sync)
+    mean_ux = _mean(g, g.call("mul", u, xhat), axes, sync)
     w = g.call("sub", g.call("sub", u, mean_u), g.call("mul", xhat, mean_ux))
     return g.call("mul", w, inv_std, out=out)
 
@@ -377,15 +383,23 @@ def _channel_axis(rank, data_layout):
              Out("SavedVariance", optional=True,
                  doc="biased batch variance (running Variance when is_test)")],
     attrs={"momentum": 0.9, "epsilon": 1e-5, "is_test": False,
-           "data_layout": Attr("data_layout", "string", "NCHW", "NCHW or NHWC")},
+           "data_layout": Attr("data_layout", "string", "NCHW", "NCHW or NHWC"),
+           "sync_axis": Attr("sync_axis", "string", "",
+                             "mesh axis whose devices share batch statistics ('': none)")},
     same_dtype=("X", "Scale", "Bias", "Mean", "Variance"))
-def batch_norm(X, Scale, Bias, Mean, Variance, *, momentum, epsilon, is_test, data_layout):
+def batch_norm(X, Scale, Bias, Mean, Variance, *, momentum, epsilon, is_test, data_layout,
+               sync_axis):
     """Batch normalization over every axis but the channel axis.
 
     Training normalizes with the batch statistics and, as PaddlePaddle does, updates the
     running variance with the biased batch variance. SavedVariance is that variance itself,
     not PaddlePaddle's inverse standard deviation. With is_test the running statistics
     normalize and pass through unchanged.
+
+    With `sync_axis` (data parallel, e.g. "data") the batch statistics are those of the
+    global batch: the per-device mean and mean square deviation averaged over the devices of
+    that mesh axis (every device holds an equal share of the batch). Where the axis is not
+    mapped (one device) that is the local batch, as without it.
     """
     checks.min_rank("X", X, 2)
     channel = _channel_axis(X.ndim, data_layout)
@@ -397,8 +411,9 @@ def batch_norm(X, Scale, Bias, Mean, Variance, *, momentum, epsilon, is_test, da
     if is_test:
         mean, var = Mean, Variance
     else:
-        mean = jnp.mean(X, axis=axes)
-        var = jnp.mean(jnp.square(X - mean.reshape(shape)), axis=axes)
+        mean = all_reduce(jnp.mean(X, axis=axes), "mean", sync_axis)
+        var = all_reduce(jnp.mean(jnp.square(X - mean.reshape(shape)), axis=axes), "mean",
+                         sync_axis)
     inv_std = lax.rsqrt(var + epsilon)
     y = (X - mean.reshape(shape)) * (inv_std * Scale).reshape(shape) + Bias.reshape(shape)
     if is_test:
@@ -425,18 +440,25 @@ def _(g):
         if g.wants("Scale"):
             xhat = g.call("mul", g.call("sub", x, per_channel(g.input("Mean"))), inv_std)
     else:
-        centered, inv_std, xhat = _standardize(g, x, axes, eps)
+        sync = g.attr("sync_axis")
+        centered, inv_std, xhat = _standardize(g, x, axes, eps, sync)
         if g.wants("X"):
             keep = 1.0 - g.attr("momentum")
-            dmean = _weighted_grads(g, [("SavedMean", 1.0), ("MeanOut", keep)], per_channel)
+
+            def per_channel_synced(v):   # a statistic shared by the devices: so is its gradient
+                v = per_channel(v)
+                return g.call("c_allreduce", v, reduce_type="mean", axis_name=sync) if sync else v
+
+            dmean = _weighted_grads(g, [("SavedMean", 1.0), ("MeanOut", keep)],
+                                    per_channel_synced)
             dvar = _weighted_grads(g, [("SavedVariance", 1.0), ("VarianceOut", keep)],
-                                   per_channel)
+                                   per_channel_synced)
             dims = [g.var(x)[0][a] for a in axes]
             count = None if -1 in dims else math.prod(dims)
             extra = _stats_grad(g, x, centered, axes, count, dmean, dvar)
             u = g.call("mul", dy, per_channel(g.input("Scale")))
             dx = _standardize_grad(g, u, xhat, inv_std, axes,
-                                   out=None if extra else g.in_grad("X"))
+                                   out=None if extra else g.in_grad("X"), sync=sync)
             if extra:
                 g.call("add", dx, extra, out=g.in_grad("X"))
     if g.wants("Scale"):

@@ -193,7 +193,7 @@ def _bn_axes(X, data_layout):
 
 
 def batch_norm_ref(X, Scale, Bias, Mean, Variance, momentum=0.9, epsilon=1e-5, is_test=False,
-                   data_layout="NCHW"):
+                   data_layout="NCHW", sync_axis=""):
     axes, shape = _bn_axes(X, data_layout)
     x = X.astype(np.float64)
     if is_test:
@@ -232,6 +232,8 @@ NORM = [
     _bn("train_nchw", rand(2, 3, 2, 2), 3),
     _bn("train_2d", rand(4, 3), 3, momentum=0.8, epsilon=1e-3),
     _bn("train_nhwc", rand(2, 2, 2, 3), 3, data_layout="NHWC"),
+    # one device: the statistics synchronised over an unmapped axis are the local ones
+    _bn("train_sync_one_device", rand(2, 3, 2, 2), 3, sync_axis="data"),
     _bn("test_nchw", rand(2, 3, 2, 2), 3, is_test=True),
     _bn("test_nhwc_float64", rand(2, 2, 3, dtype="float64"), 3, is_test=True,
         data_layout="NHWC"),

@@ -1,0 +1,173 @@
+"""Scaling table (issue 18): training throughput on 1, 2 and 4 devices, data parallel and FSDP.
+
+`python -m bench.scaling [--devices 1,2,4] [--workloads mlp,transformer] [--steps N]`
+
+Each device count k runs in a fresh subprocess on `Mesh({"data": k})`: on a CPU
+with XLA_FLAGS=--xla_force_host_platform_device_count=k, on GPUs over the first
+k of them. Every workload (bench/workloads.py, Adam) trains in two modes:
+
+- dp:   `minimize(loss, data_parallel=True)`: one replica per device, each
+        gradient all-reduced (`c_allreduce`, lowered to `lax.pmean` in `shard_map`);
+- fsdp: every parameter split over the data axis along its first dim that k
+        divides (replicated if none does), the batch split too; `jax.jit` with
+        `NamedSharding`s, XLA's partitioner inserts the all-gathers and reduce-scatters.
+
+Weak scaling: each device keeps the workload's batch (mlp 128, transformer 16),
+so the global batch is k times that. Throughput is examples per second over the
+median step (interleaved timing, bench/common.py); "vs 1 device" is throughput at
+k devices over the same mode's at 1 device, and efficiency that over k (the
+target on GPUs: >= 90% for data parallel at 4 devices on the transformer).
+"state/device" is the bytes of parameters and optimizer state one device holds.
+The 1-device rows of a mode run on a mesh of one device; "plain" is the Executor
+without a mesh.
+
+On a CPU the forced devices share the same cores, so k devices do k times the
+work with the same cores: the best "vs 1 device" there is x1.00 (efficiency 1/k),
+and what falls short of it is the cost of the collectives and the partitioning.
+The table shows the mechanics, not scaling.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+WORKLOADS = ("mlp", "transformer")
+MODES = ("dp", "fsdp")
+
+
+def build(spec, mode, k):
+    """(main, startup, loss) of workload `spec` for `mode` ("plain", "dp" or "fsdp") on k
+    devices."""
+    import progdesc as pd
+    from bench import workloads as W
+    from progdesc import distributed as dist
+    main, startup, _, _, loss = W.build_progdesc(spec)
+    if mode == "dp":
+        dist.data_parallel(main)
+    if mode == "fsdp":   # each parameter and its Adam moments ('<param>.moment1', ...)
+        block = main.global_block()
+        with pd.program_guard(main, startup):
+            for param in main.all_parameters():
+                split = next((d for d, n in enumerate(param.shape) if n % k == 0), None)
+                if split is None:
+                    continue
+                spec = tuple("data" if d == split else None for d in range(len(param.shape)))
+                for var in block.vars.values():
+                    if var.name == param.name or (var.persistable and var.shape == param.shape
+                                                  and var.name.startswith(param.name + ".")):
+                        dist.shard(var, spec)
+    return main, startup, loss
+
+
+def state_bytes_per_device(program, scope):
+    """Bytes of `program`'s persistables held by one device (the first shard of each)."""
+    from progdesc import io
+    total = 0
+    for name in io.persistable_vars(program):
+        if name in scope:
+            value = scope.get(name)
+            shards = getattr(value, "addressable_shards", None)
+            total += shards[0].data.nbytes if shards else value.nbytes
+    return total
+
+
+def measure(k, names, steps):
+    """Rows for k devices: per workload and mode, step time, throughput and state bytes."""
+    import progdesc as pd
+    from bench import workloads as W
+    from bench.common import interleaved
+    from progdesc import distributed as dist
+    mesh = dist.Mesh({"data": k})
+    rows = []
+    for name in names:
+        spec = W.SPECS[name]
+        batch = W.make_batches(spec, 1, batch=spec.batch * k)[0]
+        feed = {"x": batch[0], "label": batch[1]}
+        fns, sizes = {}, {}
+        for mode in ("plain",) * (k == 1) + MODES:
+            main, startup, loss = build(spec, mode, k)
+            exe = pd.Executor() if mode == "plain" else pd.Executor(mesh=mesh)
+            scope = pd.Scope()
+            exe.run(startup, scope=scope)
+
+            def step(exe=exe, main=main, loss=loss, scope=scope):
+                return exe.run(main, feed=feed, fetch_list=[loss], scope=scope)[0]
+            step()   # compile
+            fns[mode], sizes[mode] = step, state_bytes_per_device(main, scope)
+        timed = interleaved(fns, steps=steps, warmup=2, block=3)
+        for mode, r in timed.items():
+            rows.append({"workload": name, "mode": mode, "devices": k,
+                         "global_batch": spec.batch * k, "step_s": r["median_s"],
+                         "examples_per_s": spec.batch * k / r["median_s"],
+                         "state_bytes_per_device": sizes[mode]})
+    return rows
+
+
+def run_all(device_counts, names, steps, log=print):
+    """Rows of every device count, each measured in a fresh subprocess."""
+    rows, gpu = [], _has_gpu()
+    for k in device_counts:
+        env = dict(os.environ, PYTHONPATH=ROOT)
+        if not gpu:
+            env["JAX_PLATFORMS"] = "cpu"
+            env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") +
+                                f" --xla_force_host_platform_device_count={k}").strip()
+        done = subprocess.run([sys.executable, "-m", "bench.scaling", "--one", str(k),
+                               "--workloads", ",".join(names), "--steps", str(steps)],
+                              cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
+        if done.returncode != 0:
+            raise RuntimeError(f"{k} devices: the measuring process failed:\n{done.stderr}")
+        rows.extend(json.loads(done.stdout.strip().splitlines()[-1]))
+        log(f"  {k} device(s) measured")
+    return rows
+
+
+def _has_gpu():
+    done = subprocess.run([sys.executable, "-c", "import jax; print(jax.default_backend())"],
+                          capture_output=True, text=True, timeout=300)
+    return done.stdout.strip() == "gpu"
+
+
+def table(rows):
+    """The scaling table as text, with efficiency against the same mode on 1 device."""
+    base = {(r["workload"], r["mode"]): r["examples_per_s"] for r in rows if r["devices"] == 1}
+    lines = ["workload     | mode  | devices | global batch | step      | examples/s | "
+             "vs 1 device | efficiency | state/device",
+             "-------------+-------+---------+--------------+-----------+------------+-"
+             "------------+------------+-------------"]
+    for r in rows:
+        one = base.get((r["workload"], r["mode"]))
+        speedup = f"x{r['examples_per_s'] / one:.2f}" if one else "-"
+        eff = f"{r['examples_per_s'] / (r['devices'] * one):.0%}" if one else "-"
+        lines.append(f"{r['workload']:<12} | {r['mode']:<5} | {r['devices']:>7} | "
+                     f"{r['global_batch']:>12} | {r['step_s'] * 1e3:>6.1f} ms | "
+                     f"{r['examples_per_s']:>10.0f} | {speedup:>11} | {eff:>10} | "
+                     f"{r['state_bytes_per_device'] / 2**20:>8.2f} MB")
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--devices", default="1,2,4")
+    parser.add_argument("--workloads", default=",".join(WORKLOADS))
+    parser.add_argument("--steps", type=int, default=15)
+    parser.add_argument("--json", default=os.path.join(HERE, "scaling.json"))
+    parser.add_argument("--one", type=int, help=argparse.SUPPRESS)   # the subprocess' part
+    args = parser.parse_args(argv)
+    names = args.workloads.split(",")
+    if args.one:
+        print(json.dumps(measure(args.one, names, args.steps)))
+        return
+    import platform
+    print(f"scaling: {platform.processor() or platform.machine()}, {os.cpu_count()} cores")
+    rows = run_all([int(k) for k in args.devices.split(",")], names, args.steps)
+    print(table(rows))
+    with open(args.json, "w") as f:
+        json.dump(rows, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,93 @@
+"""Collectives across the devices of a mesh axis: `c_allreduce`.
+
+A collective names a mesh axis (e.g. "data"). Inside `shard_map` over that axis
+(the Executor's data-parallel mode, progdesc.distributed) it lowers to
+`lax.psum` / `lax.pmean` / `lax.pmax` / `lax.pmin`. Anywhere else the axis is
+not bound and the program runs on one device, an axis of size 1: the reduction
+of one value is that value, so the op is the identity. A data-parallel program
+therefore also runs, unchanged and with the same results, on a single device.
+
+Devices communicate only through these ops: a gradient op lowered through
+`jax.vjp` uses `local_vjp`, so that inside shard_map it computes each device's
+own partial gradient rather than one JAX sums over the devices.
+"""
+import jax
+from jax import lax
+
+from lowering.errors import BackwardError, ProgramError
+from lowering.registry import Attr, In, Out, op
+
+_REDUCTIONS = {"sum": lax.psum, "mean": lax.pmean, "max": lax.pmax, "min": lax.pmin}
+
+
+def axis_bound(axis_name):
+    """Whether `axis_name` is a mapped axis of the trace being built (inside shard_map)."""
+    try:
+        lax.axis_size(axis_name)
+    except NameError:
+        return False
+    return True
+
+
+def all_reduce(x, reduce_type, axis_name):
+    """`x` reduced over the devices of mesh axis `axis_name`; `x` itself if it is unbound."""
+    if reduce_type not in _REDUCTIONS:
+        raise ProgramError(f"reduce_type must be one of {', '.join(_REDUCTIONS)}, "
+                           f"got {reduce_type!r}")
+    if not axis_name or not axis_bound(axis_name):
+        return x
+    return _REDUCTIONS[reduce_type](x, axis_name)
+
+
+def varying_axes(x):
+    """The mapped axes over which traced value `x` may differ between devices (inside
+    shard_map; an empty set anywhere else)."""
+    aval = jax.typeof(x)
+    vma = getattr(aval, "vma", None)
+    if vma is None:
+        mat = getattr(aval, "manual_axis_type", None)
+        vma = mat.varying if mat is not None else ()
+    return frozenset(vma)
+
+
+def local_vjp(fn, primals, cotangent):
+    """`jax.vjp(fn, *primals)` applied to `cotangent`, as one device's partial gradients.
+
+    Inside shard_map, JAX's transpose of using a replicated value (a parameter) in a
+    per-device computation sums its gradient over the devices. A gradient op of
+    progdesc computes each device's own part and leaves communication to explicit
+    `c_allreduce` ops, so every primal is first marked as varying over the axes that
+    any input varies over. Anywhere else this is `jax.vjp`. Gradient ops lowered
+    through `jax.vjp` use this. None primals pass through.
+    """
+    axes = frozenset().union(*(varying_axes(v) for v in (*primals, cotangent)
+                               if v is not None))
+    if axes:
+        primals = tuple(v if v is None else _vary(v, axes) for v in primals)
+    _, vjp = jax.vjp(fn, *primals)
+    return vjp(cotangent)
+
+
+def _vary(x, axes):
+    missing = tuple(sorted(axes - varying_axes(x)))
+    return lax.pcast(x, missing, to="varying") if missing else x
+
+
+@op("c_allreduce", inputs=[In("X", "number")], outputs=[Out("Out")],
+    attrs={"reduce_type": Attr("reduce_type", "string", "mean", "sum, mean, max or min"),
+           "axis_name": Attr("axis_name", "string", "data", "the mesh axis reduced over")})
+def c_allreduce(X, *, reduce_type, axis_name):
+    """Out = X reduced elementwise over the devices of mesh axis `axis_name` (every device
+    gets the result); the identity where the axis is not mapped (one device)."""
+    return all_reduce(X, reduce_type, axis_name)
+
+
+@c_allreduce.gradient
+def _(g):
+    reduce_type = g.attr("reduce_type")
+    if reduce_type not in ("sum", "mean"):
+        raise BackwardError(f"c_allreduce with reduce_type '{reduce_type}' has no gradient "
+                            "(only sum and mean do)")
+    # each device's output depends on every device's input: the cotangents add up the same way
+    g.call("c_allreduce", g.out_grad("Out"), reduce_type=reduce_type,
+           axis_name=g.attr("axis_name"), out=g.in_grad("X"))

@@ -1,0 +1,273 @@
+"""Training across processes (one per host, or per accelerator) on JAX's distributed runtime.
+
+Every process runs the same program with the same seed. `initialize` joins them
+through `jax.distributed` (process 0 serves the coordinator); afterwards
+`jax.devices()` lists the devices of every process, and a Mesh over them spans
+all processes. Without a GPU, cross-process collectives go through JAX's own
+CPU implementation (gloo).
+
+- Feeds: each process feeds only its own rows of the global batch;
+  `global_batch` makes them one global array (`jax.make_array_from_process_local_data`).
+- Fetches: `to_host` gives every process the whole value, gathering the parts
+  other processes hold (`process_allgather`).
+- Checkpoints: `save_checkpoint` gathers every persistable and process 0 writes
+  one ordinary checkpoint file (`progdesc.io.load_checkpoint` reads it, on any
+  device count). `save_checkpoint_shards` lets each process write the shards it
+  holds, nothing gathered; `load_checkpoint_shards` assembles them, again for
+  any device count.
+"""
+import contextlib
+import math
+import os
+import re
+
+import jax
+import numpy as np
+from jax._src import distributed as _jax_distributed
+from jax._src import xla_bridge as _xla_bridge
+from jax.experimental import multihost_utils
+
+from lowering.errors import DistributedError, FormatError
+from progdesc import io
+from progdesc.framework import default_main_program
+from progdesc.scope import global_scope
+
+_SHARD_FILE = "shard-{:05d}-of-{:05d}.safetensors"
+_SHARD_FILE_RE = re.compile(r"shard-(\d{5})-of-(\d{5})\.safetensors")
+
+
+def initialize(coordinator, num_processes, process_id, timeout=300, local_device_ids=None):
+    """Join this process to a run of `num_processes` processes coordinated at `coordinator`.
+
+    `coordinator` is "host:port"; process 0 serves the coordinator there and the
+    others connect to it. Call this first, before anything touches a JAX device.
+    If the processes have not all joined within `timeout` seconds, raises
+    DistributedError naming the coordinator (JAX alone would end the process).
+    `local_device_ids` restricts this process to some of its accelerators.
+    """
+    _check_arguments(coordinator, num_processes, process_id, timeout)
+    if jax.distributed.is_initialized():
+        raise DistributedError(f"this process already joined a run (coordinator "
+                               f"{_jax_distributed.global_state.coordinator_address})")
+    if _xla_bridge.backends_are_initialized():
+        raise DistributedError("initialize must come before anything touches a JAX device "
+                               "(jax.devices(), an Executor run, a computation)")
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    try:
+        with _connect_raises():
+            jax.distributed.initialize(coordinator, num_processes, process_id,
+                                       local_device_ids=local_device_ids,
+                                       initialization_timeout=timeout)
+    except RuntimeError:
+        served = _jax_distributed.global_state.service is not None
+        _forget_failed_join()
+        if process_id == 0 and not served:
+            raise DistributedError(
+                f"process 0 could not serve the coordinator at {coordinator}: is the port "
+                "free, and the host an address of this machine?") from None
+        raise DistributedError(
+            f"process {process_id} of {num_processes} could not join the run coordinated at "
+            f"{coordinator} within {timeout} s: is every process started, with the same "
+            "coordinator address and num_processes?") from None
+
+
+def _check_arguments(coordinator, num_processes, process_id, timeout):
+    host, _, port = str(coordinator).rpartition(":")
+    if not isinstance(coordinator, str) or not host or not port.isdigit():
+        raise DistributedError(f"coordinator must be 'host:port', got {coordinator!r}")
+    if not isinstance(num_processes, int) or num_processes < 1:
+        raise DistributedError(f"num_processes must be a positive int, got {num_processes!r}")
+    if not isinstance(process_id, int) or not 0 <= process_id < num_processes:
+        raise DistributedError(f"process_id must be an int in [0, {num_processes}), "
+                               f"got {process_id!r}")
+    if not isinstance(timeout, int) or timeout < 1:
+        raise DistributedError(f"timeout must be a positive number of seconds (int), "
+                               f"got {timeout!r}")
+
+
+def _fail_connect(*_):
+    raise RuntimeError("lost the distributed coordinator")
+
+
+@contextlib.contextmanager
+def _connect_raises():
+    """While active, a distributed client that fails to connect raises instead of ending
+    the process.
+
+    jaxlib's client ends the process (a fatal log) on an error unless it was made
+    with an error callback, and `jax.distributed.initialize` passes none. With one,
+    the error reaches `connect`, which raises: our callback raises, and jaxlib 0.10
+    cannot even call a Python callback with its error, which raises too. A peer lost
+    after joining still ends the process, as in JAX (an exception on jaxlib's own
+    thread). On a jaxlib without this seam, JAX's own behaviour stands.
+    """
+    module = getattr(_jax_distributed, "_jax", None)
+    make_client = getattr(module, "get_distributed_runtime_client", None)
+    if make_client is None:
+        yield
+        return
+
+    def make_raising_client(*args, **kwargs):
+        kwargs.setdefault("missed_heartbeat_callback", _fail_connect)
+        return make_client(*args, **kwargs)
+
+    module.get_distributed_runtime_client = make_raising_client
+    try:
+        yield
+    finally:
+        module.get_distributed_runtime_client = make_client
+
+
+def _forget_failed_join():
+    """Drop the client (never connected) and the service of a failed join: the process
+    goes on as a one-process run."""
+    state = _jax_distributed.global_state
+    service, state.client, state.service = state.service, None, None
+    state.process_id, state.num_processes, state.coordinator_address = 0, 1, None
+    if service is not None:
+        service.shutdown()
+
+
+def global_batch(local_value, mesh, axis="data"):
+    """The global batch split along `axis` of `mesh`, whose rows on this process's devices
+    are `local_value` (this process's share, in process order).
+
+    Every process calls it with its own rows (as many as its devices hold); the
+    result is one array of all processes' rows, to feed like any other value.
+    """
+    sharding = jax.sharding.NamedSharding(_jax_mesh(mesh), jax.sharding.PartitionSpec(axis))
+    with jax.enable_x64(True):   # int64 labels stay int64, as the program declares them
+        return jax.make_array_from_process_local_data(sharding, np.asarray(local_value))
+
+
+def _jax_mesh(mesh):
+    return mesh if isinstance(mesh, jax.sharding.Mesh) else mesh.jax_mesh
+
+
+def to_host(value):
+    """`value` as one NumPy array, the same on every process: the parts that other
+    processes hold are gathered."""
+    if isinstance(value, jax.Array) and not value.is_fully_addressable:
+        if value.is_fully_replicated:
+            return np.asarray(value.addressable_data(0))
+        with jax.enable_x64(True):   # 64-bit values stay 64-bit while they are gathered
+            return multihost_utils.process_allgather(value, tiled=True)
+    return np.asarray(value)
+
+
+def _sync(what):
+    """Wait until every process gets here (a no-op in a one-process run)."""
+    if jax.process_count() > 1:
+        multihost_utils.sync_global_devices(what)
+
+
+def save_checkpoint(path, program=None, scope=None):
+    """Write one checkpoint of `program`'s persistables: gathered from every process,
+    written by process 0. Every process must call it; all return once the file is written.
+
+    The file is an ordinary checkpoint: `progdesc.io.load_checkpoint` reads it
+    into a run on any number of devices and processes.
+    """
+    program = program or default_main_program()
+    scope = scope or global_scope()
+    gathered = {name: to_host(scope.get(name)) for name in io.persistable_vars(program)
+                if name in scope}
+    if jax.process_index() == 0:
+        io.atomic_write(path, io.checkpoint_bytes(program, gathered))
+    _sync(f"progdesc checkpoint {os.fspath(path)}")
+
+
+def save_checkpoint_shards(dirname, program=None, scope=None):
+    """Each process writes the shards of `program`'s persistables that it holds, nothing
+    gathered: `dirname/shard-<process>-of-<count>.safetensors`. Every process must call it.
+
+    A shard replicated on several devices is written once. `load_checkpoint_shards`
+    assembles the files for a run on any number of devices.
+    """
+    program = program or default_main_program()
+    scope = scope or global_scope()
+    pieces = {}
+    for name in io.persistable_vars(program):
+        if name not in scope:
+            continue
+        value = scope.get(name)   # a jax.Array: a Scope holds nothing else
+        for shard in value.addressable_shards:
+            if shard.replica_id == 0:
+                box = _box(shard.index, value.shape)
+                pieces[_shard_key(name, box, value.shape)] = np.asarray(shard.data)
+    os.makedirs(dirname, exist_ok=True)
+    index, count = jax.process_index(), jax.process_count()
+    io.atomic_write(os.path.join(dirname, _SHARD_FILE.format(index, count)),
+                    io.tensors_bytes(pieces))
+    _sync(f"progdesc checkpoint shards {os.fspath(dirname)}")
+
+
+def _box(index, shape):
+    """[(start, stop)] per dim of a shard's index (a tuple of slices) in an array of `shape`."""
+    return [s.indices(n)[:2] for s, n in zip(index, shape)]
+
+
+def _shard_key(name, box, shape):
+    where = ",".join(f"{a}:{b}" for a, b in box)
+    return f"{name}|{where}|{','.join(map(str, shape))}"
+
+
+def _parse_shard_key(key, where):
+    try:
+        name, box, shape = key.rsplit("|", 2)
+        shape = tuple(int(n) for n in shape.split(",")) if shape else ()
+        box = [tuple(int(n) for n in dim.split(":")) for dim in box.split(",")] if box else []
+    except ValueError:
+        raise FormatError(f"{where} holds '{key}', not a shard key (name|box|shape)") from None
+    if len(box) != len(shape):
+        raise FormatError(f"{where}: the shard's box and shape disagree", var=name)
+    return name, tuple(slice(a, b) for a, b in box), shape
+
+
+def read_checkpoint_shards(dirname):
+    """{name: numpy array} assembled from the shard files in `dirname`; FormatError if a
+    file is missing or corrupt, or the shards do not cover a value."""
+    found = sorted(f for f in os.listdir(dirname) if _SHARD_FILE_RE.fullmatch(f))
+    if not found:
+        raise FormatError(f"'{os.fspath(dirname)}' holds no checkpoint shards ({_SHARD_FILE})")
+    count = int(_SHARD_FILE_RE.fullmatch(found[0]).group(2))
+    for i in range(count):
+        if _SHARD_FILE.format(i, count) not in found:
+            raise FormatError(f"'{os.fspath(dirname)}' lacks {_SHARD_FILE.format(i, count)} "
+                              f"(the checkpoint was written by {count} processes)")
+    pieces = {}   # name -> (shape, dtype, [(box, data)])
+    for i in range(count):
+        path = os.path.join(dirname, _SHARD_FILE.format(i, count))
+        for key, data in io.read_checkpoint(path).items():
+            name, box, shape = _parse_shard_key(key, f"'{path}'")
+            whole, dtype, found = pieces.setdefault(name, (shape, data.dtype, []))
+            extent = tuple(b.stop - b.start for b in box)
+            if (whole, dtype) != (shape, data.dtype) or extent != data.shape or any(
+                    b.start < 0 or b.stop > n for b, n in zip(box, shape)):
+                raise FormatError(f"'{path}' holds a shard that does not fit the others",
+                                  var=name)
+            found.append((box, data))
+    values = {}
+    for name, (shape, dtype, found) in pieces.items():
+        # the shards must hold at least the whole value's elements: this bounds what is
+        # allocated by what the files hold
+        if sum(data.size for _, data in found) < math.prod(shape):
+            raise FormatError(f"the shards in '{os.fspath(dirname)}' do not cover the whole "
+                              "value", var=name)
+        value, covered = np.zeros(shape, dtype), np.zeros(shape, bool)
+        for box, data in found:
+            value[box], covered[box] = data, True
+        if not covered.all():
+            raise FormatError(f"the shards in '{os.fspath(dirname)}' do not cover the whole "
+                              "value", var=name)
+        values[name] = value
+    return values
+
+
+def load_checkpoint_shards(dirname, program=None, scope=None, allow_missing=False):
+    """Load the shard files of `dirname` into `scope` for `program`, on any number of
+    devices; all checked first (as `progdesc.io.load_checkpoint`). Returns the names loaded."""
+    program = program or default_main_program()
+    values = read_checkpoint_shards(dirname)
+    io.check_values(program, values, allow_missing, where=f"checkpoint '{os.fspath(dirname)}'")
+    return io.set_values(program, values, scope)

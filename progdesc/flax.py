@@ -1,0 +1,4 @@
+"""Programs as Flax NNX modules: `from progdesc.flax import ProgramModule`."""
+from progdesc.interop.flax_module import ProgramModule, attribute_name
+
+__all__ = ["ProgramModule", "attribute_name"]
