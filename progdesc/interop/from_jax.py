@@ -35,13 +35,12 @@ import os
 
 import jax
 import numpy as np
-from jax._src import source_info_util
 from jax.extend import core as jcore
 
 from lowering import dtypes
 from lowering.errors import ProgramError, UnsupportedPrimitiveError
 from progdesc import io
-from progdesc.framework import Program, _cell_name, program_guard
+from progdesc.framework import _PACKAGE_DIRS, Program, _cell_name, program_guard
 
 
 class Unsupported(Exception):
@@ -211,22 +210,25 @@ def _sub_jaxprs(eqn):
 
 def _source_line(source_info):
     """'file.py:12' ('In[3]:2' in a notebook) of the user's frame that made an equation:
-    the innermost frame outside JAX and Flax."""
-    for frame in source_info_util.user_frames(source_info.traceback):
-        if not frame.file_name.startswith(_library_dirs()):
+    the innermost frame outside JAX, Flax and progdesc."""
+    frames = source_info.traceback.frames if source_info.traceback is not None else ()
+    for frame in frames:
+        if not os.path.abspath(frame.file_name).startswith(_library_dirs()):
             name = _cell_name(frame.file_name) or os.path.basename(frame.file_name)
-            return f"{name}:{frame.start_line}"
+            return f"{name}:{frame.line_num}"
     return ""
 
 
 @functools.lru_cache(maxsize=1)
 def _library_dirs():
-    """The directories of Flax's code (JAX's own frames user_frames already skips)."""
+    """The directories of the code that is not the user's: JAX's, Flax's and ours."""
     import importlib.util
-    spec = importlib.util.find_spec("flax")
-    if spec is None or not spec.origin:
-        return ()
-    return (os.path.dirname(spec.origin) + os.sep,)
+    dirs = list(_PACKAGE_DIRS)
+    for package in ("jax", "jaxlib", "flax"):
+        spec = importlib.util.find_spec(package)
+        if spec is not None and spec.origin:
+            dirs.append(os.path.dirname(os.path.abspath(spec.origin)) + os.sep)
+    return tuple(dirs)
 
 
 # --- building a program ---
