@@ -29,8 +29,7 @@ def from_flax(module, variables, *example_inputs, scope=None, method=None, **app
     For a linen module, `variables` is what `module.init` returned; `method` and
     `apply_kwargs` (e.g. `train=True`) are passed to `module.apply`. For an nnx module,
     `variables` is None (the module's own variables) or an `nnx.State` of its variables
-    other than random-number streams (`nnx.split(module, nnx.RngKey, ...)[2]`) to use
-    instead; the module (or its method named `method`) is called with the inputs and
+    other than random keys (`nnx.split(module, nnx.RngKey, ...)[2]`) to use instead; the module (or its method named `method`) is called with the inputs and
     `apply_kwargs`. Feeds are named after the call's parameters (`x`).
 
     Returns `(program, feed_names, fetch_targets)` with the parameters and statistics
