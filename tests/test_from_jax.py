@@ -197,9 +197,14 @@ def test_constants_fill_or_persist_by_their_values():
                                      scope=scope)
     block = program.global_block()
     persisted = [v for v in block.vars.values() if v.persistable]
-    assert [v.name for v in persisted] == ["const_0"] and persisted[0].stop_gradient
+    assert len(persisted) == 1 and persisted[0].stop_gradient
+    assert persisted[0].name.startswith("const_")
     assert not program.all_parameters()
-    np.testing.assert_array_equal(scope.get("const_0"), table)
+    np.testing.assert_array_equal(scope.get(persisted[0].name), table)
+    other, _, _ = pd.from_jax(lambda x: x * (table + 1.0), _rand(3, 4), scope=scope)
+    (other_const,) = [v for v in other.global_block().vars.values() if v.persistable]
+    assert other_const.name != persisted[0].name   # one Scope holds both programs' constants
+    np.testing.assert_array_equal(scope.get(persisted[0].name), table)
     fills = [op for op in block.ops if op.type == "fill_constant"]
     assert sorted((list(op.attr("shape")), op.attr("value")) for op in fills) == [
         ([], pytest.approx(0.1)), ([3, 4], 1.0)]

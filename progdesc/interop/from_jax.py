@@ -12,8 +12,9 @@ What becomes what:
 - Constants (arrays the function closes over, and literals): one whose elements are
   all equal and exactly representable in the float32 attribute of `fill_constant`
   becomes a `fill_constant` op, whatever its size (it costs nothing to store);
-  any other becomes a persistable, non-trainable variable (`const_0`, ...) whose
-  value goes to the Scope with the parameters and is saved with them.
+  any other becomes a persistable, non-trainable variable named after a hash of its
+  contents (`const_3f2a...`, so that programs sharing a Scope never overwrite each
+  other's) whose value goes to the Scope with the parameters and is saved with them.
 - Calls (`jit`, `custom_jvp_call`, `custom_vjp_call`, `remat`) are inlined. The
   program's gradients are then those of the primal computation: a custom JVP or VJP
   rule is replaced by the gradient makers of the ops it was inlined into (`relu`'s,
@@ -30,6 +31,7 @@ collected; once the whole jaxpr has been walked, all of them are reported togeth
 one `UnsupportedPrimitiveError`, each with the user's source line.
 """
 import functools
+import hashlib
 import inspect
 import os
 
@@ -106,8 +108,10 @@ class Translator:
             name = self.call("fill_constant", shape=list(value.shape),
                              dtype=dtypes.name_of(value.dtype), value=float(first))
             self._constants[(self.block.idx, key)] = name
-        else:
-            name = self.program._names("const")
+        else:   # named by its contents: programs sharing a Scope never clash over one
+            digest = hashlib.sha256(value.dtype.str.encode() + str(value.shape).encode()
+                                    + value.tobytes()).hexdigest()
+            name = f"const_{digest[:12]}"
             self.program.global_block().create_var(name, value.shape, value.dtype,
                                                    persistable=True, stop_gradient=True)
             self.values[name] = value
