@@ -227,6 +227,13 @@ def _arg_extreme(t, eqn, x):
                   dtype=dtypes.name_of(eqn.params["index_dtype"]))
 
 
+@rule("top_k")
+def _top_k(t, eqn, x):
+    values, indices = t.call("top_k", x, k=eqn.params["k"], axis=eqn.params.get("axis", -1))
+    want = dtypes.name_of(eqn.outvars[1].aval.dtype)
+    return values, indices if t.var(indices)[1] == want else t.call("cast", indices, dtype=want)
+
+
 @rule("cumsum")
 def _cumsum(t, eqn, x):
     return t.call("cumsum", x, axis=eqn.params["axis"], reverse=eqn.params["reverse"])
