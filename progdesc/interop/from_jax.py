@@ -39,7 +39,7 @@ import jax
 import numpy as np
 from jax.extend import core as jcore
 
-from lowering import dtypes
+from lowering import dtypes, registry
 from lowering.errors import ProgramError, UnsupportedPrimitiveError
 from progdesc import io
 from progdesc.framework import _PACKAGE_DIRS, Program, _cell_name, program_guard
@@ -79,7 +79,6 @@ class Translator:
         """Append one op, binding `args` to its input slots in order; returns the names of
         its outputs (one name for a single output, a list for a many slot, a tuple for
         several slots)."""
-        from lowering import registry
         opdef = registry.get(op_type)
         inputs = {slot.name: arg for slot, arg in zip(opdef.inputs, args) if arg is not None}
         name = f"{self._scope}.{op_type}" if self._scope else None
