@@ -43,10 +43,7 @@ from lowering import dtypes, registry
 from lowering.errors import ProgramError, UnsupportedPrimitiveError
 from progdesc import io
 from progdesc.framework import _PACKAGE_DIRS, Program, _cell_name, program_guard
-
-
-class Unsupported(Exception):
-    """Raised by a rule for parameters it cannot translate; the message says which."""
+from progdesc.interop.jax_rules import RULES, Unsupported
 
 
 _POISON = object()   # the value of a jaxpr variable whose equation could not be translated
@@ -160,7 +157,6 @@ class Translator:
         return env[atom]
 
     def _equation(self, eqn, ins):
-        from progdesc.interop.jax_rules import RULES
         saved = self._callsite, self._scope
         self._callsite = _source_line(eqn.source_info) or saved[0]
         stack = str(eqn.source_info.name_stack).split("/")[self._strip:]

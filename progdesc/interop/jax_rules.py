@@ -8,9 +8,13 @@ returns the names of the equation's results, or raises `Unsupported` for paramet
 it cannot translate.
 """
 from lowering import dtypes
-from progdesc.interop.from_jax import Unsupported
+from progdesc.control_flow import scan, switch, while_loop
 
 RULES = {}
+
+
+class Unsupported(Exception):
+    """Raised by a rule for parameters it cannot translate; the message says which."""
 
 
 def rule(*names):
@@ -320,7 +324,6 @@ def _vars(t, names):
 
 @rule("cond")
 def _cond(t, eqn, index, *operands):
-    from progdesc.control_flow import switch
     branches = [lambda body=body: t.sub_block(body, operands) for body in eqn.params["branches"]]
     out = switch(t.block.var(index), branches)
     t.tag_last_op()
@@ -329,7 +332,6 @@ def _cond(t, eqn, index, *operands):
 
 @rule("scan")
 def _scan(t, eqn, *operands):
-    from progdesc.control_flow import scan
     p = eqn.params
     consts = operands[:p["num_consts"]]
     init = operands[p["num_consts"]:p["num_consts"] + p["num_carry"]]
@@ -347,7 +349,6 @@ def _scan(t, eqn, *operands):
 
 @rule("while")
 def _while(t, eqn, *operands):
-    from progdesc.control_flow import while_loop
     p = eqn.params
     cond_consts = operands[:p["cond_nconsts"]]
     body_consts = operands[p["cond_nconsts"]:p["cond_nconsts"] + p["body_nconsts"]]
