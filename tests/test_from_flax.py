@@ -1,6 +1,6 @@
 """pd.from_flax against Flax itself: outputs, gradients (jax.grad of the Flax loss), and 20
 Adam steps against optax, on an MLP, a CNN with BatchNorm (training mode, statistics
-updated) and a transformer encoder (linen), and on nnx modules; the imported program
+updated), a transformer encoder and an embedding (linen), and on nnx modules; the imported program
 saves, loads, exports and prints like any other."""
 import functools
 
@@ -15,6 +15,7 @@ from flax import traverse_util
 
 import progdesc as pd
 from progdesc import ops
+from source_lines import line_of
 
 RTOL = ATOL = 1e-5
 
@@ -46,6 +47,12 @@ class Encoder(nn.Module):
         return (x + h).mean(axis=1)
 
 
+class EmbedBag(nn.Module):
+    @nn.compact
+    def __call__(self, ids):
+        return nn.Dense(3)(jnp.tanh(nn.Embed(10, 6)(ids).mean(axis=1)))
+
+
 def _data(*shape, seed=0):
     return np.random.default_rng(seed).normal(size=shape).astype(np.float32)
 
@@ -54,6 +61,7 @@ CASES = {
     "mlp": (MLP(), _data(6, 5), {}),
     "cnn_batchnorm": (CNN(), _data(4, 8, 8, 2), {"train": True}),
     "transformer": (Encoder(), _data(2, 5, 8), {}),
+    "embedding": (EmbedBag(), np.array([[1, 4, 4, 9], [0, 2, 7, 3]], np.int32), {}),
 }
 
 
@@ -100,8 +108,8 @@ def test_outputs_equal_flax(case):
     variables = _variables(case)
     scope = pd.Scope()
     program, feeds, fetches = pd.from_flax(module, variables, x, scope=scope, **kw)
-    assert feeds == ["x"]
-    got, = pd.Executor().run(program, feed={"x": x}, fetch_list=fetches, scope=scope)
+    assert feeds == ["ids" if case == "embedding" else "x"]
+    got, = pd.Executor().run(program, feed={feeds[0]: x}, fetch_list=fetches, scope=scope)
     state = [c for c in variables if c != "params"]
     apply = functools.partial(module.apply, mutable=state, **kw) if state else \
         functools.partial(module.apply, **kw)
@@ -129,12 +137,12 @@ def test_parameters_keep_their_names_and_values(case):
 @pytest.mark.parametrize("case", CASES)
 def test_gradients_equal_jax_grad_of_the_flax_loss(case):
     module, x, kw = CASES[case]
-    variables, program, _, _, scope, loss, _ = _imported(case)
+    variables, program, feeds, _, scope, loss, _ = _imported(case)
     y = _data(*program.global_block().var("y").shape, seed=1)
     names = sorted(_flat(variables["params"]))
     block = program.global_block()
     grads = pd.gradients(loss, [block.var(n) for n in names])
-    got = pd.Executor().run(program, feed={"x": x, "y": y}, fetch_list=grads, scope=scope)
+    got = pd.Executor().run(program, feed={feeds[0]: x, "y": y}, fetch_list=grads, scope=scope)
     state = {c: v for c, v in variables.items() if c != "params"}
     want = _flat(jax.jit(jax.grad(lambda p: _flax_loss(module, kw)(p, state, x, y)[0]))(
         variables["params"]))
@@ -145,14 +153,14 @@ def test_gradients_equal_jax_grad_of_the_flax_loss(case):
 @pytest.mark.parametrize("case", CASES)
 def test_twenty_adam_steps_match_optax(case):
     module, x, kw = CASES[case]
-    variables, program, _, _, scope, loss, startup = _imported(case)
+    variables, program, feeds, _, scope, loss, startup = _imported(case)
     y = _data(*program.global_block().var("y").shape, seed=1)
     with pd.program_guard(program, startup):
         pd.optimizer.Adam(0.01).minimize(loss)
     exe = pd.Executor()
     exe.run(startup, scope=scope)
     for _ in range(20):
-        exe.run(program, feed={"x": x, "y": y}, fetch_list=[loss], scope=scope)
+        exe.run(program, feed={feeds[0]: x, "y": y}, fetch_list=[loss], scope=scope)
 
     opt = optax.adam(0.01)
 
@@ -252,7 +260,7 @@ def test_nnx_module_trains_like_optax():
                                rtol=RTOL, atol=ATOL)
 
 
-def test_the_imported_program_saves_loads_exports_and_prints(tmp_path):
+def test_the_imported_program_saves_loads_exports_prints_and_displays(tmp_path):
     module, x, _ = CASES["mlp"]
     variables = _variables("mlp")
     scope = pd.Scope()
@@ -262,6 +270,9 @@ def test_the_imported_program_saves_loads_exports_and_prints(tmp_path):
     assert "param Dense_0.kernel: float32[16, 3]" in text
     assert "Dense_0.dot_general_0.out: float32[6, 3] = dot_general(" in text
     assert "relu(" in text
+    assert "Dense_0.kernel" in program._repr_html_() and "Dense_0.kernel" in program.to_dot()
+    line = line_of(__file__, "return nn.Dense(3)(nn.relu(nn.Dense(16)(x)))")
+    assert {op.desc.callsite for op in program.global_block().ops} == {line}
 
     pd.io.save_inference_model(str(tmp_path / "model"), feeds, fetches, program=program,
                                scope=scope)
@@ -282,3 +293,25 @@ def test_the_imported_program_saves_loads_exports_and_prints(tmp_path):
 def test_a_module_that_is_not_flax_is_refused():
     with pytest.raises(TypeError, match="flax.linen or flax.nnx Module"):
         pd.from_flax(lambda x: x, {}, np.zeros(3))
+
+
+class Dropped(nnx.Module):
+    def __init__(self, rngs):
+        self.linear = nnx.Linear(4, 3, rngs=rngs)
+        self.drop = nnx.Dropout(0.5, rngs=rngs)
+
+    def __call__(self, x):
+        return self.drop(self.linear(x))
+
+
+def test_random_draws_are_reported_and_eval_mode_imports():
+    model, x = Dropped(nnx.Rngs(0)), _data(2, 4)
+    with pytest.raises(pd.UnsupportedPrimitiveError) as info:
+        pd.from_flax(model, None, x)
+    line = line_of(__file__, "return self.drop(self.linear(x))")
+    assert ("random_bits", line) in [(name, where) for name, where, _ in info.value.unsupported]
+    model.eval()
+    scope = pd.Scope()
+    program, _, fetches = pd.from_flax(model, None, x, scope=scope)
+    got, = pd.Executor().run(program, feed={"x": x}, fetch_list=fetches, scope=scope)
+    np.testing.assert_allclose(got, model(x), rtol=RTOL, atol=ATOL)

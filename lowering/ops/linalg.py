@@ -6,6 +6,10 @@ Its gradient is made of matmuls with transpose flags. A 1-D operand is first
 reshaped to a [1, k] row (Y's is then used transposed), so the rule for
 matrices applies; `reduce_as` sums gradients back to each operand's shape,
 which both undoes batch broadcasting and drops the added axis.
+
+`dot_general` mirrors the `lax` primitive (what `from_jax` translates `@`, einsum and
+Flax's Dense into); its gradient is JAX's transpose rule: a dot_general of the result's
+gradient with the other operand, then a transpose.
 """
 import jax.numpy as jnp
 import numpy as np

@@ -99,3 +99,9 @@ def _(g):
         if target:
             picked = [dout if k == i else zeros for k in range(len(cases))]
             g.op("select_n", {"Which": which, "Cases": picked}, {"Out": target})
+
+
+@op("is_finite", inputs=[In("X", "float")], outputs=[Out("Out")], differentiable=False)
+def is_finite(X):
+    """Whether each element of X is neither infinite nor NaN (bool)."""
+    return jnp.isfinite(X)

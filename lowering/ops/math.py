@@ -1,9 +1,11 @@
-"""Elementwise binary arithmetic with NumPy broadcasting, and the broadcast helpers.
+"""Elementwise binary arithmetic (with `rem`) with NumPy broadcasting, and the broadcast
+helpers.
 
 Gradients of broadcasting ops sum the incoming gradient back to each input's
 shape with `reduce_as`; its own gradient broadcasts with `expand_as`.
 """
 import jax.numpy as jnp
+from jax import lax
 
 from lowering import checks
 from lowering.registry import In, Out, op
@@ -174,3 +176,22 @@ def minimum(X, Y):
 @minimum.gradient
 def _(g):
     _select_grad(g, "less_equal")
+
+
+@op("rem", **_BINARY)
+def rem(X, Y):
+    """The remainder of X / Y rounded toward zero, with the sign of X (C's fmod; `lax.rem`),
+    broadcasting."""
+    checks.broadcast(X=X, Y=Y)
+    return lax.rem(*jnp.broadcast_arrays(X, Y))
+
+
+@rem.gradient
+def _(g):  # x - trunc(x / y) * y: dx = dout, dy = -dout * trunc(x / y)
+    dout, x, y = g.out_grad("Out"), g.input("X"), g.input("Y")
+    if g.wants("X"):
+        _to_input(g, dout, "X")
+    if g.wants("Y"):
+        ratio = g.call("div", x, y)
+        whole = g.call("mul", g.call("sign", ratio), g.call("floor", g.call("abs", ratio)))
+        _to_input(g, g.call("neg", g.call("mul", dout, whole)), "Y")

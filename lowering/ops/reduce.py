@@ -1,5 +1,5 @@
-"""Reductions: mean, reduce_sum / mean / max / min / prod, argmax, top_k, cumsum, and
-reduce_window (sum, max or min over sliding windows).
+"""Reductions: mean, reduce_sum / mean / max / min / prod / all / any, argmax, argmin, top_k,
+cumsum, and reduce_window (sum, max or min over sliding windows).
 
 `axis` lists the reduced axes (negative counts from the end; empty means all).
 Gradients re-insert the reduced axes as size-1 dims (`unsqueeze`, unless
@@ -125,6 +125,20 @@ def _(g):
     g.call("div", scaled, x, out=g.in_grad("X"))
 
 
+@op("reduce_all", inputs=[In("X", "bool")], outputs=[Out("Out")], attrs=_REDUCE_ATTRS,
+    differentiable=False)
+def reduce_all(X, *, axis, keep_dim):
+    """Whether every element of bool X over `axis` is true."""
+    return jnp.all(X, axis=_axes(axis), keepdims=keep_dim)
+
+
+@op("reduce_any", inputs=[In("X", "bool")], outputs=[Out("Out")], attrs=_REDUCE_ATTRS,
+    differentiable=False)
+def reduce_any(X, *, axis, keep_dim):
+    """Whether any element of bool X over `axis` is true."""
+    return jnp.any(X, axis=_axes(axis), keepdims=keep_dim)
+
+
 @op("argmax", inputs=[In("X", "number")], outputs=[Out("Out")],
     attrs={"axis": -1, "keep_dim": False, "dtype": Attr("dtype", "dtype", "int64")},
     differentiable=False)
@@ -132,6 +146,15 @@ def argmax(X, *, axis, keep_dim, dtype):
     """Index of the first maximum of `X` along `axis`."""
     checks.axis("X", X, axis)
     return jnp.argmax(X, axis=axis, keepdims=keep_dim).astype(dtypes.to_numpy(dtype))
+
+
+@op("argmin", inputs=[In("X", "number")], outputs=[Out("Out")],
+    attrs={"axis": -1, "keep_dim": False, "dtype": Attr("dtype", "dtype", "int64")},
+    differentiable=False)
+def argmin(X, *, axis, keep_dim, dtype):
+    """Index of the first minimum of `X` along `axis`."""
+    checks.axis("X", X, axis)
+    return jnp.argmin(X, axis=axis, keepdims=keep_dim).astype(dtypes.to_numpy(dtype))
 
 
 @op("top_k", inputs=[In("X", "number")], outputs=[Out("Out"), Out("Indices")],

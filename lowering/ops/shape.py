@@ -1,6 +1,8 @@
 """Shape and layout ops: reshape, transpose, concat / split / stack, slice, squeeze,
 unsqueeze, expand, gather, one_hot, take_along_axis, and the `lax` primitives
-broadcast_in_dim, dynamic_slice and dynamic_update_slice.
+broadcast_in_dim, dynamic_slice, dynamic_update_slice, pad, rev, gather (`gather_general`,
+differentiated by `gather_general_grad`, the `jax.vjp` of its rule) and scatter-add
+(`scatter_add_general`, whose gradient is a gather).
 
 Gradients move the incoming gradient back into the input's layout. Where the
 input's shape is only known at run time (a symbolic batch dim), they read it
@@ -10,6 +12,7 @@ shaped like the forward input.
 """
 import math
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
@@ -437,3 +440,149 @@ def _(g):
     if g.wants("Update"):
         g.call("dynamic_slice", dout, starts, sizes=list(g.var(update)[0]),
                out=g.in_grad("Update"))
+
+
+_GATHER_ATTRS = {
+    "offset_dims": Attr("offset_dims", "ints", ()),
+    "collapsed_slice_dims": Attr("collapsed_slice_dims", "ints", ()),
+    "start_index_map": Attr("start_index_map", "ints", ()),
+    "operand_batching_dims": Attr("operand_batching_dims", "ints", ()),
+    "start_indices_batching_dims": Attr("start_indices_batching_dims", "ints", ()),
+    "slice_sizes": Attr("slice_sizes", "ints", REQUIRED, "one per dim of X"),
+    "mode": Attr("mode", "string", "fill", "out-of-bounds slices: clip (moved inside X), fill "
+                                           "(filled with fill_value) or promise_in_bounds"),
+    "fill_value": Attr("fill_value", "float", float("nan"),
+                       "for mode fill; NaN: JAX's default for X's dtype"),
+}
+
+
+def _gather_args(slice_sizes, mode, fill_value, **dimension_numbers):
+    return dict(dimension_numbers=lax.GatherDimensionNumbers(
+                    **{k: tuple(v) for k, v in dimension_numbers.items()}),
+                slice_sizes=tuple(slice_sizes), mode=mode,
+                fill_value=None if math.isnan(fill_value) else fill_value)
+
+
+@op("gather_general", inputs=[In("X"), In("Indices", "int")], outputs=[Out("Out")],
+    attrs=_GATHER_ATTRS)
+def gather_general(X, Indices, **attrs):
+    """Slices of X at the start positions in `Indices`, as `lax.gather` takes them (the
+    dimension numbers are its `GatherDimensionNumbers`): what `jnp.take` and indexing
+    with arrays make."""
+    checks.rank("X", X, len(attrs["slice_sizes"]), "one dim per slice size")
+    return lax.gather(X, Indices, **_gather_args(**attrs))
+
+
+@gather_general.gradient
+def _(g):
+    g.call("gather_general_grad", g.input("X"), g.input("Indices"), g.out_grad("Out"),
+           out=g.in_grad("X"), **g.attrs)
+
+
+@op("gather_general_grad", inputs=[_LIKE, In("Indices", "int"), In("OutGrad")],
+    outputs=[Out("Out")], attrs=_GATHER_ATTRS)
+def gather_general_grad(X, Indices, OutGrad, **attrs):
+    """Zeros shaped like `X` with `OutGrad`'s slices added where gather_general read them
+    (slices it filled or dropped add nothing)."""
+    _, vjp = jax.vjp(lambda x: gather_general.lower(x, Indices, **attrs),
+                     jnp.zeros(X.shape, OutGrad.dtype))
+    return vjp(OutGrad)[0]
+
+
+@gather_general_grad.gradient
+def _(g):   # linear in OutGrad: a gather, whose dropped slices took no part (zeros)
+    g.call("gather_general", g.out_grad("Out"), g.input("Indices"), out=g.in_grad("OutGrad"),
+           **dict(g.attrs, fill_value=0.0))
+
+
+@op("pad", inputs=[In("X"), In("PaddingValue", doc="a scalar of X's dtype")],
+    outputs=[Out("Out")], same_dtype=("X", "PaddingValue"),
+    attrs={"padding_config": Attr("padding_config", "ints", REQUIRED,
+                                  "(low, high, interior) for each dim of X, flattened; "
+                                  "a negative low or high cuts")})
+def pad(X, PaddingValue, *, padding_config):
+    """X padded with `PaddingValue` before, after and between its elements (`lax.pad`)."""
+    config = _pad_config(X, padding_config)
+    checks.rank("PaddingValue", PaddingValue, 0, "a scalar")
+    return lax.pad(X, PaddingValue, config)
+
+
+def _pad_config(X, padding_config):
+    config = [tuple(padding_config[i:i + 3]) for i in range(0, len(padding_config), 3)]
+    if len(padding_config) != 3 * X.ndim or any(c[2] < 0 for c in config):
+        raise ShapeError(f"padding_config {list(padding_config)} must hold (low, high, "
+                         f"interior >= 0) for each dim of X {checks.typed(X)}", slot="X")
+    return config
+
+
+@pad.gradient
+def _(g):   # as JAX's transpose: cut the padding off, take every (interior + 1)-th element
+    x, dout = g.input("X"), g.out_grad("Out")
+    config = g.attr("padding_config")
+    lo, hi, interior = config[0::3], config[1::3], config[2::3]
+    if g.wants("X"):
+        zero = g.call("fill_constant", shape=[], dtype=g.var(x)[1])
+        cut = g.call("pad", dout, zero,
+                     padding_config=[v for a, b in zip(lo, hi) for v in (-a, -b, 0)])
+        dims = g.var(x)[0]
+        g.call("slice", cut, axes=list(range(len(dims))), starts=[0] * len(dims),
+               ends=[(d - 1) * (k + 1) + 1 for d, k in zip(dims, interior)],
+               strides=[k + 1 for k in interior], out=g.in_grad("X"))
+    if g.wants("PaddingValue"):   # the elements of Out that are padding: a mask of them
+        one = g.call("scale", g.call("fill_zeros_like", g.input("PaddingValue")), bias=1.0)
+        mask = g.call("pad", g.call("fill_zeros_like", x), one, padding_config=list(config))
+        g.call("reduce_sum", g.call("mul", dout, mask), out=g.in_grad("PaddingValue"))
+
+
+@op("rev", inputs=[In("X")], outputs=[Out("Out")],
+    attrs={"dimensions": Attr("dimensions", "ints", REQUIRED, "the dims reversed")})
+def rev(X, *, dimensions):
+    """X with the order of its elements reversed along `dimensions`."""
+    for d in dimensions:
+        checks.axis("X", X, d, "dimensions")
+    return lax.rev(X, tuple(d % X.ndim for d in dimensions))
+
+
+@rev.gradient
+def _(g):
+    g.call("rev", g.out_grad("Out"), dimensions=g.attr("dimensions"), out=g.in_grad("X"))
+
+
+_SCATTER_ATTRS = {
+    "update_window_dims": Attr("update_window_dims", "ints", ()),
+    "inserted_window_dims": Attr("inserted_window_dims", "ints", ()),
+    "scatter_dims_to_operand_dims": Attr("scatter_dims_to_operand_dims", "ints", ()),
+    "operand_batching_dims": Attr("operand_batching_dims", "ints", ()),
+    "scatter_indices_batching_dims": Attr("scatter_indices_batching_dims", "ints", ()),
+    "mode": Attr("mode", "string", "fill", "out-of-bounds updates: clip (moved inside X), "
+                                           "fill (dropped) or promise_in_bounds"),
+}
+
+
+@op("scatter_add_general", inputs=[In("X"), In("Indices", "int"), In("Updates")],
+    outputs=[Out("Out")], attrs=_SCATTER_ATTRS, same_dtype=("X", "Updates"))
+def scatter_add_general(X, Indices, Updates, *, mode, **dimension_numbers):
+    """X with `Updates` added at the positions in `Indices`, as `lax.scatter_add` takes them
+    (the dimension numbers are its `ScatterDimensionNumbers`): what `x.at[i].add(v)` and the
+    gradient of a gather make."""
+    numbers = lax.ScatterDimensionNumbers(**{k: tuple(v) for k, v in dimension_numbers.items()})
+    return lax.scatter_add(X, Indices, Updates, numbers, mode=mode)
+
+
+@scatter_add_general.gradient
+def _(g):   # as JAX's transpose: X's gradient passes; Updates' is a gather of it
+    dout = g.out_grad("Out")
+    g.pass_through("X", dout)
+    if g.wants("Updates"):
+        a = g.attrs
+        dims = len(g.var(g.input("X"))[0])
+        update_dims = g.var(g.input("Updates"))[0]
+        skipped = set(a["inserted_window_dims"]) | set(a["operand_batching_dims"])
+        window = iter(a["update_window_dims"])
+        sizes = [1 if i in skipped else update_dims[next(window)] for i in range(dims)]
+        g.call("gather_general", dout, g.input("Indices"), offset_dims=a["update_window_dims"],
+               collapsed_slice_dims=a["inserted_window_dims"],
+               start_index_map=a["scatter_dims_to_operand_dims"],
+               operand_batching_dims=a["operand_batching_dims"],
+               start_indices_batching_dims=a["scatter_indices_batching_dims"],
+               slice_sizes=sizes, mode=a["mode"], fill_value=0.0, out=g.in_grad("Updates"))

@@ -1,4 +1,5 @@
-"""Elementwise unary math (with `integer_pow`, `erf`, `erfc`), n-ary `sum`, `cast` and `assign`.
+"""Elementwise unary math (with the `lax` primitives integer_pow, erf, erfc, sin, cos,
+log1p, expm1, sign, floor), n-ary `sum`, `cast` and `assign`.
 
 Gradients reuse the forward output where it is at hand (exp, sqrt, rsqrt) and
 write nothing for integer or bool inputs. `full_like` is the helper other
@@ -209,3 +210,72 @@ def _(g):  # +-2 / sqrt(pi) * exp(-x ** 2)
     bell = g.call("exp", g.call("scale", g.call("square", g.input("X")), scale=-1.0))
     g.call("mul", g.out_grad("Out"), g.call("scale", bell, scale=sign * 2.0 / math.sqrt(math.pi)),
            out=g.in_grad("X"))
+
+
+@op("sin", **_FLOAT)
+def sin(X):
+    """Sine elementwise."""
+    return jnp.sin(X)
+
+
+@sin.gradient
+def _(g):
+    g.call("mul", g.out_grad("Out"), g.call("cos", g.input("X")), out=g.in_grad("X"))
+
+
+@op("cos", **_FLOAT)
+def cos(X):
+    """Cosine elementwise."""
+    return jnp.cos(X)
+
+
+@cos.gradient
+def _(g):
+    g.call("mul", g.out_grad("Out"), g.call("neg", g.call("sin", g.input("X"))),
+           out=g.in_grad("X"))
+
+
+@op("log1p", **_FLOAT)
+def log1p(X):
+    """log(1 + X) elementwise, accurate for small X."""
+    return jnp.log1p(X)
+
+
+@log1p.gradient
+def _(g):
+    g.call("div", g.out_grad("Out"), g.call("scale", g.input("X"), bias=1.0), out=g.in_grad("X"))
+
+
+@op("expm1", **_FLOAT)
+def expm1(X):
+    """exp(X) - 1 elementwise, accurate for small X."""
+    return jnp.expm1(X)
+
+
+@expm1.gradient
+def _(g):  # exp(x) = out + 1
+    g.call("mul", g.out_grad("Out"), g.call("scale", g.output("Out"), bias=1.0),
+           out=g.in_grad("X"))
+
+
+@op("sign", **_NUMBER)
+def sign(X):
+    """-1, 0 or 1 elementwise, as X is negative, zero or positive; keeps X's dtype."""
+    return jnp.sign(X)
+
+
+@sign.gradient
+def _(g):  # zero almost everywhere, as in JAX
+    if g.in_grad("X") and is_float(g, g.input("X")):
+        g.call("fill_zeros_like", g.input("X"), out=g.in_grad("X"))
+
+
+@op("floor", **_FLOAT)
+def floor(X):
+    """The largest whole number <= X elementwise."""
+    return jnp.floor(X)
+
+
+@floor.gradient
+def _(g):  # zero almost everywhere, as in JAX
+    g.call("fill_zeros_like", g.input("X"), out=g.in_grad("X"))

@@ -6,7 +6,10 @@ translator.
   with the same values, placed in the Scope.
 - Every other variable (linen's "batch_stats" and other collections, nnx's
   `BatchStat`s) becomes a persistable, non-trainable variable of the same name (its
-  collection's name comes first if a parameter already has that name).
+  collection's name comes first if a parameter already has that name), except the keys
+  of nnx's random-number streams (`nnx.RngKey`): they stay constants of the trace, so a
+  module that draws random numbers (Dropout in training mode) is reported as using
+  primitives progdesc does not translate; import it in eval mode.
 - State the module updates when called (BatchNorm in training mode: linen traced with
   every non-"params" collection mutable, nnx by splitting the module again after the
   call) is written back by an `assign` from the new value into that variable, so each
@@ -16,6 +19,7 @@ translator.
 """
 import jax
 
+from lowering.errors import ProgramError
 from progdesc.interop.from_jax import _parameter_names, build, named_leaves
 
 
@@ -24,8 +28,8 @@ def from_flax(module, variables, *example_inputs, scope=None, method=None, **app
 
     For a linen module, `variables` is what `module.init` returned; `method` and
     `apply_kwargs` (e.g. `train=True`) are passed to `module.apply`. For an nnx module,
-    `variables` is None (the module's own state) or an `nnx.State` from `nnx.split` to
-    use instead; the module (or its method named `method`) is called with the inputs and
+    `variables` is None (the module's own variables) or an `nnx.State` of its variables
+    other than random keys (`nnx.split(module, nnx.RngKey, ...)[2]`) to use instead; the module (or its method named `method`) is called with the inputs and
     `apply_kwargs`. Feeds are named after the call's parameters (`x`).
 
     Returns `(program, feed_names, fetch_targets)` with the parameters and statistics
@@ -55,7 +59,11 @@ def _build(call, state_tree, state_leaves, example_inputs, arg_names, scope, str
         state = jax.tree_util.tree_unflatten(state_tree, leaves[:n_state])
         out, new_state = call(state, *jax.tree_util.tree_unflatten(input_tree,
                                                                    leaves[n_state:]))
-        new_leaves = jax.tree_util.tree_leaves(new_state)
+        new_leaves, new_tree = jax.tree_util.tree_flatten(new_state)
+        if new_tree != state_tree:
+            raise ProgramError("the module's variables after the call differ in structure from "
+                               f"those before it (variables made or dropped by the call?): "
+                               f"{new_tree} vs {state_tree}")
         return (jax.tree_util.tree_leaves(out)
                 + [v for v, s in zip(new_leaves, is_state) if s])
 
@@ -72,6 +80,8 @@ def _unique(entries):
 
 
 def _from_linen(module, variables, example_inputs, scope, method, apply_kwargs):
+    from flax.core import unfreeze
+    variables = unfreeze(variables)
     mutable = [c for c in variables if c != "params"]
     entries = []
     for name, value in named_leaves(variables):
@@ -83,7 +93,8 @@ def _from_linen(module, variables, example_inputs, scope, method, apply_kwargs):
             return module.apply(state, *inputs, method=method, **apply_kwargs), state
         out, updates = module.apply(state, *inputs, mutable=mutable, method=method,
                                     **apply_kwargs)
-        return out, {c: updates.get(c, state[c]) if c in mutable else state[c] for c in state}
+        updates = unfreeze(updates)
+        return out, {c: updates.get(c, state[c]) for c in state}
 
     fn = getattr(module, method) if isinstance(method, str) else method or module.__call__
     return _build(call, jax.tree_util.tree_structure(variables), _unique(entries),
@@ -92,22 +103,21 @@ def _from_linen(module, variables, example_inputs, scope, method, apply_kwargs):
 
 def _from_nnx(module, state, example_inputs, scope, method, apply_kwargs):
     from flax import nnx
-    graphdef, own_state = nnx.split(module)
+    graphdef, rng_state, own_state = nnx.split(module, nnx.RngKey, ...)
     state = own_state if state is None else state
-    types = {tuple(path): type(v) for path, v in nnx.to_flat_state(state)}
+    types = {".".join(map(str, path)): type(v) for path, v in nnx.to_flat_state(state)}
     entries = []
-    for path, value in jax.tree_util.tree_flatten_with_path(state)[0]:
-        keys = tuple(k.key if hasattr(k, "key") else k.idx if hasattr(k, "idx") else k.name
-                     for k in path)
-        keys = keys[:-1] if keys and keys[-1] == "value" and keys[:-1] in types else keys
-        kind = "param" if issubclass(types.get(keys, nnx.Variable), nnx.Param) else "state"
-        entries.append((types.get(keys, nnx.Variable).__name__,
-                        ".".join(str(k) for k in keys), value, kind))
+    for name, value in named_leaves(state):
+        if name.endswith(".value") and name.removesuffix(".value") in types:
+            name = name.removesuffix(".value")   # the Variable's own field
+        kind = types.get(name, nnx.Variable)
+        entries.append((kind.__name__, name, value,
+                        "param" if issubclass(kind, nnx.Param) else "state"))
 
     def call(state, *inputs):
-        model = nnx.merge(graphdef, state)
+        model = nnx.merge(graphdef, rng_state, state)
         out = getattr(model, method or "__call__")(*inputs, **apply_kwargs)
-        return out, nnx.split(model)[1]
+        return out, nnx.split(model, nnx.RngKey, ...)[2]
 
     fn = getattr(module, method or "__call__")
     return _build(call, jax.tree_util.tree_structure(state), _unique(entries), example_inputs,

@@ -12,12 +12,16 @@ What becomes what:
 - Constants (arrays the function closes over, and literals): one whose elements are
   all equal and exactly representable in the float32 attribute of `fill_constant`
   becomes a `fill_constant` op, whatever its size (it costs nothing to store);
-  any other becomes a persistable, non-trainable variable (`const_0`, ...) whose
-  value goes to the Scope with the parameters and is saved with them.
+  any other becomes a persistable, non-trainable variable named after a hash of its
+  contents (`const_3f2a...`, so that programs sharing a Scope never overwrite each
+  other's) whose value goes to the Scope with the parameters and is saved with them.
 - Calls (`jit`, `custom_jvp_call`, `custom_vjp_call`, `remat`) are inlined. The
   program's gradients are then those of the primal computation: a custom JVP or VJP
   rule is replaced by the gradient makers of the ops it was inlined into (`relu`'s,
   whose custom rule an op of ours implements, keeps it).
+- Control flow becomes our control-flow ops, built by `progdesc.control_flow`: `cond`
+  (lax.cond and lax.switch) a `switch`, `scan` (also a fori_loop with static bounds) a
+  `scan`, `while` a `while` (which, as in JAX, has no reverse-mode gradient).
 - Every op records the user's source line of its equation (shown by `print(program)`
   and in errors), and its outputs are named after JAX's name stack (a Flax module's
   path) and the op type.
@@ -26,22 +30,20 @@ A primitive without a rule, or whose parameters its rule cannot translate, is
 collected; once the whole jaxpr has been walked, all of them are reported together in
 one `UnsupportedPrimitiveError`, each with the user's source line.
 """
+import functools
+import hashlib
 import inspect
 import os
 
 import jax
 import numpy as np
-from jax._src import source_info_util
 from jax.extend import core as jcore
 
-from lowering import dtypes
-from lowering.errors import UnsupportedPrimitiveError
+from lowering import dtypes, registry
+from lowering.errors import ProgramError, UnsupportedPrimitiveError
 from progdesc import io
-from progdesc.framework import Program, _cell_name
-
-
-class Unsupported(Exception):
-    """Raised by a rule for parameters it cannot translate; the message says which."""
+from progdesc.framework import _PACKAGE_DIRS, Program, _cell_name, program_guard
+from progdesc.interop.jax_rules import RULES, Unsupported
 
 
 _POISON = object()   # the value of a jaxpr variable whose equation could not be translated
@@ -54,8 +56,8 @@ class Translator:
     values of the persistable constants it declares.
     """
 
-    def __init__(self, block, strip_names=0):
-        self.block = block
+    def __init__(self, program, strip_names=0):
+        self.program = program
         self.values = {}
         self.unsupported = []
         self._strip = strip_names
@@ -64,11 +66,16 @@ class Translator:
         self._scope = ""
 
     # --- what rules call ---
+    @property
+    def block(self):
+        """The block ops go to: the program's current block (a sub-block while a control
+        flow builder runs a branch or step)."""
+        return self.program.current_block()
+
     def call(self, op_type, *args, **attrs):
         """Append one op, binding `args` to its input slots in order; returns the names of
         its outputs (one name for a single output, a list for a many slot, a tuple for
         several slots)."""
-        from lowering import registry
         opdef = registry.get(op_type)
         inputs = {slot.name: arg for slot, arg in zip(opdef.inputs, args) if arg is not None}
         name = f"{self._scope}.{op_type}" if self._scope else None
@@ -86,19 +93,25 @@ class Translator:
         """The name of a variable holding the array `value` (see the module's docstring)."""
         value = np.asarray(value)
         key = (value.dtype.str, value.shape, value.tobytes()) if value.size <= 4096 else id(value)
-        if key in self._constants:
-            return self._constants[key]
+        block = self.block
+        while block is not None:   # made in this block or an enclosing one: visible here
+            if (block.idx, key) in self._constants:
+                return self._constants[(block.idx, key)]
+            block = block.parent
         flat = value.reshape(-1)
         first = flat[0].item() if flat.size else 0
         if (flat.size == 0 or np.all(flat == flat[0])) and _fits_float32(first):
             name = self.call("fill_constant", shape=list(value.shape),
                              dtype=dtypes.name_of(value.dtype), value=float(first))
-        else:
-            name = self.block.program._names("const")
-            self.block.create_var(name, value.shape, value.dtype, persistable=True,
-                                  stop_gradient=True)
+            self._constants[(self.block.idx, key)] = name
+        else:   # named by its contents: programs sharing a Scope never clash over one
+            digest = hashlib.sha256(value.dtype.str.encode() + str(value.shape).encode()
+                                    + value.tobytes()).hexdigest()
+            name = f"const_{digest[:12]}"
+            self.program.global_block().create_var(name, value.shape, value.dtype,
+                                                   persistable=True, stop_gradient=True)
             self.values[name] = value
-        self._constants[key] = name
+            self._constants[(0, key)] = name
         return name
 
     def inline(self, closed_or_open, args):
@@ -107,13 +120,29 @@ class Translator:
             return self.run(closed_or_open.jaxpr, closed_or_open.consts, args)
         return self.run(closed_or_open, (), args)
 
+    def sub_block(self, closed_or_open, args):
+        """`inline`, for the body of a branch or loop step being built in a sub-block: the
+        results as Variables of that block (a copy of those made outside it)."""
+        block = self.block
+        outs = []
+        for name in self.inline(closed_or_open, args):
+            if name not in block.vars:
+                name = self.call("assign", name)
+            outs.append(block.var(name))
+        return tuple(outs)
+
+    def tag_last_op(self):
+        """Record the current equation's line in the last op of the current block (an op a
+        control-flow builder appended)."""
+        self.block.desc.ops[-1].callsite = self._callsite
+
     # --- the walk ---
     def run(self, jaxpr, consts, args):
         """Translate `jaxpr` with its constvars bound to `consts` (arrays) and its invars to
         `args` (program variable names); returns the names of its outputs."""
         env = {}
-        for v, c in zip(jaxpr.constvars, consts):
-            env[v] = self.constant(c)
+        for v, c in zip(jaxpr.constvars, consts):   # a PRNG key: its users are reported
+            env[v] = _POISON if _is_key(c) else self.constant(c)
         env.update(zip(jaxpr.invars, args))
         for eqn in jaxpr.eqns:
             outs = self._equation(eqn, [self._read(env, a) for a in eqn.invars])
@@ -128,7 +157,6 @@ class Translator:
         return env[atom]
 
     def _equation(self, eqn, ins):
-        from progdesc.interop.jax_rules import RULES
         saved = self._callsite, self._scope
         self._callsite = _source_line(eqn.source_info) or saved[0]
         stack = str(eqn.source_info.name_stack).split("/")[self._strip:]
@@ -166,6 +194,10 @@ class Translator:
                 + "; ".join(lines), unsupported=self.unsupported)
 
 
+def _is_key(value):
+    return jax.dtypes.issubdtype(getattr(value, "dtype", None), jax.dtypes.prng_key)
+
+
 def _fits_float32(value):
     """Whether a Python number survives the float32 `value` attribute of fill_constant."""
     return bool(np.float32(value) == value) or bool(np.isnan(value))
@@ -176,11 +208,26 @@ def _sub_jaxprs(eqn):
 
 
 def _source_line(source_info):
-    """'file.py:12' ('In[3]:2' in a notebook) of the user's frame that made an equation."""
-    frame = source_info_util.user_frame(source_info.traceback)
-    if frame is None:
-        return ""
-    return f"{_cell_name(frame.file_name) or os.path.basename(frame.file_name)}:{frame.start_line}"
+    """'file.py:12' ('In[3]:2' in a notebook) of the user's frame that made an equation:
+    the innermost frame outside JAX, Flax and progdesc."""
+    frames = source_info.traceback.frames if source_info.traceback is not None else ()
+    for frame in frames:
+        if not os.path.abspath(frame.file_name).startswith(_library_dirs()):
+            name = _cell_name(frame.file_name) or os.path.basename(frame.file_name)
+            return f"{name}:{frame.line_num}"
+    return ""
+
+
+@functools.lru_cache(maxsize=1)
+def _library_dirs():
+    """The directories of the code that is not the user's: JAX's, Flax's and ours."""
+    import importlib.util
+    dirs = list(_PACKAGE_DIRS)
+    for package in ("jax", "jaxlib", "flax"):
+        spec = importlib.util.find_spec(package)
+        if spec is not None and spec.origin:
+            dirs.append(os.path.dirname(os.path.abspath(spec.origin)) + os.sep)
+    return tuple(dirs)
 
 
 # --- building a program ---
@@ -211,16 +258,20 @@ def build(flat_fn, inputs, writes=(), strip_names=0, scope=None):
     others are the fetch targets. Parameter, state and constant values go into `scope`.
     Returns (program, feed names, fetch Variables).
     """
+    names = [name for name, _, _ in inputs]
+    clash = sorted({n for n in names if names.count(n) > 1})
+    if clash:
+        raise ProgramError(f"two inputs would share the variable name '{clash[0]}' (a "
+                           "parameter's path and an argument's name?)", var=clash[0])
     values = [v if isinstance(v, jax.Array) else np.asarray(v) for _, v, _ in inputs]
     for (name, _, _), value in zip(inputs, values):
-        if jax.dtypes.issubdtype(value.dtype, jax.dtypes.prng_key):
+        if _is_key(value):
             raise UnsupportedPrimitiveError(f"input '{name}' is a PRNG key, which a program "
                                             "variable cannot hold", unsupported=[])
     closed = jax.make_jaxpr(flat_fn)(*values)
     program = Program()
     block = program.global_block()
-    names = []
-    for (name, value, kind), aval in zip(inputs, closed.in_avals):
+    for (name, _, kind), aval in zip(inputs, closed.in_avals):
         shape, dtype = aval.shape, dtypes.name_of(aval.dtype)
         if kind == "feed":
             block.create_var(name, shape, dtype, stop_gradient=True, need_check_feed=True)
@@ -228,9 +279,9 @@ def build(flat_fn, inputs, writes=(), strip_names=0, scope=None):
             block.create_parameter(name, shape, dtype)
         else:
             block.create_var(name, shape, dtype, persistable=True, stop_gradient=True)
-        names.append(name)
-    translator = Translator(block, strip_names)
-    outs = translator.run(closed.jaxpr, closed.consts, names)
+    translator = Translator(program, strip_names)
+    with program_guard(program):   # control-flow builders append to the current program
+        outs = translator.run(closed.jaxpr, closed.consts, names)
     translator.check()
     n_fetch = len(outs) - len(writes)
     for target, out in zip(writes, outs[n_fetch:]):

@@ -8,9 +8,13 @@ returns the names of the equation's results, or raises `Unsupported` for paramet
 it cannot translate.
 """
 from lowering import dtypes
-from progdesc.interop.from_jax import Unsupported
+from progdesc.control_flow import scan, switch, while_loop
 
 RULES = {}
+
+
+class Unsupported(Exception):
+    """Raised by a rule for parameters it cannot translate; the message says which."""
 
 
 def rule(*names):
@@ -31,7 +35,9 @@ _ELEMENTWISE = {
     "add": "add", "sub": "sub", "mul": "mul", "max": "maximum", "min": "minimum",
     "pow": "pow", "neg": "neg", "abs": "abs", "exp": "exp", "log": "log", "sqrt": "sqrt",
     "rsqrt": "rsqrt", "square": "square", "tanh": "tanh", "logistic": "sigmoid",
-    "erf": "erf", "erfc": "erfc", "copy": "assign", "copy_p": "assign",
+    "erf": "erf", "erfc": "erfc", "sin": "sin", "cos": "cos", "log1p": "log1p",
+    "expm1": "expm1", "sign": "sign", "floor": "floor", "is_finite": "is_finite",
+    "rem": "rem", "copy": "assign", "copy_p": "assign",
     "eq": "equal", "ne": "not_equal", "lt": "less_than", "le": "less_equal",
     "gt": "greater_than", "ge": "greater_equal",
 }
@@ -155,6 +161,54 @@ def _iota(t, eqn):
                   dimension=p["dimension"])
 
 
+_MODES = {"CLIP": "clip", "FILL_OR_DROP": "fill", "PROMISE_IN_BOUNDS": "promise_in_bounds"}
+
+
+def _mode(eqn):
+    """The out-of-bounds mode of a gather or scatter, as our ops name it."""
+    mode = _MODES.get(getattr(eqn.params["mode"], "name", str(eqn.params["mode"])))
+    if mode is None:
+        raise Unsupported(f"mode {eqn.params['mode']}")
+    return mode
+
+
+@rule("gather")
+def _gather(t, eqn, x, indices):
+    p = eqn.params
+    dn = p["dimension_numbers"]
+    fill = p.get("fill_value")
+    return t.call("gather_general", x, indices, offset_dims=list(dn.offset_dims),
+                  collapsed_slice_dims=list(dn.collapsed_slice_dims),
+                  start_index_map=list(dn.start_index_map),
+                  operand_batching_dims=list(dn.operand_batching_dims),
+                  start_indices_batching_dims=list(dn.start_indices_batching_dims),
+                  slice_sizes=list(p["slice_sizes"]), mode=_mode(eqn),
+                  fill_value=float("nan") if fill is None else float(fill))
+
+
+@rule("pad")
+def _pad(t, eqn, x, padding_value):
+    return t.call("pad", x, padding_value,
+                  padding_config=[int(v) for c in eqn.params["padding_config"] for v in c])
+
+
+@rule("rev")
+def _rev(t, eqn, x):
+    return t.call("rev", x, dimensions=list(eqn.params["dimensions"]))
+
+
+@rule("scatter-add", "scatter_add")
+def _scatter_add(t, eqn, x, indices, updates):
+    dn = eqn.params["dimension_numbers"]
+    return t.call("scatter_add_general", x, indices, updates,
+                  update_window_dims=list(dn.update_window_dims),
+                  inserted_window_dims=list(dn.inserted_window_dims),
+                  scatter_dims_to_operand_dims=list(dn.scatter_dims_to_operand_dims),
+                  operand_batching_dims=list(dn.operand_batching_dims),
+                  scatter_indices_batching_dims=list(dn.scatter_indices_batching_dims),
+                  mode=_mode(eqn))
+
+
 # --- reductions ---
 
 for _prim in ("reduce_sum", "reduce_max", "reduce_min", "reduce_prod"):
@@ -162,11 +216,26 @@ for _prim in ("reduce_sum", "reduce_max", "reduce_min", "reduce_prod"):
         op_type, x, axis=list(eqn.params["axes"]), keep_dim=False))(_prim)
 
 
-@rule("argmax")
-def _argmax(t, eqn, x):
+@rule("reduce_and", "reduce_or")
+def _reduce_logical(t, eqn, x):
+    if _kind(t, x) != "bool":
+        raise Unsupported("bitwise reductions of integers")
+    op_type = "reduce_all" if eqn.primitive.name == "reduce_and" else "reduce_any"
+    return t.call(op_type, x, axis=list(eqn.params["axes"]), keep_dim=False)
+
+
+@rule("argmax", "argmin")
+def _arg_extreme(t, eqn, x):
     (axis,) = eqn.params["axes"]
-    return t.call("argmax", x, axis=axis, keep_dim=False,
+    return t.call(eqn.primitive.name, x, axis=axis, keep_dim=False,
                   dtype=dtypes.name_of(eqn.params["index_dtype"]))
+
+
+@rule("top_k")
+def _top_k(t, eqn, x):
+    values, indices = t.call("top_k", x, k=eqn.params["k"], axis=eqn.params.get("axis", -1))
+    want = dtypes.name_of(eqn.outvars[1].aval.dtype)
+    return values, indices if t.var(indices)[1] == want else t.call("cast", indices, dtype=want)
 
 
 @rule("cumsum")
@@ -245,6 +314,51 @@ def _custom_jvp(t, eqn, *ins):
 def _arity(body):
     jaxpr = getattr(body, "jaxpr", body)
     return len(jaxpr.invars)
+
+
+# --- control flow, through the builders of progdesc.control_flow ---
+
+def _vars(t, names):
+    return tuple(t.block.var(n) for n in names)
+
+
+@rule("cond")
+def _cond(t, eqn, index, *operands):
+    branches = [lambda body=body: t.sub_block(body, operands) for body in eqn.params["branches"]]
+    out = switch(t.block.var(index), branches)
+    t.tag_last_op()
+    return [v.name for v in out]
+
+
+@rule("scan")
+def _scan(t, eqn, *operands):
+    p = eqn.params
+    consts = operands[:p["num_consts"]]
+    init = operands[p["num_consts"]:p["num_consts"] + p["num_carry"]]
+    xs = operands[p["num_consts"] + p["num_carry"]:]
+
+    def step(carry, x):
+        outs = t.sub_block(p["jaxpr"], [*consts, *(v.name for v in carry),
+                                        *(v.name for v in x)])
+        return outs[:p["num_carry"]], outs[p["num_carry"]:]
+    carry, ys = scan(step, _vars(t, init), _vars(t, xs), length=p["length"],
+                     reverse=p["reverse"])
+    t.tag_last_op()
+    return [v.name for v in (*carry, *ys)]
+
+
+@rule("while")
+def _while(t, eqn, *operands):
+    p = eqn.params
+    cond_consts = operands[:p["cond_nconsts"]]
+    body_consts = operands[p["cond_nconsts"]:p["cond_nconsts"] + p["body_nconsts"]]
+    init = operands[p["cond_nconsts"] + p["body_nconsts"]:]
+    out = while_loop(
+        lambda *carry: t.sub_block(p["cond_jaxpr"], [*cond_consts, *(v.name for v in carry)])[0],
+        lambda *carry: t.sub_block(p["body_jaxpr"], [*body_consts, *(v.name for v in carry)]),
+        _vars(t, init))
+    t.tag_last_op()
+    return [v.name for v in out]
 
 
 del _prim, _op

@@ -84,3 +84,8 @@ INVALID += [
     Invalid("select_n", {"Which": spec(3, dtype="bool"), "Cases": [spec(3), spec(4)]},
             name="cases_differ", expect=["Cases[1] must have shape [3]", "got float32[4]"]),
 ]
+
+SAMPLES += [
+    Sample("is_finite", {"X": np.array([[1.0, np.inf, -np.inf], [np.nan, -0.0, 3e38]],
+                                       np.float32)}, lambda X: np.isfinite(X)),
+]

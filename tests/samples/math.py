@@ -48,3 +48,12 @@ INVALID = [
     Invalid("maximum", {"X": spec(2, 3), "Y": spec(3, 2)}, name="no_broadcast",
             expect=["X float32[2, 3] and Y float32[3, 2] do not broadcast"]),
 ]
+
+SAMPLES += [
+    Sample("rem", {"X": rand(3, 4, low=-3, high=3), "Y": positive(3, 4, seed=1)},
+           lambda X, Y: np.fmod(X, Y)),
+    Sample("rem", {"X": rand(2, 3, low=-3, high=3), "Y": -positive(3, seed=1)},
+           lambda X, Y: np.fmod(X, Y), name="bcast_negative_divisor"),
+    Sample("rem", {"X": np.array([7, -7, 6], np.int32), "Y": np.array([2, 2, -4], np.int32)},
+           lambda X, Y: np.fmod(X, Y), name="int"),
+]

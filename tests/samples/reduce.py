@@ -193,3 +193,18 @@ INVALID += [
             attrs={"computation": "max", "window_dimensions": [2, 2]},
             expect=["window attributes must hold one entry per dim of X float32[2, 4, 4]"]),
 ]
+
+SAMPLES += [
+    Sample("argmin", {"X": rand(3, 4)}, lambda X, **attrs: _argmax_ref(-X, **attrs)),
+    Sample("argmin", {"X": -_TIES}, lambda X, **attrs: _argmax_ref(-X, **attrs),
+           {"axis": 0, "keep_dim": True, "dtype": "int32"}, name="ties_first"),
+]
+
+_BOOLS = np.array([[True, False, True], [True, True, True]])
+SAMPLES += [
+    Sample("reduce_all", {"X": _BOOLS}, _reduce_ref(np.all), {"axis": [1]}, name="axis1"),
+    Sample("reduce_all", {"X": _BOOLS}, _reduce_ref(np.all), name="all"),
+    Sample("reduce_any", {"X": ~_BOOLS}, _reduce_ref(np.any), {"axis": [0], "keep_dim": True},
+           name="axis0_keep_dim"),
+    Sample("reduce_any", {"X": np.zeros((2, 2), bool)}, _reduce_ref(np.any), name="none"),
+]

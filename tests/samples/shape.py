@@ -227,3 +227,105 @@ INVALID += [
             name="one_start_missing", attrs={"sizes": [2, 2]},
             expect=["StartIndices must hold 2 int scalars, one per dim of X float32[5, 6]"]),
 ]
+
+
+# --- gather_general (as jnp.take and array indexing make it), pad, rev ---
+
+def _take_rows_ref(X, Indices, mode="fill", fill_value=np.nan, **_):
+    """Rows Indices[..., 0] of X; out-of-range rows filled (fill) or clipped."""
+    rows = Indices[..., 0]
+    if mode == "clip":
+        return X[np.clip(rows, 0, X.shape[0] - 1)]
+    out = np.full(rows.shape + X.shape[1:], fill_value, X.dtype)
+    inside = (rows >= 0) & (rows < X.shape[0])
+    out[inside] = X[rows[inside]]
+    return out
+
+
+def _take_rows_grad_ref(X, Indices, OutGrad, mode="fill", **_):
+    rows = Indices[..., 0]
+    if mode == "clip":
+        rows = np.clip(rows, 0, X.shape[0] - 1)
+    out = np.zeros(X.shape, OutGrad.dtype)
+    for index in np.ndindex(*rows.shape):
+        if 0 <= rows[index] < X.shape[0]:
+            out[rows[index]] += OutGrad[index]
+    return out
+
+
+_TAKE_ROWS = {"offset_dims": [2], "collapsed_slice_dims": [0], "start_index_map": [0],
+              "slice_sizes": [1, 4]}
+_ROWS = np.array([[[2], [0], [4]], [[1], [7], [2]]], np.int32)   # 7 is out of range
+
+
+def _pad_ref(X, PaddingValue, padding_config):
+    out = X
+    for axis in range(X.ndim):
+        lo, hi, interior = padding_config[3 * axis:3 * axis + 3]
+        n = out.shape[axis]
+        shape = list(out.shape)
+        shape[axis] = n + max(n - 1, 0) * interior
+        spread = np.full(shape, PaddingValue, X.dtype)
+        index = [slice(None)] * X.ndim
+        index[axis] = slice(None, None, interior + 1)
+        spread[tuple(index)] = out
+        widths = [(0, 0)] * X.ndim
+        widths[axis] = (max(lo, 0), max(hi, 0))
+        spread = np.pad(spread, widths, constant_values=PaddingValue)
+        index[axis] = slice(max(-lo, 0), spread.shape[axis] - max(-hi, 0))
+        out = spread[tuple(index)]
+    return out
+
+
+SAMPLES += [
+    Sample("gather_general", {"X": rand(5, 4), "Indices": _ROWS}, _take_rows_ref,
+           dict(_TAKE_ROWS, mode="fill"), name="take_rows_fill_nan_no_grad", grad=False,
+           symbolic=False),
+    Sample("gather_general", {"X": rand(5, 4), "Indices": _ROWS}, _take_rows_ref,
+           dict(_TAKE_ROWS, mode="fill", fill_value=-2.0), name="take_rows_fill_value",
+           symbolic=False),
+    Sample("gather_general", {"X": rand(5, 4), "Indices": _ROWS}, _take_rows_ref,
+           dict(_TAKE_ROWS, mode="clip"), name="take_rows_clip", symbolic=False),
+    Sample("gather_general_grad", {"X": rand(5, 4), "Indices": _ROWS,
+                                   "OutGrad": rand(2, 3, 4, seed=1)}, _take_rows_grad_ref,
+           dict(_TAKE_ROWS, mode="fill"), name="take_rows_fill", symbolic=False),
+    Sample("pad", {"X": rand(2, 3), "PaddingValue": np.array(0.5, np.float32)}, _pad_ref,
+           {"padding_config": [1, 2, 0, 0, 1, 1]}, name="edges_interior", symbolic=False),
+    Sample("pad", {"X": rand(3, 4), "PaddingValue": np.array(-1.0, np.float32)}, _pad_ref,
+           {"padding_config": [0, 0, 0, -1, 2, 0]}, name="negative_cuts"),
+    Sample("rev", {"X": rand(3, 4)}, lambda X, dimensions: np.flip(X, tuple(dimensions)),
+           {"dimensions": [1]}),
+    Sample("rev", {"X": rand(2, 3, 2)}, lambda X, dimensions: np.flip(X, tuple(dimensions)),
+           {"dimensions": [0, -1]}, name="two_dims"),
+]
+INVALID += [
+    Invalid("pad", {"X": spec(2, 3), "PaddingValue": spec()}, name="config_length",
+            attrs={"padding_config": [1, 1, 0]},
+            expect=["padding_config [1, 1, 0] must hold (low, high, interior >= 0) for each "
+                    "dim of X float32[2, 3]"]),
+]
+
+
+def _add_rows_ref(X, Indices, Updates, mode="fill", **_):
+    """X with Updates[k] added to row Indices[k, 0] (out-of-range rows dropped or clipped)."""
+    out = X.copy()
+    for k, row in enumerate(Indices[:, 0]):
+        if mode == "clip":
+            row = min(max(row, 0), X.shape[0] - 1)
+        if 0 <= row < X.shape[0]:
+            out[row] += Updates[k]
+    return out
+
+
+_ADD_ROWS = {"update_window_dims": [1], "inserted_window_dims": [0],
+             "scatter_dims_to_operand_dims": [0]}
+_ROW_IDS = np.array([[1], [3], [1], [9]], np.int32)   # row 1 twice; 9 is out of range
+
+SAMPLES += [
+    Sample("scatter_add_general", {"X": rand(5, 3), "Indices": _ROW_IDS,
+                                   "Updates": rand(4, 3, seed=1)}, _add_rows_ref,
+           dict(_ADD_ROWS, mode="fill"), name="add_rows_drop", symbolic=False),
+    Sample("scatter_add_general", {"X": rand(5, 3), "Indices": _ROW_IDS,
+                                   "Updates": rand(4, 3, seed=1)}, _add_rows_ref,
+           dict(_ADD_ROWS, mode="clip"), name="add_rows_clip", symbolic=False),
+]

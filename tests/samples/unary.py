@@ -73,3 +73,22 @@ SAMPLES += [
            lambda X: _erfc(X).astype(X.dtype), name="tail_keeps_precision", rtol=1e-4,
            atol=0.0),
 ]
+
+SAMPLES += [
+    Sample("sin", {"X": rand(3, 4, low=-3, high=3)}, lambda X: np.sin(X)),
+    Sample("cos", {"X": rand(3, 4, low=-3, high=3)}, lambda X: np.cos(X)),
+    Sample("log1p", {"X": rand(3, 4, low=-0.5, high=2)}, lambda X: np.log1p(X)),
+    Sample("log1p", {"X": np.array([1e-10, -1e-9], np.float32)}, lambda X: np.log1p(X),
+           name="tiny_keeps_precision", rtol=1e-6, atol=0.0),
+    Sample("expm1", {"X": rand(3, 4)}, lambda X: np.expm1(X)),
+    Sample("expm1", {"X": np.array([1e-10, -1e-9], np.float32)}, lambda X: np.expm1(X),
+           name="tiny_keeps_precision", rtol=1e-6, atol=0.0),
+    Sample("sign", {"X": rand(3, 4)}, lambda X: np.sign(X)),
+    Sample("sign", {"X": np.array([[-2.0, 0.0, 3.5]], np.float32)}, lambda X: np.sign(X),
+           name="zero_no_grad_jump_at_0", grad=False),
+    Sample("sign", {"X": _ints}, lambda X: np.sign(X), name="int"),
+]
+
+SAMPLES += [
+    Sample("floor", {"X": rand(3, 4, low=-3, high=3)}, lambda X: np.floor(X)),
+]

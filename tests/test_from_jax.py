@@ -1,0 +1,272 @@
+"""pd.from_jax: JAX functions become programs whose outputs and compile-time gradients
+equal the function's own (run by JAX) and `jax.grad` of it; feeds, parameters and
+constants are named and placed as documented; unsupported primitives are reported
+together with the lines that made them."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from jax import lax
+
+import progdesc as pd
+from source_lines import line_of
+
+
+def _rand(*shape, seed=0, low=-1.0, high=1.0):
+    return np.random.default_rng(seed).uniform(low, high, size=shape).astype(np.float32)
+
+
+def elementwise(x, y):
+    z = jnp.exp(x) * jnp.log(jnp.abs(y) + 1.0) - jnp.sqrt(jnp.abs(x) + 1.0) / (y ** 2 + 1.0)
+    z = z + jnp.maximum(x, y) + jnp.minimum(x, 0.5) + lax.rsqrt(y * y + 1.0) + x ** 3
+    return z + jnp.tanh(x) + jax.nn.sigmoid(y) + lax.erf(x) + lax.erfc(y) + jnp.clip(x, -0.5, 0.4)
+
+
+def products(a, b, c):
+    return jnp.einsum("bij,bjk->bik", a, b).sum(0) @ c, jnp.tensordot(a, b, ((1, 2), (2, 1)))
+
+
+def shapes(x):
+    parts = jnp.split(x, [1, 3], axis=1)
+    y = jnp.concatenate([parts[2], parts[0] * 2.0], axis=1)
+    return (y.T.reshape(-1)[None, 1:7:2], jnp.squeeze(x[:, :1]), jnp.broadcast_to(x[0], (2, 4)),
+            jnp.expand_dims(x, 1).sum(axis=(0, 2)))
+
+
+def selection(x, y):
+    m = jnp.where(x > y, x, y * 2.0) + jnp.where(x <= 0.0, 1.0, x)
+    i = jnp.argmax(x, axis=1)
+    window = lax.dynamic_slice(y, (i[0], 0), (2, 3))
+    updated = lax.dynamic_update_slice(x, window * 3.0, (1, i[1]))
+    return (m + jnp.arange(4, dtype=jnp.float32), jnp.cumsum(x, axis=1), updated, i,
+            *lax.top_k(x * y, 2))
+
+
+def indexing(table, ids):
+    rows = jnp.take(table, ids, axis=0)
+    return (rows.sum(1) + table[ids[:, 0]], jnp.pad(table, ((1, 0), (2, 1)), constant_values=0.5),
+            jnp.flip(table, 1), jnp.argmin(table, axis=0), table.at[ids[:, 1]].add(rows[:, 0]))
+
+
+def convolution(x, w):
+    y = lax.conv_general_dilated(x, w, (1, 1), ((1, 1), (0, 1)),
+                                 dimension_numbers=("NHWC", "HWIO", "NHWC"))
+    pooled = lax.reduce_window(y, -jnp.inf, lax.max, (1, 2, 2, 1), (1, 2, 2, 1), "VALID")
+    return lax.reduce_window(pooled, 0.0, lax.add, (1, 2, 1, 1), (1, 1, 1, 1), "SAME")
+
+
+def calls(x):
+    @jax.custom_vjp
+    def double(v):
+        return v * 2.0
+    double.defvjp(lambda v: (v * 2.0, None), lambda _, g: (g * 2.0,))
+    inner = jax.jit(lambda v: v * v)
+    return (jax.checkpoint(inner)(x) + double(x) + jax.nn.relu(x) + jax.nn.gelu(x)
+            + jax.nn.gelu(x, approximate=False) + jax.nn.log_softmax(x) + jax.nn.softmax(x)
+            + jax.nn.silu(x))
+
+
+def control_flow(x, k):
+    y = lax.cond(x.sum() > 0, lambda v: v * 2.0, lambda v: jnp.sin(v), x)
+    carry, ys = lax.scan(lambda c, a: (c * a + y[0], jnp.tanh(c) * a), jnp.ones(3), x)
+    z = lax.switch(k, [lambda v: v, lambda v: v + 1.0, lambda v: v * v], ys)
+    return carry, lax.fori_loop(0, 3, lambda i, v: v * 0.5 + z, z), z
+
+
+def losses(logits, labels):
+    xent = optax.softmax_cross_entropy_with_integer_labels(logits, labels)
+    return (xent.mean() + jax.nn.logsumexp(logits, axis=0) + logits % 0.3,
+            jnp.all(logits > -0.9, axis=1), jnp.floor(logits * 3.0))
+
+
+def integers(x, n):
+    return x * n.astype(jnp.float32), (n * 3 + 1) ** 2, n > 2
+
+
+ZOO = {
+    "elementwise": (elementwise, (_rand(3, 4), _rand(3, 4, seed=1))),
+    "products": (products, (_rand(2, 3, 4), _rand(2, 4, 3, seed=1), _rand(3, 2, seed=2))),
+    "shapes": (shapes, (_rand(3, 4),)),
+    "selection": (selection, (_rand(3, 4), _rand(3, 4, seed=1))),
+    "indexing": (indexing, (_rand(5, 3), np.array([[0, 4], [2, 2], [1, 3]], np.int32))),
+    "convolution": (convolution, (_rand(2, 5, 6, 2), _rand(3, 2, 2, 3, seed=1))),
+    "calls": (calls, (_rand(3, 4, low=-2, high=2),)),
+    "control_flow": (control_flow, (_rand(4, 3), np.int32(2))),
+    "losses": (losses, (_rand(3, 4), np.array([0, 3, 1], np.int32))),
+    "integers": (integers, (_rand(2, 3), np.arange(6, dtype=np.int32).reshape(2, 3))),
+}
+
+
+def _run(program, feeds, fetches, args, scope):
+    return pd.Executor().run(program, feed=dict(zip(feeds, args)), fetch_list=fetches,
+                             scope=scope)
+
+
+@pytest.mark.parametrize("case", ZOO)
+def test_outputs_equal_the_function(case):
+    fn, args = ZOO[case]
+    scope = pd.Scope()
+    program, feeds, fetches = pd.from_jax(fn, *args, scope=scope)
+    want = jax.tree_util.tree_leaves(jax.jit(fn)(*args))
+    got = _run(program, feeds, fetches, args, scope)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and g.shape == w.shape
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("case", ZOO)
+def test_gradients_equal_jax_grad(case):
+    fn, args = ZOO[case]
+    scope = pd.Scope()
+    program, feeds, fetches = pd.from_jax(fn, *args, scope=scope)
+    floats = [i for i, a in enumerate(args) if a.dtype.kind == "f"]
+    targets = [f for f in fetches if f.dtype.startswith("float")]
+    block = program.global_block()
+    with pd.program_guard(program):
+        total = pd.ops.sum([pd.ops.reduce_sum(t) for t in targets])
+        grads = pd.gradients(total, [block.var(feeds[i]) for i in floats])
+
+    def total_of(*float_args):
+        full = list(args)
+        for i, a in zip(floats, float_args):
+            full[i] = a
+        return sum(jnp.sum(o) for o in jax.tree_util.tree_leaves(fn(*full))
+                   if jnp.issubdtype(o.dtype, jnp.floating))
+
+    want = jax.jit(jax.grad(total_of, argnums=tuple(range(len(floats)))))(
+        *[args[i] for i in floats])
+    got = _run(program, feeds, grads, args, scope)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
+
+
+def test_a_while_loop_becomes_a_while_op():
+    def fn(x, limit):
+        return lax.while_loop(lambda v: v.sum() < limit, lambda v: v * 2.0 + 0.5, x)
+    x = _rand(3, low=0.1, high=1.0)
+    program, feeds, fetches = pd.from_jax(fn, x, np.float32(40.0), scope=pd.Scope())
+    assert [op.type for op in program.global_block().ops] == ["while"]
+    got, = _run(program, feeds, fetches, (x, np.float32(40.0)), pd.Scope())
+    np.testing.assert_allclose(got, fn(x, 40.0), rtol=1e-6)
+
+
+def test_feeds_are_named_after_parameters_and_pytree_paths():
+    def fn(batch, scale):
+        return batch["image"].sum() * scale + batch["label"].astype(jnp.float32).sum()
+    batch = {"image": _rand(2, 3), "label": np.array([1, 2], np.int32)}
+    program, feeds, (out,) = pd.from_jax(fn, batch, np.float32(2.0), scope=pd.Scope())
+    assert feeds == ["batch.image", "batch.label", "scale"]
+    block = program.global_block()
+    assert block.var("batch.label").dtype == "int32" and block.var("scale").shape == ()
+    assert out.shape == ()
+
+
+def test_params_become_trainable_parameters_in_the_scope():
+    params = {"layer": {"w": _rand(4, 2), "b": _rand(2, seed=1)}}
+    x = _rand(5, 4, seed=2)
+    scope = pd.Scope()
+    program, feeds, (out,) = pd.from_jax(lambda p, x: x @ p["layer"]["w"] + p["layer"]["b"],
+                                         x, params=params, scope=scope)
+    assert feeds == ["x"]
+    assert {p.name for p in program.all_parameters()} == {"layer.w", "layer.b"}
+    np.testing.assert_array_equal(scope.get("layer.w"), params["layer"]["w"])
+    startup = pd.Program()
+    with pd.program_guard(program, startup):
+        loss = pd.ops.mean(pd.ops.square(out))
+        pd.optimizer.SGD(0.1).minimize(loss)
+    exe = pd.Executor()
+    exe.run(startup, scope=scope)
+    exe.run(program, feed={"x": x}, fetch_list=[loss], scope=scope)
+    grad_w = jax.grad(lambda w: jnp.mean(jnp.square(x @ w + params["layer"]["b"])))(
+        params["layer"]["w"])
+    np.testing.assert_allclose(scope.get("layer.w"), params["layer"]["w"] - 0.1 * grad_w,
+                               rtol=1e-5, atol=1e-6)
+
+
+def test_a_parameter_and_an_argument_of_one_name_are_refused():
+    with pytest.raises(pd.ProgramError, match="two inputs would share the variable name 'w'"):
+        pd.from_jax(lambda p, w: w * p["w"], _rand(3), params={"w": _rand(3)})
+
+
+def test_constants_fill_or_persist_by_their_values():
+    table = np.arange(12, dtype=np.float32).reshape(3, 4)
+    ones = np.ones((3, 4), np.float32)
+    scope = pd.Scope()
+    program, _, (out,) = pd.from_jax(lambda x: x * table + ones + 0.1, _rand(3, 4),
+                                     scope=scope)
+    block = program.global_block()
+    persisted = [v for v in block.vars.values() if v.persistable]
+    assert len(persisted) == 1 and persisted[0].stop_gradient
+    assert persisted[0].name.startswith("const_")
+    assert not program.all_parameters()
+    np.testing.assert_array_equal(scope.get(persisted[0].name), table)
+    other, _, _ = pd.from_jax(lambda x: x * (table + 1.0), _rand(3, 4), scope=scope)
+    (other_const,) = [v for v in other.global_block().vars.values() if v.persistable]
+    assert other_const.name != persisted[0].name   # one Scope holds both programs' constants
+    np.testing.assert_array_equal(scope.get(persisted[0].name), table)
+    fills = [op for op in block.ops if op.type == "fill_constant"]
+    assert sorted((list(op.attr("shape")), op.attr("value")) for op in fills) == [
+        ([], pytest.approx(0.1)), ([3, 4], 1.0)]
+
+
+def test_ops_record_the_users_line():
+    program, _, _ = pd.from_jax(lambda x: jnp.tanh(x) * 2.0, _rand(3), scope=pd.Scope())
+    tanh = next(op for op in program.global_block().ops if op.type == "tanh")
+    assert tanh.desc.callsite == line_of(__file__, "lambda x: jnp.tanh(x) * 2.0")
+
+
+def test_relu_keeps_its_gradient_at_zero_and_stop_gradient_stops():
+    def fn(x):
+        return jax.nn.relu(x) + x * lax.stop_gradient(x)
+    x = np.array([-1.0, 0.0, 2.0], np.float32)
+    program, feeds, (out,) = pd.from_jax(fn, x, scope=pd.Scope())
+    with pd.program_guard(program):
+        (grad,) = pd.gradients(pd.ops.reduce_sum(out), [program.global_block().var("x")])
+    got, = pd.Executor().run(program, feed={"x": x}, fetch_list=[grad], scope=pd.Scope())
+    np.testing.assert_array_equal(got, jax.grad(lambda v: fn(v).sum())(x))
+
+
+def test_a_custom_vjp_differentiates_as_its_primal():
+    @jax.custom_vjp
+    def clipped(v):
+        return jnp.sin(v)
+    clipped.defvjp(lambda v: (jnp.sin(v), None), lambda _, g: (jnp.zeros_like(g),))
+    x = _rand(4)
+    program, _, (out,) = pd.from_jax(clipped, x, scope=pd.Scope())
+    with pd.program_guard(program):
+        (grad,) = pd.gradients(pd.ops.reduce_sum(out), [program.global_block().var("v")])
+    got, = pd.Executor().run(program, feed={"v": x}, fetch_list=[grad], scope=pd.Scope())
+    np.testing.assert_allclose(got, np.cos(x), rtol=1e-6)
+
+
+def test_unsupported_primitives_are_listed_together_with_their_lines():
+    def fn(x, n):
+        s = jnp.sort(x)
+        c = lax.cumprod(x, axis=0)
+        q = lax.div(n, 2)
+        return (s + c).sum() + jnp.tanh(x).sum(), q
+    x, n = _rand(5), np.arange(5, dtype=np.int32)
+    with pytest.raises(pd.UnsupportedPrimitiveError) as info:
+        pd.from_jax(fn, x, n)
+    message = str(info.value)
+    assert "cannot translate 3 JAX primitive(s)" in message, message
+    assert f"'sort' at {line_of(__file__, 's = jnp.sort(x)')}" in message
+    assert f"'cumprod' at {line_of(__file__, 'c = lax.cumprod(x')}" in message
+    assert (f"'div' at {line_of(__file__, 'q = lax.div(n, 2)')} (integer division rounds toward "
+            "zero") in message
+    assert [name for name, _, _ in info.value.unsupported] == ["sort", "cumprod", "div"]
+    assert isinstance(info.value, pd.ProgramError)
+
+
+def test_an_unsupported_primitive_inside_a_jit_is_found_and_nothing_is_stored():
+    scope = pd.Scope()
+
+    @jax.jit
+    def inner(v):
+        return jnp.sort(v)
+    with pytest.raises(pd.UnsupportedPrimitiveError, match="'sort' at test_from_jax.py:"):
+        pd.from_jax(lambda p, x: inner(x * p["w"]), _rand(3), params={"w": _rand(3)},
+                    scope=scope)
+    assert "w" not in scope
