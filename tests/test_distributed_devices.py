@@ -19,7 +19,7 @@ import pytest
 import progdesc as pd
 from progdesc import ParamAttr, layers, ops
 from progdesc.distributed import Mesh
-from progdesc.optimizer import Adam
+from progdesc.optimizer import SGD, Adam
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FOUR = jax.device_count() >= 4
@@ -134,6 +134,43 @@ def test_data_parallel_cnn_with_synchronised_batch_norm_matches_one_device():
     got, _, _, _ = _train(lambda: _cnn(sync=True), Mesh({"data": 4}), data_parallel=True,
                           batch=batch)
     _assert_close(got, want)   # running mean and variance included: global-batch statistics
+
+
+def _gather_conv_window():
+    """Ops whose gradient ops are lowered through jax.vjp (gather_general, conv_general_dilated,
+    reduce_window, as from_jax makes them), fed by parameters."""
+    ids = pd.data("ids", [-1, 3, 1], "int32")
+    label = pd.data("label", [-1, 1], "int64")
+    table = pd.create_parameter([10, 4], attr="table")
+    rows = ops.gather_general(table, ids, offset_dims=[2], collapsed_slice_dims=[0],
+                              start_index_map=[0], slice_sizes=[1, 4], mode="clip")
+    kernel = pd.create_parameter([2, 1, 2, 2], attr="kernel")
+    h = ops.conv_general_dilated(ops.reshape(rows, shape=[-1, 1, 3, 4]), kernel,
+                                 lhs_spec=[0, 1, 2, 3], rhs_spec=[0, 1, 2, 3],
+                                 out_spec=[0, 1, 2, 3])
+    h = ops.reduce_window(h, computation="max", window_dimensions=[1, 1, 2, 2])
+    logits = layers.fc(ops.reshape(h, shape=[-1, 4]), 5)
+    return ids, label, logits, ops.mean(layers.softmax_with_cross_entropy(logits, label))
+
+
+@four_devices
+def test_gradients_lowered_through_vjp_are_per_device_parts():
+    # SGD, not Adam: Adam's update hardly changes when every gradient is scaled by 4
+    def train(mesh):
+        main, startup = pd.Program(random_seed=3), pd.Program(random_seed=3)
+        with pd.program_guard(main, startup):
+            ids, label, _, loss = _gather_conv_window()
+            SGD(0.5).minimize(loss, data_parallel=mesh is not None)
+        exe, scope = pd.Executor(mesh=mesh), pd.Scope()
+        exe.run(startup, scope=scope)
+        rng = np.random.default_rng(0)
+        feed = {ids: rng.integers(0, 10, (8, 3, 1)).astype(np.int32),
+                label: rng.integers(0, 5, (8, 1))}
+        for _ in range(3):
+            exe.run(main, feed=feed, fetch_list=[loss], scope=scope)
+        return _persistables(main, scope)
+
+    _assert_close(train(Mesh({"data": 4})), train(None))
 
 
 @four_devices

@@ -11,6 +11,7 @@ from jax import lax
 
 from lowering import checks
 from lowering.errors import ShapeError
+from lowering.ops.collective import local_vjp
 from lowering.registry import REQUIRED, Attr, In, Out, op
 
 _CONV_ATTRS = {
@@ -79,8 +80,8 @@ def _(g):
     attrs=_CONV_ATTRS, same_dtype=("Input", "Filter", "OutputGrad"))
 def conv_general_dilated_grad(Input, Filter, OutputGrad, **attrs):
     """Gradients of conv_general_dilated's Input and Filter from that of its Output."""
-    _, vjp = jax.vjp(lambda x, w: conv_general_dilated.lower(x, w, **attrs), Input, Filter)
-    return vjp(OutputGrad)
+    return local_vjp(lambda x, w: conv_general_dilated.lower(x, w, **attrs), (Input, Filter),
+                     OutputGrad)
 
 
 @conv_general_dilated_grad.gradient

@@ -14,6 +14,7 @@ from jax import lax
 
 from lowering import checks, dtypes
 from lowering.errors import ShapeError
+from lowering.ops.collective import local_vjp
 from lowering.registry import REQUIRED, Attr, In, Out, op
 
 _REDUCE_ATTRS = {"axis": Attr("axis", "ints", ()), "keep_dim": False}
@@ -245,8 +246,7 @@ def _(g):
     outputs=[Out("Out")], attrs=_WINDOW_ATTRS, same_dtype=("X", "OutGrad"))
 def reduce_window_grad(X, OutGrad, **attrs):
     """Gradient of reduce_window's X from the gradient of its Out (linear in OutGrad)."""
-    _, vjp = jax.vjp(lambda x: reduce_window.lower(x, **attrs), X)
-    return vjp(OutGrad)[0]
+    return local_vjp(lambda x: reduce_window.lower(x, **attrs), (X,), OutGrad)[0]
 
 
 @reduce_window_grad.gradient

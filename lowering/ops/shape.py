@@ -19,6 +19,7 @@ from jax import lax
 
 from lowering import checks, dtypes
 from lowering.errors import ShapeError
+from lowering.ops.collective import local_vjp
 from lowering.registry import REQUIRED, Attr, In, Out, op
 
 _AXIS = Attr("axis", "int", 0)
@@ -484,9 +485,8 @@ def _(g):
 def gather_general_grad(X, Indices, OutGrad, **attrs):
     """Zeros shaped like `X` with `OutGrad`'s slices added where gather_general read them
     (slices it filled or dropped add nothing)."""
-    _, vjp = jax.vjp(lambda x: gather_general.lower(x, Indices, **attrs),
-                     jnp.zeros(X.shape, OutGrad.dtype))
-    return vjp(OutGrad)[0]
+    return local_vjp(lambda x: gather_general.lower(x, Indices, **attrs),
+                     (jnp.zeros(X.shape, OutGrad.dtype),), OutGrad)[0]
 
 
 @gather_general_grad.gradient
