@@ -61,6 +61,7 @@ def set_compilation_cache(path, max_bytes=DEFAULT_MAX_BYTES):
     """
     _use(None if path is None else os.fspath(path))
     jax.config.update("jax_compilation_cache_max_size", int(max_bytes))
+    _date_entries(path)
     _jax_cache.reset_cache()   # JAX opens its cache once; let the next compile reopen it
 
 
@@ -77,6 +78,7 @@ def configure_default():
                              or jax.config.jax_compilation_cache_max_size != _UNBOUNDED)
         if not bound_set_by_user:
             jax.config.update("jax_compilation_cache_max_size", DEFAULT_MAX_BYTES)
+        _date_entries(jax.config.jax_compilation_cache_dir)
     return jax.config.jax_compilation_cache_dir
 
 
@@ -87,3 +89,27 @@ def _use(path):
     if path is not None and not threshold_set_by_user:     # 1.0 s: JAX's default
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
 
+
+
+def _date_entries(path):
+    """Give every entry in the cache at `path` the access-time file JAX's eviction reads.
+
+    A bounded cache keeps a `<key>-atime` file beside each `<key>-cache` entry;
+    entries written while the cache was unbounded (an older progdesc, or plain JAX)
+    have none, and JAX then fails every later write. They get their modification time.
+    """
+    if path is None or jax.config.jax_compilation_cache_max_size == _UNBOUNDED:
+        return
+    try:
+        names = set(os.listdir(path))
+    except OSError:      # not there yet: JAX creates it
+        return
+    for name in names:
+        key = name[:-len("-cache")]
+        if name.endswith("-cache") and key + "-atime" not in names:
+            try:
+                mtime = os.stat(os.path.join(path, name)).st_mtime_ns
+                with open(os.path.join(path, key + "-atime"), "wb") as f:
+                    f.write(mtime.to_bytes(8, "little"))
+            except OSError:   # another process evicted it, or the directory is not ours
+                continue

@@ -4,6 +4,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import warnings
 
 import jax
 import numpy as np
@@ -198,3 +199,20 @@ def test_past_the_bound_the_least_recently_read_entries_go(tmp_path, jax_cache_s
         jax.jit(lambda v, f=factor: v * f + offset)(np.ones(3, np.float32)).block_until_ready()
         assert sizes(bounded) <= 2.5 * entry_bytes
     assert len(entries(bounded)) == 2
+
+
+def test_entries_written_while_unbounded_are_kept_and_later_writes_work(tmp_path,
+                                                                       jax_cache_settings):
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    offset = float(np.random.default_rng().integers(1 << 30))
+    pd.set_compilation_cache(tmp_path, max_bytes=-1)       # an older, unbounded cache
+    jax.jit(lambda v: v * 2.0 + offset)(np.ones(3, np.float32)).block_until_ready()
+    old = entries(tmp_path)
+    assert len(old) == 1 and not list(tmp_path.glob("*-atime"))
+
+    pd.set_compilation_cache(tmp_path)                     # bounded by default
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")                      # JAX warns when a write fails
+        jax.jit(lambda v: v * 3.0 + offset)(np.ones(3, np.float32)).block_until_ready()
+    now = entries(tmp_path)
+    assert len(now) == 2 and all(now[name] == value for name, value in old.items())
