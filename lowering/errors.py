@@ -72,3 +72,9 @@ class BackwardError(ProgdescError, ValueError):
 
 class ScopeError(ProgdescError, LookupError):
     """A variable missing from a Scope, or a value that does not fit it."""
+
+
+class RecordingError(ProgdescError, TypeError):
+    """A Variable's value turned into a Python bool, int or float where the program cannot
+    follow: while `capture` records (a Python `if` or `range` on a value would freeze one
+    branch into the program), or for a Variable that has no value (outside eager mode)."""
