@@ -1,7 +1,7 @@
 """progdesc: serializable program descriptions, compiled to XLA through JAX."""
 from lowering.errors import (AttributeTypeError, BackwardError, FeedError, FetchError,
-                             FormatError, ProgdescError, ProgramError, ScopeError, ShapeError,
-                             UnknownOpError)
+                             FormatError, ProgdescError, ProgramError, RecordingError,
+                             ScopeError, ShapeError, UnknownOpError)
 from progdesc import (compile_cache, control_flow, custom_op, display, export, initializer, io,
                       layers, ops, optimizer, reader)
 from progdesc.backward import append_backward, gradients
@@ -13,6 +13,8 @@ from progdesc.framework import (Block, Operator, Program, Variable, data, defaul
                                 default_startup_program, program_guard)
 from progdesc.scope import Scope, global_scope, scope_guard
 from progdesc import amp
+from progdesc.recording import (Captured, LargeConstantWarning, RecordingWarning, capture,
+                                eager)
 
 compile_cache.configure_default()   # JAX's persistent compilation cache, on by default
 
@@ -24,5 +26,6 @@ __all__ = [
     "default_startup_program", "global_scope", "ops", "program_guard", "scope_guard",
     "ParamAttr", "append_backward", "create_parameter", "gradients", "initializer", "layers",
     "optimizer", "prune", "reader", "control_flow", "custom_op", "display", "export", "io",
-    "set_compilation_cache",
+    "set_compilation_cache", "RecordingError", "RecordingWarning", "LargeConstantWarning",
+    "Captured", "capture", "eager",
 ]
