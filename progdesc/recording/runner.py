@@ -11,10 +11,10 @@ Where values live: those of a program's ordinary variables in `program._values` 
 name), those of persistables (parameters, optimizer state, the RNG state) in the current
 Scope, where a compiled run of the same program finds them.
 
-Random numbers: an op of the startup program draws what `Executor.run(startup)` would
-draw in this Scope (the Scope's RNG state, else the startup program's seed, folded with
-the op's position); an op of any other program draws what that program's first compiled
-run after the startup program would draw. Ops run in the order they are appended (FIFO);
+Random numbers: a random op draws what it would draw in its program's next compiled run
+in this Scope (`Executor.run(startup)`, then the main program's first run): the Scope's
+RNG state when the program's first random op runs (else the program's seed), folded with
+the op's position; that first op also advances the Scope's state as the run would. Ops run in the order they are appended (FIFO);
 JAX dispatches each asynchronously, so independent ops overlap on the device.
 """
 import contextlib
@@ -25,12 +25,11 @@ import jax
 
 from lowering.errors import FeedError, ProgramError, ScopeError
 from lowering.lower import RNG_VAR, precision_of, run_step, steps_of
-from progdesc.framework import default_startup_program
 from progdesc.scope import global_scope
 
 _KERNELS = {}
 _MAX_KERNELS = 4096
-_startup_keys = weakref.WeakKeyDictionary()   # scope -> {startup program: its RNG state}
+_run_states = weakref.WeakKeyDictionary()   # scope -> {program: RNG state its ops draw from}
 
 
 def run_op(block, index, opdef, in_map, out_map, attrs, encoded_attrs):
@@ -84,18 +83,18 @@ def _stored_value(block, scope, name, opdef, index):
 
 
 def _rng_state(program, scope):
-    """The RNG state an op of `program` draws from in eager mode (see the module docstring)."""
-    holder = scope.find_var(RNG_VAR)
-    current = None if holder is None else holder.value
-    if program is default_startup_program():
-        keys = _startup_keys.setdefault(scope, weakref.WeakKeyDictionary())
-        key = keys.get(program)
-        if key is None:   # as Executor.run(startup): the Scope's state, else the seed
-            key = keys[program] = (current if current is not None
+    """The RNG state the random ops of `program` draw from in eager mode: the one its
+    first compiled run in `scope` would read (the Scope's, else the program's seed), fixed
+    by its first random op, which also leaves in the Scope what that run would leave."""
+    states = _run_states.setdefault(scope, weakref.WeakKeyDictionary())
+    state = states.get(program)
+    if state is None:
+        holder = scope.find_var(RNG_VAR)
+        current = None if holder is None else holder.value
+        state = states[program] = (current if current is not None
                                    else jax.random.PRNGKey(program.random_seed))
-            scope._write({RNG_VAR: jax.random.fold_in(key, 0)})   # what that run leaves
-        return key
-    return current if current is not None else jax.random.PRNGKey(program.random_seed)
+        scope._write({RNG_VAR: jax.random.fold_in(state, 0)})
+    return state
 
 
 def _run_kernel(program, index, opdef, in_map, out_map, attrs, encoded_attrs, args, rng):
