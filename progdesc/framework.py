@@ -312,11 +312,14 @@ class Block:
         """Validate and insert an op at `index` (default: the end); returns its desc and
         its {output slot: [names]}."""
         callsite = _user_callsite() if callsite is None else callsite
-        index = len(self.desc.ops) if index is None else index
-        n_vars = len(self.desc.vars)
+        at_end = index is None
+        index = len(self.desc.ops) if at_end else index
         try:
             opdef = registry.get(op_type)
             in_map, in_shapes = self._bind_inputs(opdef, inputs)
+            if at_end:   # NumPy inputs appended constants
+                index = len(self.desc.ops)
+            n_vars = len(self.desc.vars)
             full_attrs, encoded_attrs = opdef.checked_attrs(attrs or {})
             inferred = infer.infer(opdef, in_shapes, full_attrs, self.program.desc, self.idx)
             if outputs is None:
