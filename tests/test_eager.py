@@ -5,12 +5,15 @@ the compiled path (the recorded program run by an Executor from a fresh Scope): 
 different executions of the same lowering rules, and the compiled one is checked
 against NumPy, jax.vjp and Flax elsewhere in the suite.
 """
+import os
+
 import numpy as np
 import pytest
 
 import progdesc as pd
 from progdesc import layers, ops
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RNG = np.random.default_rng(0)
 X = RNG.normal(size=(8, 4)).astype("float32")
 Y = X.sum(1, keepdims=True)
@@ -109,3 +112,36 @@ def test_five_adam_steps_eager_then_compiled_equal_five_compiled_steps(model):
             continue
         np.testing.assert_allclose(scope.get(p.name), ref_scope.get(p.name), rtol=1e-5,
                                    atol=1e-6, err_msg=p.name)
+
+
+def test_readme_example_trains_the_recorded_program(monkeypatch):
+    readme = open(os.path.join(ROOT, "README.md")).read()
+    section = readme[readme.index("## Eager mode"):]
+    code = section[section.index("```python") + len("```python"):section.index("```\n", 10)]
+    code = code.replace("range(200)", "range(30)")
+    namespace = {}
+    with pd.scope_guard(pd.Scope()):
+        exec(compile(code, "README.md", "exec"), namespace)   # noqa: S102
+    first = namespace["loss"].numpy()
+    assert namespace["value"] < first
+    assert [op.type for op in namespace["main"].global_block().ops].count("adam") == 4
+
+
+def test_enable_and_disable_switch_eager_mode_for_a_whole_session():
+    assert not pd.eager.active
+    main = pd.Program()
+    with pd.scope_guard(pd.Scope()), pd.program_guard(main, pd.Program()):
+        pd.eager.enable()
+        try:
+            x = pd.data("x", [None, 4], value=X)
+            with pd.eager():                     # nested blocks keep it on
+                y = ops.tanh(x)
+            assert pd.eager.active
+            z = ops.scale(y, scale=2.0)
+        finally:
+            pd.eager.disable()
+        assert not pd.eager.active
+        after = ops.tanh(z)
+        np.testing.assert_allclose(z.numpy(), 2 * np.tanh(X), rtol=1e-6)
+        with pytest.raises(pd.RecordingError, match="has no value"):
+            after.numpy()

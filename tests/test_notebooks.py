@@ -21,7 +21,8 @@ TIMEOUT_PER_CELL = 300
 
 def test_notebooks_exist():
     assert [p.name for p in NOTEBOOKS] == ["01_quickstart.ipynb", "02_gradients.ipynb",
-                                           "03_export.ipynb", "04_control_flow.ipynb"]
+                                           "03_export.ipynb", "04_control_flow.ipynb",
+                                           "06_eager.ipynb"]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)

@@ -102,7 +102,7 @@ def _run_kernel(program, index, opdef, in_map, out_map, attrs, encoded_attrs, ar
     layout = tuple(len(in_map.get(s.name, ())) for s in opdef.inputs)
     key = (opdef.type, encoded_attrs, layout, precision_of(program.desc),
            index if rng is not None else None,
-           *[(a.shape, a.dtype, a.weak_type) for a in args])
+           *[a.aval for a in args])   # shape, dtype and weak type
     kernel = _KERNELS.get(key)
     if kernel is None:
         kernel = _compile(program, index, opdef, args, rng)

@@ -85,14 +85,23 @@ def _no_value(var):
 
 
 def preview(var):
-    """' = [[0.12, ...]]': a short preview of `var`'s value for its repr, '' if it has none."""
+    """' = [8, 16] [0.1234, -0.2, ...] min -0.9 max 0.8 mean 0.01': a one-line preview of
+    `var`'s value for its repr (the whole value when it is small), '' if it has none."""
     value = value_of(var)
     if value is None:
         return ""
-    text = np.array2string(np.asarray(value), precision=4, threshold=12, edgeitems=2,
-                           suppress_small=True, separator=", ")
-    shape = list(value.shape)
-    return f" = {text}" if value.ndim < 2 else f" value {shape} =\n{text}"
+    array = np.asarray(value)
+    if array.size <= _PREVIEW:
+        return " = " + np.array2string(array, precision=4, separator=", ").replace("\n", "")
+    flat = array.reshape(-1)
+    shown = ", ".join(f"{v:.4g}" for v in flat[:_PREVIEW].tolist())
+    text = f" = {list(array.shape)} [{shown}, ...]"
+    if dtypes.kind_of(array.dtype) != "bool":
+        text += f" min {flat.min():.4g} max {flat.max():.4g} mean {flat.mean():.4g}"
+    return text
+
+
+_PREVIEW = 6
 
 
 def set_data_value(var, value):
