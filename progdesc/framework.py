@@ -153,7 +153,7 @@ class Variable:
 
     def _binary(self, op_type, other, reverse=False):
         from progdesc import ops
-        if _is_array(other):   # a NumPy array: a constant of the program, of this dtype
+        if _is_array(other) and other.ndim:   # an array: a constant of the program, this dtype
             from progdesc.recording.values import constant
             other = constant(self.block.program.current_block(), other, like=self.dtype)
         elif not isinstance(other, Variable):   # a Python scalar: a shape [] constant
@@ -313,13 +313,13 @@ class Block:
         its {output slot: [names]}."""
         callsite = _user_callsite() if callsite is None else callsite
         at_end = index is None
-        index = len(self.desc.ops) if at_end else index
+        n_ops, n_vars = len(self.desc.ops), len(self.desc.vars)
+        index = n_ops if at_end else index
         try:
             opdef = registry.get(op_type)
             in_map, in_shapes = self._bind_inputs(opdef, inputs)
-            if at_end:   # NumPy inputs appended constants
+            if at_end:   # after the constants NumPy inputs became
                 index = len(self.desc.ops)
-            n_vars = len(self.desc.vars)
             full_attrs, encoded_attrs = opdef.checked_attrs(attrs or {})
             inferred = infer.infer(opdef, in_shapes, full_attrs, self.program.desc, self.idx)
             if outputs is None:
@@ -333,6 +333,8 @@ class Block:
                 for n, (dims, dtype) in zip(names, produced):
                     self._set_output_var(n, dims, dtype)
         except ProgdescError as e:
+            if at_end and len(self.desc.ops) > n_ops:
+                self._take_back(range(n_ops, len(self.desc.ops)), n_vars)
             if e.op_type is not None and e.op_index is not None:
                 raise
             var = e.var if e.var is not None or e.slot is None else _slot_var(inputs, e.slot)
@@ -352,15 +354,19 @@ class Block:
             try:
                 _op_hook(self, index, opdef, in_map, out_map, full_attrs, encoded_attrs)
             except BaseException:
-                self._take_back(index, n_vars)
+                self._take_back(range(n_ops, len(self.desc.ops)) if at_end else [index],
+                                n_vars)
                 raise
         return desc, out_map
 
-    def _take_back(self, index, n_vars):
-        """Remove the op at `index` and the variables declared after the first `n_vars`."""
-        del self.desc.ops[index]
+    def _take_back(self, indices, n_vars):
+        """Remove the ops at `indices` and the variables declared after the first `n_vars`
+        (an op that failed, with the constants made for it)."""
+        for index in sorted(indices, reverse=True):
+            del self.desc.ops[index]
+        for var in self.desc.vars[n_vars:]:
+            self._vars.pop(var.name, None)
         del self.desc.vars[n_vars:]
-        self._reindex()
         self.program._touch()
 
     def _bind_inputs(self, opdef, inputs):
@@ -985,6 +991,6 @@ def data(name, shape, dtype="float32", *, stop_gradient=True, value=None):
             set_data_value(var, value)
         except ProgdescError as e:
             del block.desc.vars[-1]   # the declaration is taken back with its bad value
-            block._reindex()
+            del block._vars[name]
             raise type(e)(e.detail, var=name, callsite=_user_callsite()) from None
     return var

@@ -146,6 +146,9 @@ def test_an_op_that_cannot_run_is_taken_back():
             ops.tanh(x)
         assert "value=array" in str(e.value) and line_of(HERE, "ops.tanh(x)") in str(e.value)
         assert main.desc.SerializeToString() == before
+        with pytest.raises(pd.ShapeError):   # a constant made for an op goes with it
+            ops.add(ops.fill_constant(shape=[2], value=1.0), np.ones(3, "float32"))
+        assert main.desc.blocks[0].ops[-1].type == "fill_constant"
         with pytest.raises(pd.FeedError, match=r"expects \[-1, 3\]"):
             pd.data("z", [None, 3], value=np.zeros((2, 4), "float32"))
         assert main.global_block().find_var("z") is None
