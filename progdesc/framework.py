@@ -352,7 +352,7 @@ class Block:
         self.program._touch()
         if _op_hook is not None:
             try:
-                _op_hook(self, index, opdef, in_map, out_map, full_attrs, encoded_attrs)
+                _op_hook(self, index, opdef, in_map, out_map, encoded_attrs)
             except BaseException:
                 self._take_back(range(n_ops, len(self.desc.ops)) if at_end else [index],
                                 n_vars)

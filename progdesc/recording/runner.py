@@ -32,7 +32,7 @@ _MAX_KERNELS = 4096
 _run_states = weakref.WeakKeyDictionary()   # scope -> {program: RNG state its ops draw from}
 
 
-def run_op(block, index, opdef, in_map, out_map, attrs, encoded_attrs):
+def run_op(block, index, opdef, in_map, out_map, encoded_attrs):
     """Run the op just appended at `index` of `block` (root blocks only) and store its
     outputs: in `program._values`, persistables in the current Scope."""
     if block.idx != 0:   # an op of a sub-block runs when its control-flow op does
@@ -50,8 +50,8 @@ def run_op(block, index, opdef, in_map, out_map, attrs, encoded_attrs):
     if opdef.has_blocks:
         names, produced = _run_unjitted(program, index, in_map, args, rng)
     else:
-        names, produced = _run_kernel(program, index, opdef, in_map, out_map, attrs,
-                                      encoded_attrs, args, rng)
+        names, produced = _run_kernel(program, index, opdef, in_map, out_map, encoded_attrs,
+                                      args, rng)
     persistable = {}
     for name, value in zip(names, produced):
         var = block._vars.get(name)
@@ -97,20 +97,25 @@ def _rng_state(program, scope):
     return state
 
 
-def _run_kernel(program, index, opdef, in_map, out_map, attrs, encoded_attrs, args, rng):
+def _run_kernel(program, index, opdef, in_map, out_map, encoded_attrs, args, rng):
     """(output names, values) of an op without sub-blocks, through its cached executable."""
     layout = tuple(len(in_map.get(s.name, ())) for s in opdef.inputs)
     key = (opdef.type, encoded_attrs, layout, precision_of(program.desc),
            index if rng is not None else None,
            *[a.aval for a in args])   # shape, dtype and weak type
+    flat = (*args, rng) if rng is not None else args
     kernel = _KERNELS.get(key)
     if kernel is None:
-        kernel = _compile(program, index, opdef, args, rng)
+        compiled, produced_slots = _compile(program, index, opdef, args, rng)
+        outs = compiled(*flat)
+        # After its first call a Compiled holds the C++ call its __call__ forwards to
+        # (as the Executor uses it): calling that saves a Python frame per op.
         if len(_KERNELS) >= _MAX_KERNELS:
             _KERNELS.clear()
-        _KERNELS[key] = kernel
-    call, produced_slots = kernel
-    outs = call(*args, rng) if rng is not None else call(*args)
+        _KERNELS[key] = (getattr(compiled, "_call", None) or compiled, produced_slots)
+    else:
+        call, produced_slots = kernel
+        outs = call(*flat)
     names = [n for slot, k in produced_slots for n in out_map.get(slot, ())[:k]]
     return names, outs
 
@@ -128,7 +133,7 @@ def _canonical_step(program, index, opdef, args):
 
 
 def _compile(program, index, opdef, args, rng):
-    """(executable call, [(output slot, how many values)]) for one op."""
+    """(compiled executable, [(output slot, how many values)]) for one op."""
     step = _canonical_step(program, index, opdef, args)
     in_names = [n for names in step.inputs.values() for n in names]
     produced = []
@@ -142,9 +147,7 @@ def _compile(program, index, opdef, args, rng):
 
     flat = (*args, rng) if rng is not None else tuple(args)
     with jax.enable_x64(True), _precision(program):
-        compiled = jax.jit(kernel).lower(*flat).compile()
-    # A Compiled's `_call` is the C++ call its __call__ forwards to (as the Executor uses it).
-    return getattr(compiled, "_call", None) or compiled, produced
+        return jax.jit(kernel).lower(*flat).compile(), produced
 
 
 def _run_unjitted(program, index, in_map, args, rng):
