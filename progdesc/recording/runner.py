@@ -99,10 +99,9 @@ def _rng_state(program, scope):
 
 def _run_kernel(program, index, opdef, in_map, out_map, encoded_attrs, args, rng):
     """(output names, values) of an op without sub-blocks, through its cached executable."""
-    layout = tuple(len(in_map.get(s.name, ())) for s in opdef.inputs)
-    key = (opdef.type, encoded_attrs, layout, precision_of(program.desc),
-           index if rng is not None else None,
-           *[a.aval for a in args])   # shape, dtype and weak type
+    key = (opdef.type, encoded_attrs, *in_map, *map(len, in_map.values()),   # the binding
+           precision_of(program.desc), index if rng is not None else None,
+           *[a.aval for a in args])   # shapes, dtypes and weak types
     flat = (*args, rng) if rng is not None else args
     kernel = _KERNELS.get(key)
     if kernel is None:
