@@ -14,8 +14,10 @@ Scope, where a compiled run of the same program finds them.
 Random numbers: a random op draws what it would draw in its program's next compiled run
 in this Scope (`Executor.run(startup)`, then the main program's first run): the Scope's
 RNG state when the program's first random op runs (else the program's seed), folded with
-the op's position; that first op also advances the Scope's state as the run would. Ops run in the order they are appended (FIFO);
-JAX dispatches each asynchronously, so independent ops overlap on the device.
+the op's position; that first op also advances the Scope's state as the run would.
+
+Ops run in the order they are appended (FIFO); JAX dispatches each asynchronously, so
+independent ops overlap on the device.
 """
 import contextlib
 import dataclasses
@@ -23,6 +25,7 @@ import weakref
 
 import jax
 
+from lowering import registry
 from lowering.errors import FeedError, ProgramError, ScopeError
 from lowering.lower import RNG_VAR, precision_of, run_step, steps_of
 from progdesc.scope import global_scope
@@ -99,7 +102,7 @@ def _rng_state(program, scope):
 
 def _run_kernel(program, index, opdef, in_map, out_map, encoded_attrs, args, rng):
     """(output names, values) of an op without sub-blocks, through its cached executable."""
-    key = (opdef.type, encoded_attrs, *in_map, *map(len, in_map.values()),   # the binding
+    key = (opdef.type, registry.GENERATION[0], encoded_attrs, *in_map, *map(len, in_map.values()),   # the binding
            precision_of(program.desc), index if rng is not None else None,
            *[a.aval for a in args])   # shapes, dtypes and weak types
     flat = (*args, rng) if rng is not None else args
@@ -121,7 +124,7 @@ def _run_kernel(program, index, opdef, in_map, out_map, encoded_attrs, args, rng
 
 def _canonical_step(program, index, opdef, args):
     """The step of op `index` (from `steps_of`) with its variables renamed by position
-    (in0, in1, ...; out0, ...), so one executable serves every op of its kind."""
+    (in0, in1, ...; Out.0, ...), so one executable serves every op of its kind."""
     step = steps_of(program.desc, 0, start=index)[0]
     counter = iter(range(len(args)))
     inputs = {s.name: [f"in{next(counter)}" for _ in step.inputs.get(s.name, ())]
