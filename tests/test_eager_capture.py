@@ -211,3 +211,24 @@ def test_recorded_program_saves_loads_and_exports(tmp_path):
                            platforms=("cpu",))
     (exported,) = export.load_compiled(tmp_path / "net.pdx")(X[:4])
     np.testing.assert_allclose(exported, expected[:4], rtol=1e-6)
+
+
+def test_custom_ops_run_eagerly_and_a_replaced_definition_is_used():
+    from progdesc import custom_op
+
+    def define(factor):
+        @custom_op.op("eager_test_scale", inputs=[custom_op.In("X", "float")],
+                      outputs=[custom_op.Out("Out")], replace=True)
+        def rule(X):
+            return X * factor
+
+    try:
+        define(3.0)
+        main = pd.Program()
+        with pd.scope_guard(pd.Scope()), pd.program_guard(main, pd.Program()), pd.eager():
+            x = pd.data("x", [None, 3], value=X)
+            np.testing.assert_allclose(ops.eager_test_scale(x).numpy(), 3 * X, rtol=1e-6)
+            define(5.0)
+            np.testing.assert_allclose(ops.eager_test_scale(x).numpy(), 5 * X, rtol=1e-6)
+    finally:
+        custom_op.unregister("eager_test_scale")
