@@ -16,6 +16,7 @@ what to compare across machines. Also timed: one eager training step of a small 
 (forward, `append_backward`, Adam), per op it appended.
 """
 import argparse
+import contextlib
 import importlib.util
 
 import numpy as np
@@ -33,7 +34,7 @@ def progdesc_chain(n, eager=True):
     def chain():
         main, startup = pd.Program(), pd.Program()
         with pd.scope_guard(pd.Scope()), pd.program_guard(main, startup), \
-                (pd.eager() if eager else _nothing()):
+                (pd.eager() if eager else contextlib.nullcontext()):
             y = pd.data("x", [4, 4], value=start)
             c = ops.fill_constant(shape=[4, 4], value=0.01)
             for i in range(n):
@@ -43,14 +44,6 @@ def progdesc_chain(n, eager=True):
             if eager:
                 y.numpy()
     return chain
-
-
-class _nothing:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
 
 
 def jax_chains(n):
@@ -137,7 +130,8 @@ def run(n=1000, repeats=15, log=print):
     for name, s in per_op.items():
         log(f"{name:28} | {s * 1e6:7.1f} | {1 / s:9.0f} | x{s / per_op['jax.numpy']:.2f}")
     if torch is not None:
-        log(f"progdesc eager / torch eager: x{per_op['progdesc eager'] / per_op['torch eager']:.2f}")
+        ratio = per_op["progdesc eager"] / per_op["torch eager"]
+        log(f"progdesc eager / torch eager: x{ratio:.2f}")
     else:
         log("torch is not importable here: no torch row")
     return per_op

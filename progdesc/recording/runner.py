@@ -102,7 +102,8 @@ def _rng_state(program, scope):
 
 def _run_kernel(program, index, opdef, in_map, out_map, encoded_attrs, args, rng):
     """(output names, values) of an op without sub-blocks, through its cached executable."""
-    key = (opdef.type, registry.GENERATION[0], encoded_attrs, *in_map, *map(len, in_map.values()),   # the binding
+    key = (opdef.type, registry.GENERATION[0], encoded_attrs,
+           *in_map, *map(len, in_map.values()),   # the binding
            precision_of(program.desc), index if rng is not None else None,
            *[a.aval for a in args])   # shapes, dtypes and weak types
     flat = (*args, rng) if rng is not None else args
