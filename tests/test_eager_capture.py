@@ -118,8 +118,9 @@ def test_plain_eager_mode_gives_python_values_and_warns_on_decisions():
         with warnings.catch_warnings():
             warnings.simplefilter("error")
             assert float(m) == pytest.approx(X.mean(), rel=1e-6)   # printing: no warning
-        with pytest.warns(pd.RecordingWarning, match="only\\s+the branch"):
+        with pytest.warns(pd.RecordingWarning, match="only\\s+the branch") as caught:
             assert bool(ops.greater_than(m, ops.fill_constant(shape=[], value=-9.0)))
+        assert caught[0].filename == HERE   # attributed to this line: warned once per line
         with pytest.raises(pd.RecordingError, match="one element"):
             float(x)
     with pytest.raises(pd.RecordingError, match="has no value"):
@@ -184,8 +185,9 @@ def test_numpy_arrays_become_constants_of_the_program():
         z = offset * y                       # NumPy on the left defers to the Variable
         w = ops.matmul(z, np.eye(3, dtype=np.float32))   # an op input
         np.testing.assert_allclose(w.numpy(), offset * (X + offset), rtol=1e-6)
-        with pytest.warns(pd.LargeConstantWarning, match="feed it instead"):
+        with pytest.warns(pd.LargeConstantWarning, match="feed it instead") as caught:
             ops.tanh(np.zeros(5000, "float32"))
+        assert caught[0].filename == HERE
     assert [op.type for op in main.global_block().ops].count("assign_value") == 4
     constant = main.global_block().ops[0]
     assert constant.attr("dtype") == "float32" and constant.attr("values") == (0.0, 1.0, 2.0)

@@ -7,6 +7,8 @@ inside `capture` that is a `RecordingError` naming the line; in plain eager mode
 and `int` give the value with a `RecordingWarning` (the recorded program keeps the branch
 this value took), `float` gives it silently (it is what printing a loss does).
 """
+import os
+import sys
 import warnings
 
 import jax
@@ -15,7 +17,7 @@ import numpy as np
 from lowering import dtypes
 from lowering.errors import RecordingError
 from lowering.ops.constant import constant_attrs
-from progdesc.framework import _user_callsite
+from progdesc.framework import _GENERATED_PREFIX, _PACKAGE_DIRS, _user_callsite
 from progdesc.recording.mode import eager
 from progdesc.scope import global_scope
 
@@ -72,9 +74,22 @@ def to_python(var, convert):
         raise RecordingError(f"{what}() needs a value of one element, this one has shape "
                              f"{list(array.shape)}", var=var.name, callsite=_user_callsite())
     if convert is not float and eager.active:
-        warnings.warn(f"{what}() of variable '{var.name}' in eager mode at {_user_callsite()}: "
-                      f"{how}", RecordingWarning, stacklevel=4)
+        _warn(f"{what}() of variable '{var.name}' in eager mode at {_user_callsite()}: {how}",
+              RecordingWarning)
     return convert(array.reshape(()).item())
+
+
+def _warn(message, category):
+    """warnings.warn attributed to the user's line (the first frame outside progdesc), so
+    Python's once-per-line filter applies to the user's lines."""
+    frame, level = sys._getframe(1), 2   # stacklevel 2: the caller of _warn
+    while frame is not None:
+        path = frame.f_code.co_filename
+        if not (path.startswith(_GENERATED_PREFIX)
+                or os.path.abspath(path).startswith(_PACKAGE_DIRS)):
+            break
+        frame, level = frame.f_back, level + 1
+    warnings.warn(message, category, stacklevel=level)
 
 
 def _no_value(var):
@@ -124,10 +139,9 @@ def constant(block, array, like=None):
     if like is not None and dtypes.kind_of(like) == dtypes.kind_of(array.dtype):
         array = array.astype(dtypes.to_numpy(like))
     if array.size > LARGE_CONSTANT:
-        warnings.warn(
-            f"a NumPy array of shape {list(array.shape)} ({array.size} elements) is written "
-            f"into the program as a constant at {_user_callsite()}; feed it instead "
-            "(pd.data(name, shape, value=array)) or make it a parameter",
-            LargeConstantWarning, stacklevel=5)
+        _warn(f"a NumPy array of shape {list(array.shape)} ({array.size} elements) is written "
+              f"into the program as a constant at {_user_callsite()}; feed it instead "
+              "(pd.data(name, shape, value=array)) or make it a parameter",
+              LargeConstantWarning)
     _, out_map = block._add_op("assign_value", attrs=constant_attrs(array))
     return block.var(out_map["Out"][0])
