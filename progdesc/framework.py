@@ -26,8 +26,9 @@ ROLE_NAMES = {pb.FORWARD: "forward", pb.BACKWARD: "backward", pb.OPTIMIZE: "opti
 
 
 _op_hook = None
-"""Called after every op `Block._add_op` appends, while eager mode is on (progdesc.recording);
-an error it raises takes the op back out."""
+"""While eager mode is on (progdesc.recording), called after every op `Block._add_op` adds as
+`_op_hook(block, index, opdef, inputs, outputs, encoded_attrs)`; an error it raises takes
+the op back out."""
 
 _USER_FILES = {}   # code file name -> its base name, "" (progdesc's or lowering's code) or _CELL
 _CELL = object()   # an IPython cell: named by its execution count, which a rerun changes
