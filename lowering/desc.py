@@ -2,6 +2,10 @@
 from lowering import progdesc_pb2 as pb
 from lowering.registry import decode_attr
 
+FORWARD_OP = "@forward_op"
+"""Attribute of a gradient op: [block, index] of the forward op whose gradient maker emitted it
+(ints). No op type declares it, and none can: it is not a Python identifier."""
+
 
 def slot_map(slots):
     """{slot name: [variable names]} of a repeated `OpDesc.Slot` field."""

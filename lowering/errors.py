@@ -78,3 +78,22 @@ class RecordingError(ProgdescError, TypeError):
     """A Variable's value turned into a Python bool, int or float where the program cannot
     follow: while `capture` records (a Python `if` or `range` on a value would freeze one
     branch into the program), or for a Variable that has no value (outside eager mode)."""
+
+
+class NumericsError(ProgdescError, FloatingPointError):
+    """A NaN or Inf produced by an op, found by `Executor(check_numerics=True)`.
+
+    Besides what every error names (the op, its index and block, the line that
+    created it, the bad variable and its `slot`), it carries `values`, a
+    summary (NaN and Inf counts, finite min and max) of each float input and
+    output of the op by label ('output Out', 'input X[1]'), `forward_op`, the
+    forward op a gradient op belongs to, and `outer_op`, the op whose sub-block
+    holds the bad op: each an (block, index, type, callsite) tuple, or None
+    when it does not apply.
+    """
+
+    def __init__(self, message, *, values=None, forward_op=None, outer_op=None, **where):
+        self.values = dict(values or {})
+        self.forward_op = forward_op
+        self.outer_op = outer_op
+        super().__init__(message, **where)

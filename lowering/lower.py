@@ -24,6 +24,7 @@ float32 dot and convolution: those of gradient ops and of ops lowered through
 each need their own `precision=` argument otherwise.
 """
 import contextlib
+import contextvars
 from dataclasses import dataclass
 
 import jax
@@ -296,10 +297,28 @@ class SubBlock:
         return [env[n] for n in results]
 
 
+_WATCH = contextvars.ContextVar("progdesc_watch", default=None)
+
+
+@contextlib.contextmanager
+def watching(watch):
+    """Within, `watch(step, env, block_idx)` is called after each op of a sub-block is traced,
+    with its outputs in `env` (tracers inside lax.cond / scan / while_loop): the checking
+    executor uses it to look inside an op with sub-blocks."""
+    token = _WATCH.set(watch)
+    try:
+        yield
+    finally:
+        _WATCH.reset(token)
+
+
 def _run_steps(steps, env, rng, fetches, block_idx, program_desc, plans):
     """Trace the ops of one block (block 0 or a sub-block) over `env`, in order."""
+    watch = _WATCH.get()
     for step in steps:
         _run_step(step, env, rng, fetches, block_idx, program_desc, plans)
+        if watch is not None:
+            watch(step, env, block_idx)
 
 
 def run_step(step, env, rng, program_desc, block_idx=0, fetches=None):

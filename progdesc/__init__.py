@@ -2,6 +2,7 @@
 from lowering.errors import (AttributeTypeError, BackwardError, FeedError, FetchError,
                              FormatError, ProgdescError, ProgramError, RecordingError,
                              ScopeError, ShapeError, UnknownOpError)
+from lowering.errors import NumericsError
 from progdesc import (compile_cache, control_flow, custom_op, display, export, initializer, io,
                       layers, ops, optimizer, reader)
 from progdesc.backward import append_backward, gradients
@@ -28,4 +29,5 @@ __all__ = [
     "optimizer", "prune", "reader", "control_flow", "custom_op", "display", "export", "io",
     "set_compilation_cache", "RecordingError", "RecordingWarning", "LargeConstantWarning",
     "Captured", "capture", "eager",
+    "NumericsError",
 ]

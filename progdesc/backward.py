@@ -6,7 +6,7 @@ to the block like any other op; nothing here computes a value.
 from lowering import registry
 from lowering import progdesc_pb2 as pb
 from lowering.blocks import free_reads
-from lowering.desc import read_attrs, slot_map
+from lowering.desc import FORWARD_OP, read_attrs, slot_map
 from lowering.errors import BackwardError, ProgdescError
 from lowering.gc_pause import gc_paused
 from lowering.gradients import GradContext, OpSpec, grad_name
@@ -43,7 +43,7 @@ def emit_grad_ops(block, op_desc, op_index, in_grad_targets, out_grads, aliasabl
                             var=e.var, callsite=op_desc.callsite) from None
     for spec in g.ops:
         try:
-            _append(block, spec, op_desc.callsite)
+            _append(block, spec, op_desc.callsite, (block.idx, op_index))
         except ProgdescError as e:
             raise BackwardError(f"gradient op '{spec.type}' of this op is invalid: {e.detail}",
                                 op_type=opdef.type, op_index=op_index, block_idx=block.idx,
@@ -76,9 +76,12 @@ class _SubBlocks:
                     grads[n] = program._names(f"{grad_name(n)}@ZERO")
                     _append(new, OpSpec("fill_zeros_like", {"X": [n]}, {"Out": [grads[n]]}))
             given = set(given)
-            kept = [d for d in new.desc.ops if not given.issuperset(_outputs(d) or [None])]
+            kept = [i for i, d in enumerate(new.desc.ops)
+                    if not given.issuperset(_outputs(d) or [None])]
+            ops = [new.desc.ops[i] for i in kept]
             del new.desc.ops[:]
-            new.desc.ops.extend(kept)
+            new.desc.ops.extend(ops)
+            _relink(program, new.idx, block_idx, len(program.blocks[block_idx].desc.ops), kept)
         finally:
             program._current = saved
         return new.idx, grads
@@ -90,6 +93,20 @@ class _SubBlocks:
     def reads(self, block_idx, results):
         """The names of enclosing blocks sub-block `block_idx` reads to compute `results`."""
         return free_reads(self.block.program.desc, block_idx, results)
+
+
+def _relink(program, block_idx, source_idx, n_copied, kept):
+    """Point the forward-op links into block `block_idx`, whose first `n_copied` ops were copies
+    of the ops of block `source_idx` and which kept its ops at indices `kept`, at the ops the
+    user made: a copy's original in block `source_idx`, any other op at its new index."""
+    new_index = {old: new for new, old in enumerate(kept)}
+    for block in program.desc.blocks[block_idx:]:
+        for op_desc in block.ops:
+            if FORWARD_OP in op_desc.attrs:
+                link = op_desc.attrs[FORWARD_OP].ints.values
+                if link[0] == block_idx:
+                    link[:] = ([source_idx, link[1]] if link[1] < n_copied
+                               else [block_idx, new_index.get(link[1], -1)])
 
 
 def _copy_block(program, source, target):
@@ -120,9 +137,13 @@ def _copy_sub_block(program, block_idx, parent):
     return child.idx
 
 
-def _append(block, spec, callsite=""):
-    block._add_op(spec.type, spec.inputs, spec.outputs, spec.attrs, role=pb.BACKWARD,
-                  callsite=callsite)
+def _append(block, spec, callsite="", forward_op=None):
+    """Append the gradient op `spec`; `forward_op` is the (block, index) of the op it is a
+    gradient of."""
+    desc, _ = block._add_op(spec.type, spec.inputs, spec.outputs, spec.attrs,
+                            role=pb.BACKWARD, callsite=callsite)
+    if forward_op is not None:
+        desc.attrs[FORWARD_OP].ints.values[:] = forward_op
 
 
 def _outputs(op_desc):

@@ -143,11 +143,16 @@ class Executor:
     applied to every program this Executor compiles (see bench/RESULTS.md
     for what the CPU ones gave). `precision` ("default" or "highest")
     overrides the precision policy of every program it runs; None keeps
-    each program's own (`Program.precision`).
+    each program's own (`Program.precision`). With `check_numerics=True` it
+    compiles nothing: `run` runs programs op by op and raises
+    `NumericsError` at the first op that produces a NaN or Inf
+    (progdesc.debug).
     """
 
-    def __init__(self, device=None, compiler_options=None, precision=None):
+    def __init__(self, device=None, compiler_options=None, precision=None, check_numerics=False):
         self.device = _device(device)
+        self.check_numerics = bool(check_numerics)
+        """Whether `run` runs op by op, checking every result for NaN and Inf."""
         self._precision = None if precision is None else check_precision(precision)
         self.compiler_options = dict(compiler_options or {})
         """XLA options for every compilation, e.g. {"xla_cpu_use_onednn": True}."""
@@ -179,6 +184,9 @@ class Executor:
         scope = scope or global_scope()
         feed = feed or {}
         fetch_list = fetch_list or ()
+        if self.check_numerics:
+            from progdesc.debug import run_checked
+            return run_checked(self, program, feed, fetch_list, scope, return_numpy, steps)
         try:   # feed and fetch Variables stand for themselves in the key: no name lookups
             key = (program._serial, program._version, _REGISTRY_GENERATION[0], steps,
                    *fetch_list, None, *feed, *map(_SHAPE_DTYPE, feed.values()))
@@ -245,6 +253,22 @@ class Executor:
         Returns (entry, converted feeds, per-feed casts or None when every
         feed already has its variable's dtype).
         """
+        names, values, casts = self._convert_feeds(program, feed, steps)
+        key = (program._serial, program.version, registry.GENERATION[0],
+               tuple((n, v.shape, v.dtype) for n, v in zip(names, values)), fetch_names, steps,
+               self._precision or program.precision)
+        entry = self._entries.get(key)
+        if entry is None:
+            entry = _remember(self._entries, key,
+                              self._compile(program, tuple(names), fetch_names, steps))
+            entry.feeds = tuple((n, v.shape if steps is None else v.shape[1:])
+                                for n, v in zip(names, values))
+        casts = None if all(c is None for c in casts) else tuple(casts)
+        return entry, tuple(values), casts
+
+    def _convert_feeds(self, program, feed, steps):
+        """(names, converted values, per-feed cast dtype or None) of `feed`; FeedError for a
+        feed that does not fit its variable."""
         if steps is not None and (not isinstance(steps, int) or steps < 1):
             raise ValueError(f"steps must be a positive int, got {steps!r}")
         block = program.global_block()
@@ -268,17 +292,7 @@ class Executor:
             names.append(name)
             values.append(arr)
             casts.append(None if raw_dtype == arr.dtype else arr.dtype)
-        key = (program._serial, program.version, registry.GENERATION[0],
-               tuple((n, v.shape, v.dtype) for n, v in zip(names, values)), fetch_names, steps,
-               self._precision or program.precision)
-        entry = self._entries.get(key)
-        if entry is None:
-            entry = _remember(self._entries, key,
-                              self._compile(program, tuple(names), fetch_names, steps))
-            entry.feeds = tuple((n, v.shape if steps is None else v.shape[1:])
-                                for n, v in zip(names, values))
-        casts = None if all(c is None for c in casts) else tuple(casts)
-        return entry, tuple(values), casts
+        return names, values, casts
 
     def _check_state(self, program, entry):
         """The persistables' values, the RNG state filled in if absent; refuses missing or

@@ -14,7 +14,7 @@ from google.protobuf import text_format
 from lowering import dtypes, infer, registry
 from lowering import progdesc_pb2 as pb
 from lowering.blocks import check_block_references, drop_unused_blocks
-from lowering.desc import fill_op_desc, read_attrs, slot_map
+from lowering.desc import FORWARD_OP, fill_op_desc, read_attrs, slot_map
 from lowering.errors import FormatError, ProgdescError, ProgramError
 from lowering.lower import PRECISIONS, RNG_VAR, precision_of, precision_value
 
@@ -873,6 +873,13 @@ class Program:
             raise FormatError(bad_reference)
         return cls.from_desc(desc)
 
+    def schedule(self, block=0):
+        """The `Schedule` of block `block`: its ops in recorded order, what each depends on,
+        and the groups of mutually independent ops (see progdesc.schedule). Prints readably,
+        shows as a table in Jupyter, draws with `.render()`."""
+        from progdesc.schedule import schedule
+        return schedule(self, block)
+
     def __str__(self):
         precision = "" if self.precision == "default" else f", precision {self.precision}"
         head = f"program (format {self.desc.format_version}, seed {self.random_seed}{precision})"
@@ -931,7 +938,7 @@ def validate(program):
                 _bind_slots(opdef.input_index, slot_map(op_desc.inputs), "input")
                 _bind_slots(opdef.output_index, slot_map(op_desc.outputs), "output")
                 opdef.complete_attrs(read_attrs(opdef, op_desc))
-                unknown = set(op_desc.attrs) - {a.name for a in opdef.attrs}
+                unknown = set(op_desc.attrs) - {a.name for a in opdef.attrs} - {FORWARD_OP}
                 if unknown:
                     raise ProgramError(f"attribute '{sorted(unknown)[0]}' is not declared")
                 for names in list(slot_map(op_desc.inputs).values()) + list(
