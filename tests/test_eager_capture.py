@@ -128,14 +128,22 @@ def test_plain_eager_mode_gives_python_values_and_warns_on_decisions():
 
 
 def test_outside_eager_mode_variables_have_no_value():
-    main = pd.Program()
-    with pd.program_guard(main, pd.Program()):
-        loss = ops.mean(pd.data("x", [None, 3]))
+    main, startup = pd.Program(), pd.Program()
+    with pd.program_guard(main, startup):
+        out = layers.fc(pd.data("x", [None, 3]), 2)
+        loss = ops.mean(out)
     with pytest.raises(pd.RecordingError) as e:
         float(loss)
     assert "fetch_list" in str(e.value) and "pd.eager()" in str(e.value)
     with pytest.raises(pd.RecordingError):
         bool(loss)
+    scope = pd.Scope()   # a parameter's value is the one in the current Scope
+    pd.Executor().run(startup, scope=scope)
+    with pd.scope_guard(scope):
+        weight = main.global_block().var("fc_0.w_0")
+        np.testing.assert_array_equal(weight.numpy(), scope.get("fc_0.w_0"))
+    with pd.scope_guard(pd.Scope()), pytest.raises(pd.RecordingError, match="has no value"):
+        weight.numpy()   # a Scope without it
 
 
 def test_an_op_that_cannot_run_is_taken_back():
