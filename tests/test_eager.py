@@ -80,6 +80,8 @@ def test_forward_and_gradients_equal_the_compiled_program(model):
         return {**out, **{g.name: g for g in grads}}
 
     main, startup, out, eager = record(with_grads, feeds, scope)
+    for name, value in feeds.items():   # data values keep the program's dtypes (int64 labels)
+        assert main._values[name].dtype == value.dtype
     names = list(out)
     (fetched,), _ = compiled_steps(main, startup, feeds, [out[n] for n in names])
     for name, value in zip(names, fetched):

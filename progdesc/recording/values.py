@@ -122,7 +122,8 @@ _PREVIEW = 6
 def set_data_value(var, value):
     """Give data variable `var` its value (checked like a feed) for eager mode."""
     from progdesc.executor import convert_feed
-    var.block.program._values[var.name] = jax.device_put(convert_feed(var, value))
+    with jax.enable_x64(True):   # an int64 or float64 value stays 64-bit on the device
+        var.block.program._values[var.name] = jax.device_put(convert_feed(var, value))
 
 
 def constant(block, array, like=None):
