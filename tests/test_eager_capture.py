@@ -22,7 +22,9 @@ def small_net(x):
 def test_capture_returns_an_ordinary_program_that_replays_compiled():
     scope = pd.Scope()
     with pd.scope_guard(scope):
-        program, feed_names, fetch_vars, startup = pd.capture(small_net, X)
+        captured = pd.capture(small_net, X)
+        program, feed_names, fetch_vars = captured
+        startup = captured.startup_program
         eager_value = fetch_vars[0].numpy()
     assert feed_names == ["x"] and program.global_block().var("x").shape == (-1, 3)
     assert [op.type for op in program.global_block().ops] == ["matmul", "add", "tanh"]
@@ -91,7 +93,7 @@ def test_control_flow_ops_record_both_branches_and_run_eagerly():
                        lambda: y * 2.0, lambda: -y)
 
     with pd.scope_guard(pd.Scope()):
-        program, _, (out,), _ = pd.capture(both_branches, X)
+        program, _, (out,) = pd.capture(both_branches, X)
         assert float(out.numpy()) == pytest.approx(abs(X.mean()) * (2 if X.mean() > 0 else 1))
         (neg,) = pd.Executor().run(program, feed={"x": -np.abs(X)}, fetch_list=[out])
     assert float(neg) == pytest.approx(np.abs(X).mean(), rel=1e-6)
@@ -206,7 +208,7 @@ def test_numpy_arrays_become_constants_of_the_program():
 def test_recorded_program_saves_loads_and_exports(tmp_path):
     scope = pd.Scope()
     with pd.scope_guard(scope):
-        program, feed_names, (out,), _ = pd.capture(small_net, X)
+        program, feed_names, (out,) = pd.capture(small_net, X)
         expected = out.numpy()
     io.save_program(program, tmp_path / "main.pb")
     loaded = io.load_program(tmp_path / "main.pb")

@@ -17,9 +17,11 @@ CPU implementation (gloo).
   any device count.
 """
 import contextlib
+import errno
 import math
 import os
 import re
+import socket
 
 import jax
 import numpy as np
@@ -52,6 +54,8 @@ def initialize(coordinator, num_processes, process_id, timeout=300, local_device
     if _xla_bridge.backends_are_initialized():
         raise DistributedError("initialize must come before anything touches a JAX device "
                                "(jax.devices(), an Executor run, a computation)")
+    if process_id == 0 and not _port_free(int(coordinator.rpartition(":")[2])):
+        raise DistributedError(_CANNOT_SERVE.format(coordinator))
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
     try:
         with _connect_raises():
@@ -62,13 +66,34 @@ def initialize(coordinator, num_processes, process_id, timeout=300, local_device
         served = _jax_distributed.global_state.service is not None
         _forget_failed_join()
         if process_id == 0 and not served:
-            raise DistributedError(
-                f"process 0 could not serve the coordinator at {coordinator}: is the port "
-                "free, and the host an address of this machine?") from None
+            raise DistributedError(_CANNOT_SERVE.format(coordinator)) from None
         raise DistributedError(
             f"process {process_id} of {num_processes} could not join the run coordinated at "
             f"{coordinator} within {timeout} s: is every process started, with the same "
             "coordinator address and num_processes?") from None
+
+
+_CANNOT_SERVE = ("process 0 could not serve the coordinator at {}: is the port free, and the "
+                 "host an address of this machine?")
+
+
+def _port_free(port):
+    """Whether the coordinator's service can listen on `port` (on every address, as it does).
+
+    Checked first because jaxlib may crash, not raise, when its service cannot bind.
+    """
+    for family, address in ((socket.AF_INET6, "::"), (socket.AF_INET, "")):
+        try:
+            with socket.socket(family, socket.SOCK_STREAM) as probe:
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                probe.bind((address, port))
+            return True
+        except OSError as e:
+            if family == socket.AF_INET6 and e.errno in (errno.EAFNOSUPPORT,
+                                                        errno.EADDRNOTAVAIL):
+                continue     # no IPv6 here: the service listens on IPv4
+            return False
+    return False
 
 
 def _check_arguments(coordinator, num_processes, process_id, timeout):

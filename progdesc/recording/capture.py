@@ -1,6 +1,5 @@
 """`capture(fn, *example_inputs)`: record a Python function of data variables as a program."""
 import inspect
-from typing import NamedTuple
 
 import numpy as np
 
@@ -10,18 +9,25 @@ from progdesc.framework import Program, Variable, _user_callsite, data, program_
 from progdesc.recording.mode import eager
 
 
-class Captured(NamedTuple):
-    """What `capture` recorded: the program, the names to feed it by, the Variables it
-    returns (to fetch) and the startup program holding its parameters' initializers."""
-    program: Program
-    feed_names: list
-    fetch_vars: list
-    startup_program: Program
+class Captured(tuple):
+    """What `capture` recorded: `(program, feed_names, fetch_vars)`, the program, the names
+    to feed it by and the Variables it returns (to fetch), also as attributes, and
+    `startup_program`, the program holding its parameters' initializers."""
+
+    def __new__(cls, program, feed_names, fetch_vars, startup_program):
+        captured = super().__new__(cls, (program, feed_names, fetch_vars))
+        captured.startup_program = startup_program
+        return captured
+
+    program = property(lambda self: self[0])
+    feed_names = property(lambda self: self[1])
+    fetch_vars = property(lambda self: self[2])
 
 
 def capture(fn, *example_inputs, program=None, startup_program=None):
     """Run `fn` once in eager mode on data variables holding `example_inputs`; returns
-    `Captured(program, feed_names, fetch_vars, startup_program)`.
+    `(program, feed_names, fetch_vars)`, a `Captured` whose `startup_program` holds the
+    parameters' initializers.
 
     Each example input (an array) becomes a data variable named after `fn`'s parameter
     (`input_<i>` for `*args`), of the input's dtype (float64 arrays become float32) and
