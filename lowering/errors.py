@@ -85,6 +85,12 @@ class UnsupportedPrimitiveError(ProgramError):
         super().__init__(message, **kw)
 
 
+class BatchPolymorphismError(UnsupportedPrimitiveError):
+    """A function `from_jax` / `from_flax` cannot translate for any batch size (a shape
+    that depends on the batch dim in a way the ops cannot follow); with
+    `batch_polymorphic=False` it translates for the example's shapes."""
+
+
 class NumericsError(ProgdescError, FloatingPointError):
     """A NaN or Inf produced by an op, found by `Executor(check_numerics=True)`.
 
