@@ -65,6 +65,22 @@ CASES = {
 }
 
 
+def _batch_of(x, batch):
+    """Inputs like the example `x` but `batch` rows (ids stay in the embedding's range)."""
+    if x.dtype.kind == "i":
+        return np.random.default_rng(batch).integers(0, 10, (batch, *x.shape[1:]), x.dtype)
+    return _data(batch, *x.shape[1:], seed=batch)
+
+
+def _flax_out(module, variables, x, kw):
+    """The Flax module's output (and its updated statistics, {} without any) on `x`."""
+    state = [c for c in variables if c != "params"]
+    if not state:
+        return jax.jit(functools.partial(module.apply, **kw))(variables, x), {}
+    out, updated = jax.jit(functools.partial(module.apply, mutable=state, **kw))(variables, x)
+    return out, _flat(updated.get("batch_stats", {}))
+
+
 @functools.lru_cache(maxsize=None)
 def _variables(case):
     """The case's module initialized (jitted: Flax's eager init compiles op by op)."""
@@ -97,7 +113,7 @@ def _imported(case):
     program, feeds, fetches = pd.from_flax(module, variables, x, scope=scope, **kw)
     startup = pd.Program()
     with pd.program_guard(program, startup):
-        y = pd.data("y", fetches[0].shape)
+        y = pd.data("y", [None, *fetches[0].shape[1:]])
         loss = ops.mean(ops.square(fetches[0] - y))
     return variables, program, feeds, fetches[0], scope, loss, startup
 
@@ -151,9 +167,47 @@ def test_gradients_equal_jax_grad_of_the_flax_loss(case):
 
 
 @pytest.mark.parametrize("case", CASES)
-def test_twenty_adam_steps_match_optax(case):
+def test_the_import_runs_at_other_batch_sizes_as_flax_does(case):
     module, x, kw = CASES[case]
+    variables = _variables(case)
+    scope = pd.Scope()
+    program, feeds, fetches = pd.from_flax(module, variables, x, scope=scope, **kw)
+    assert program.global_block().var(feeds[0]).shape == (-1, *x.shape[1:])
+    for batch in (1, len(x) + 3):
+        other = _batch_of(x, batch)
+        for name, value in _flat(variables.get("batch_stats", {})).items():
+            scope.set(name, value)   # the statistics Flax starts from
+        got, = pd.Executor().run(program, feed={feeds[0]: other}, fetch_list=fetches,
+                                 scope=scope)
+        want, stats = _flax_out(module, variables, other, kw)
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
+        for name, value in stats.items():
+            np.testing.assert_allclose(scope.get(name), value, rtol=RTOL, atol=ATOL,
+                                       err_msg=name)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_the_import_exports_for_any_batch_size(case, tmp_path):
+    module, x, kw = CASES[case]
+    variables = _variables(case)
+    scope = pd.Scope()
+    program, feeds, fetches = pd.from_flax(module, variables, x, scope=scope, **kw)
+    path = str(tmp_path / "model.pdx")
+    pd.export.export_compiled(path, program, feeds, fetches, scope=scope)  # polymorphic
+    served = pd.export.load_compiled(path)
+    for batch in (2, 5):
+        other = _batch_of(x, batch)
+        got, = served(other)
+        np.testing.assert_allclose(got, _flax_out(module, variables, other, kw)[0],
+                                   rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_twenty_adam_steps_at_another_batch_size_match_optax(case):
+    module, example, kw = CASES[case]
     variables, program, feeds, _, scope, loss, startup = _imported(case)
+    x = _batch_of(example, len(example) + 3)   # imported at the example's batch size
     y = _data(len(x), *program.global_block().var("y").shape[1:], seed=1)
     with pd.program_guard(program, startup):
         pd.optimizer.Adam(0.01).minimize(loss)
