@@ -309,6 +309,15 @@ def test_a_function_of_a_fixed_batch_size_names_the_primitive_and_line():
     assert program.global_block().var("x").shape == (3, 4)
 
 
+def test_feeds_whose_leading_dims_differ_are_not_one_batch_dim():
+    with pytest.raises(pd.BatchPolymorphismError,
+                       match=r"leading dims differ \({'x': 2, 'w': 3}\)"):
+        pd.from_jax(lambda x, w: x @ w, _rand(2, 3), _rand(3, 4))
+    program, feeds, _ = pd.from_jax(lambda x, w: x @ w, _rand(2, 3), _rand(3, 4),
+                                    batch_polymorphic=False, scope=pd.Scope())
+    assert [program.global_block().var(f).shape for f in feeds] == [(2, 3), (3, 4)]
+
+
 def test_a_size_no_op_computes_from_the_batch_dim_is_reported_with_its_line():
     def fn(x):
         return lax.slice_in_dim(x, 0, x.shape[0] - 1) * 2.0

@@ -36,6 +36,7 @@ A primitive without a rule, or whose parameters its rule cannot translate, is
 collected; once the whole jaxpr has been walked, all of them are reported together in
 one `UnsupportedPrimitiveError`, each with the user's source line.
 """
+import contextlib
 import functools
 import hashlib
 import inspect
@@ -338,22 +339,27 @@ def _trace(flat_fn, inputs, values, batched):
              for (name, _, _), v in zip(inputs, values)]
     try:
         return jax.make_jaxpr(flat_fn)(*specs), batch
-    except Exception as error:
-        jax.make_jaxpr(flat_fn)(*values)   # fails too: the error is not the batch dim's
-        called, line = _failed_call(flat_fn, specs)
-        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise BatchPolymorphismError(
-            f"'{called}' at {line or 'an unknown line'} cannot be traced with a symbolic batch "
-            f"dim ({type(error).__name__}: {first})" + _FIXED_HINT,
-            unsupported=[(called, line, first)]) from error
+    except Exception as e:   # noqa: BLE001  (told apart below)
+        error = e
+    jax.make_jaxpr(flat_fn)(*values)   # raises the function's own error, if the batch dim's is not
+    called, line = _failed_call(flat_fn, specs)
+    first = (str(error).strip() or type(error).__name__).splitlines()[0]
+    raise BatchPolymorphismError(
+        f"'{called}' at {line or 'an unknown line'} cannot be traced with a symbolic batch "
+        f"dim ({type(error).__name__}: {first})" + _FIXED_HINT,
+        unsupported=[(called, line, first)]) from error
 
 
 def _failed_call(flat_fn, specs):
     """(the primitive, else the JAX function, at fault; 'file.py:12' of the user's call)
     of the error tracing `flat_fn(*specs)` raises, traced again with JAX's frames kept."""
-    from jax._src.config import traceback_filtering
+    try:   # JAX's own switch; without it, the frames JAX kept
+        from jax._src.config import traceback_filtering
+        unfiltered = traceback_filtering("off")
+    except (ImportError, TypeError):
+        unfiltered = contextlib.nullcontext()
     try:
-        with traceback_filtering("off"):
+        with unfiltered:
             jax.make_jaxpr(flat_fn)(*specs)
         return "", ""
     except Exception as error:
@@ -365,9 +371,9 @@ def _failed_call(flat_fn, specs):
     called, line = "", ""
     for frame, inner in zip(frames, frames[1:]):
         if not _is_library(frame) and _is_library(inner):
+            path = frame.f_code.co_filename
             called = inner.f_code.co_name
-            name = _cell_name(frame.f_code.co_filename) or os.path.basename(frame.f_code.co_filename)
-            line = f"{name}:{frame.f_lineno}"
+            line = f"{_cell_name(path) or os.path.basename(path)}:{frame.f_lineno}"
     for frame in reversed(frames):   # the innermost primitive being bound or checked
         found = [v for k, v in frame.f_locals.items()
                  if k in ("prim", "primitive", "self") and isinstance(v, jcore.Primitive)]
