@@ -91,6 +91,12 @@ class BatchPolymorphismError(UnsupportedPrimitiveError):
     `batch_polymorphic=False` it translates for the example's shapes."""
 
 
+class RecordingError(ProgdescError, TypeError):
+    """A Variable's value turned into a Python bool, int or float where the program cannot
+    follow: while `capture` records (a Python `if` or `range` on a value would freeze one
+    branch into the program), or for a Variable that has no value (outside eager mode)."""
+
+
 class NumericsError(ProgdescError, FloatingPointError):
     """A NaN or Inf produced by an op, found by `Executor(check_numerics=True)`.
 

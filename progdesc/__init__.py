@@ -1,8 +1,8 @@
 """progdesc: serializable program descriptions, compiled to XLA through JAX."""
 from lowering.errors import (AttributeTypeError, BackwardError, FeedError, FetchError,
-                             FormatError, ProgdescError, ProgramError, ScopeError, ShapeError,
-                             DistributedError, NumericsError, UnknownOpError,
-                             UnsupportedPrimitiveError, BatchPolymorphismError)
+                             FormatError, ProgdescError, ProgramError, RecordingError,
+                             ScopeError, ShapeError, DistributedError, NumericsError,
+                             UnknownOpError, UnsupportedPrimitiveError, BatchPolymorphismError)
 from progdesc import (compile_cache, control_flow, custom_op, display, distributed, export,
                       initializer, io, layers, ops, optimizer, reader)
 from progdesc.backward import append_backward, gradients
@@ -15,6 +15,8 @@ from progdesc.framework import (Block, Operator, Program, Variable, data, defaul
                                 default_startup_program, program_guard)
 from progdesc.scope import Scope, global_scope, scope_guard
 from progdesc import amp
+from progdesc.recording import (Captured, LargeConstantWarning, RecordingWarning, capture,
+                                eager)
 
 compile_cache.configure_default()   # JAX's persistent compilation cache, on by default
 
@@ -27,5 +29,6 @@ __all__ = [
     "ParamAttr", "append_backward", "create_parameter", "gradients", "initializer", "layers",
     "optimizer", "prune", "reader", "control_flow", "custom_op", "display", "export", "io",
     "set_compilation_cache", "from_flax", "from_jax", "UnsupportedPrimitiveError", "as_jax",
-    "NumericsError", "BatchPolymorphismError", "distributed", "DistributedError",
+    "NumericsError", "distributed", "DistributedError", "RecordingError", "RecordingWarning",
+    "LargeConstantWarning", "Captured", "capture", "eager", "BatchPolymorphismError",
 ]

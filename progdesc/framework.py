@@ -25,6 +25,11 @@ ROLE_NAMES = {pb.FORWARD: "forward", pb.BACKWARD: "backward", pb.OPTIMIZE: "opti
               pb.LR_SCHED: "lr_sched", pb.LOSS: "loss"}
 
 
+_op_hook = None
+"""While eager mode is on (progdesc.recording), called after every op `Block._add_op` adds as
+`_op_hook(block, index, opdef, inputs, outputs, encoded_attrs)`; an error it raises takes
+the op back out."""
+
 _USER_FILES = {}   # code file name -> its base name, "" (progdesc's or lowering's code) or _CELL
 _CELL = object()   # an IPython cell: named by its execution count, which a rerun changes
 _GENERATED_PREFIX = "<progdesc."   # code compiled by progdesc itself (the functions in progdesc.ops)
@@ -121,11 +126,38 @@ class Variable:
         self.block.program._touch()
 
     def __repr__(self):
-        return f"Variable({self.name}: {type_str(self.desc)})"
+        from progdesc.recording.values import preview
+        return f"Variable({self.name}: {type_str(self.desc)}){preview(self)}"
+
+    # Values, where there are some (eager mode; see progdesc.recording.values).
+    __array_ufunc__ = None   # `array + var` is var.__radd__(array): a constant, not a loop
+
+    def numpy(self):
+        """The variable's value as a NumPy array (in eager mode, or a persistable's value in
+        the current Scope); reading it does not change the program."""
+        from progdesc.recording.values import numpy_of
+        return numpy_of(self)
+
+    def __bool__(self):
+        from progdesc.recording.values import to_python
+        return to_python(self, bool)
+
+    def __int__(self):
+        from progdesc.recording.values import to_python
+        return to_python(self, int)
+
+    __index__ = __int__
+
+    def __float__(self):
+        from progdesc.recording.values import to_python
+        return to_python(self, float)
 
     def _binary(self, op_type, other, reverse=False):
         from progdesc import ops
-        if not isinstance(other, Variable):   # a Python scalar: a constant of shape [] broadcasts
+        if _is_array(other) and other.ndim:   # an array: a constant of the program, this dtype
+            from progdesc.recording.values import constant
+            other = constant(self.block.program.current_block(), other, like=self.dtype)
+        elif not isinstance(other, Variable):   # a Python scalar: a shape [] constant
             other = ops.fill_constant(shape=[], dtype=self.dtype, value=float(other))
         a, b = (other, self) if reverse else (self, other)
         return getattr(ops, op_type)(a, b)
@@ -281,10 +313,14 @@ class Block:
         """Validate and insert an op at `index` (default: the end); returns its desc and
         its {output slot: [names]}."""
         callsite = _user_callsite() if callsite is None else callsite
-        index = len(self.desc.ops) if index is None else index
+        at_end = index is None
+        n_ops, n_vars = len(self.desc.ops), len(self.desc.vars)
+        index = n_ops if at_end else index
         try:
             opdef = registry.get(op_type)
             in_map, in_shapes = self._bind_inputs(opdef, inputs)
+            if at_end:   # after the constants NumPy inputs became
+                index = len(self.desc.ops)
             full_attrs, encoded_attrs = opdef.checked_attrs(attrs or {})
             inferred = infer.infer(opdef, in_shapes, full_attrs, self.program.desc, self.idx)
             if outputs is None:
@@ -298,6 +334,8 @@ class Block:
                 for n, (dims, dtype) in zip(names, produced):
                     self._set_output_var(n, dims, dtype)
         except ProgdescError as e:
+            if at_end and len(self.desc.ops) > n_ops:
+                self._take_back(range(n_ops, len(self.desc.ops)), n_vars)
             if e.op_type is not None and e.op_index is not None:
                 raise
             var = e.var if e.var is not None or e.slot is None else _slot_var(inputs, e.slot)
@@ -313,7 +351,24 @@ class Block:
         if opdef.random:
             self.program._ensure_rng_var()
         self.program._touch()
+        if _op_hook is not None:
+            try:
+                _op_hook(self, index, opdef, in_map, out_map, encoded_attrs)
+            except BaseException:
+                self._take_back(range(n_ops, len(self.desc.ops)) if at_end else [index],
+                                n_vars)
+                raise
         return desc, out_map
+
+    def _take_back(self, indices, n_vars):
+        """Remove the ops at `indices` and the variables declared after the first `n_vars`
+        (an op that failed, with the constants made for it)."""
+        for index in sorted(indices, reverse=True):
+            del self.desc.ops[index]
+        for var in self.desc.vars[n_vars:]:
+            self._vars.pop(var.name, None)
+        del self.desc.vars[n_vars:]
+        self.program._touch()
 
     def _bind_inputs(self, opdef, inputs):
         """({slot: [names]}, {slot: [(dims, dtype name)]}) of an op's `inputs`, checked like
@@ -327,6 +382,7 @@ class Block:
             if name is not None and slot_name in declared:
                 names, types = [name], [self._shape_dtype(name)]
             else:
+                value = self._constants_for(value)
                 names = _bind_slots(declared, {slot_name: value}, "input", required=False)
                 names = names.get(slot_name)
                 if names is None:
@@ -347,6 +403,15 @@ class Block:
                                      for _, d in in_types.get(s, ())}) > 1:
             _raise_dtype_mismatch(opdef, in_map, in_types)
         return in_map, in_types
+
+    def _constants_for(self, value):
+        """`value` (a slot's binding) with each NumPy or JAX array in it made a constant."""
+        if _is_array(value):
+            from progdesc.recording.values import constant
+            return constant(self, value)
+        if isinstance(value, (list, tuple)) and any(_is_array(v) for v in value):
+            return [self._constants_for(v) for v in value]
+        return value
 
     def _shape_dtype(self, name):
         """(dims, dtype name) of a variable an op reads; ProgramError if it is not declared."""
@@ -413,10 +478,13 @@ class Block:
                                    "another name", var=new)
         for slot in op.outputs:
             slot.arguments[:] = [renames.get(a, a) for a in slot.arguments]
+        values = self.program._values
         for old, new in renames.items():
             v = self._vars.pop(old)
             v.name = v.desc.name = new
             self._vars[new] = v
+            if old in values:
+                values[new] = values.pop(old)
         self.program._touch()
 
     def _remove_op(self, index):
@@ -468,6 +536,11 @@ def _slot_var(inputs, label):
         values = [values]
     i = int(index.rstrip("]") or 0)
     return _single_name(values[i]) if i < len(values) and values[i] is not None else None
+
+
+def _is_array(value):
+    """Whether `value` is a NumPy array or a JAX array (not a Variable or a Python scalar)."""
+    return hasattr(value, "__array__") and hasattr(value, "dtype") and hasattr(value, "shape")
 
 
 def _single_name(value):
@@ -636,6 +709,7 @@ class Program:
         self._names = NameGenerator(taken)       # layers, parameters, user-given names
         self._op_names = NameGenerator(taken)    # default names of op outputs
         self._layers = []                        # prefixes of the layers being built
+        self._values = {}                        # eager mode: {variable name: its value}
 
     def _touch(self):
         self._version += 1
@@ -920,10 +994,23 @@ def program_guard(main_program, startup_program=None):
         _main_program, _startup_program = saved
 
 
-def data(name, shape, dtype="float32", *, stop_gradient=True):
-    """Declare an input variable of the current main program (None or -1 for unknown dims)."""
+def data(name, shape, dtype="float32", *, stop_gradient=True, value=None):
+    """Declare an input variable of the current main program (None or -1 for unknown dims).
+
+    `value` (an array, checked as a feed would be) is the value ops appended in eager
+    mode read; the program itself is unchanged by it and is fed as usual when it runs.
+    """
     block = default_main_program().global_block()
     if block.find_var(name) is not None:
         raise ProgramError(f"a variable named '{name}' already exists", var=name)
-    return block.create_var(name, shape, dtype, stop_gradient=stop_gradient,
-                            need_check_feed=True)
+    var = block.create_var(name, shape, dtype, stop_gradient=stop_gradient,
+                           need_check_feed=True)
+    if value is not None:
+        from progdesc.recording.values import set_data_value
+        try:
+            set_data_value(var, value)
+        except ProgdescError as e:
+            del block.desc.vars[-1]   # the declaration is taken back with its bad value
+            del block._vars[name]
+            raise type(e)(e.detail, var=name, callsite=_user_callsite()) from None
+    return var

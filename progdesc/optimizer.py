@@ -17,7 +17,7 @@ from lowering import progdesc_pb2 as pb
 from lowering.errors import ProgramError
 from progdesc import lr as lr_sched
 from progdesc.backward import append_backward
-from progdesc.distributed.data_parallel import all_reduce_gradients
+from progdesc.distributed.data_parallel import minimize_option
 from progdesc.distributed.sharding import sharding_of
 from progdesc.framework import Variable, default_startup_program, program_guard
 from progdesc.param import create_global_var, param_settings
@@ -81,9 +81,7 @@ class Optimizer:
         if isinstance(loss, Variable):
             check_not_updated(loss, parameter_list, no_grad_set)
         params_grads = append_backward(loss, parameter_list, no_grad_set)
-        if data_parallel:
-            all_reduce_gradients(loss.block, params_grads,
-                                 "data" if data_parallel is True else data_parallel)
+        minimize_option(loss.block, params_grads, data_parallel)
         return self.apply_gradients(params_grads, startup_program), params_grads
 
     def apply_gradients(self, params_grads, startup_program=None):

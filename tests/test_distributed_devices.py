@@ -173,6 +173,40 @@ def test_gradients_lowered_through_vjp_are_per_device_parts():
     _assert_close(train(Mesh({"data": 4})), train(None))
 
 
+def _train_fp16(mesh, batch):
+    """Two float16 steps with dynamic loss scaling; (persistables, found_inf per step)."""
+    main, startup = pd.Program(random_seed=3), pd.Program(random_seed=3)
+    with pd.program_guard(main, startup):
+        x, label, _, loss, *_ = _mlp()
+        opt = pd.amp.decorate(SGD(0.1), dtype="float16")
+        opt.minimize(loss, data_parallel=mesh is not None)
+    exe, scope = pd.Executor(mesh=mesh), pd.Scope()
+    exe.run(startup, scope=scope)
+    before = _persistables(main, scope)
+    found = []
+    for bx, by in batch:
+        found.append(bool(exe.run(main, feed={x: bx, label: by},
+                                  fetch_list=[opt.loss_scaler.found_inf], scope=scope)[0]))
+    return before, _persistables(main, scope), found, scope
+
+
+@four_devices
+def test_float16_data_parallel_skips_a_step_on_every_device_when_one_overflows():
+    good = _batch()
+    bad = (good[0].copy(), good[1])
+    bad[0][13] = 6e4            # row 13 is on the fourth device: its float16 gradients overflow
+    _, got, found4, _ = _train_fp16(Mesh({"data": 4}), [bad, good])
+    _, want, found1, _ = _train_fp16(None, [bad, good])
+    assert found4 == found1 == [True, False]
+    _assert_close(got, want)
+    start, _, _, scope = _train_fp16(Mesh({"data": 4}), [bad])
+    for name in [n for n in start if n.endswith((".w_0", ".b_0"))]:
+        shards = scope.get(name).addressable_shards
+        assert len(shards) == 4
+        for shard in shards:   # the bad step changed no parameter, on any device
+            np.testing.assert_array_equal(np.asarray(shard.data), start[name], err_msg=name)
+
+
 @four_devices
 @pytest.mark.slow
 def test_unsynchronised_batch_norm_uses_per_device_statistics():

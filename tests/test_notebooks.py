@@ -22,7 +22,8 @@ TIMEOUT_PER_CELL = 300
 def test_notebooks_exist():
     assert [p.name for p in NOTEBOOKS] == ["01_quickstart.ipynb", "02_gradients.ipynb",
                                            "03_export.ipynb", "04_control_flow.ipynb",
-                                           "05_data_parallel.ipynb", "07_jax_flax.ipynb"]
+                                           "05_data_parallel.ipynb", "06_eager.ipynb",
+                                           "07_jax_flax.ipynb"]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)

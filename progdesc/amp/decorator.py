@@ -3,6 +3,7 @@ from progdesc.amp.lists import AmpLists
 from progdesc.amp.loss_scaling import LossScaler, LossScaling
 from progdesc.amp.rewrite import low_dtype, rewrite_program
 from progdesc.backward import append_backward
+from progdesc.distributed.data_parallel import minimize_option
 from progdesc.framework import default_startup_program, program_guard
 from progdesc.optimizer import check_not_updated
 
@@ -27,13 +28,16 @@ class MixedPrecisionOptimizer:
         """The learning-rate Variable of the last `minimize`."""
         return self.optimizer.lr_var
 
-    def minimize(self, loss, startup_program=None, parameter_list=None, no_grad_set=None):
+    def minimize(self, loss, startup_program=None, parameter_list=None, no_grad_set=None,
+                 data_parallel=False):
         """Rewrite the forward program, then append backward, loss scaling and update ops.
 
         Returns (optimize ops, [(parameter, gradient)]) like Optimizer.minimize;
         with loss scaling the gradients are the unscaled ones. Like it, raises
         ProgramError, leaving the program as it was, when an earlier minimize
-        already updates one of the parameters.
+        already updates one of the parameters, and takes `data_parallel`: the
+        gradients are all-reduced before they are unscaled and checked, so an inf
+        on one device skips the step on every device.
         """
         main = loss.block.program
         startup = startup_program or default_startup_program()
@@ -43,9 +47,11 @@ class MixedPrecisionOptimizer:
         with program_guard(main, startup):
             if self.loss_scaling is None:
                 params_grads = append_backward(loss, parameter_list, no_grad_set)
+                minimize_option(block, params_grads, data_parallel)
                 return self.optimizer.apply_gradients(params_grads, startup), params_grads
             scaler = self.loss_scaler = LossScaler(self.loss_scaling, block)
             scaled = append_backward(scaler.scale_loss(loss), parameter_list, no_grad_set)
+            minimize_option(block, scaled, data_parallel)
             unscale_op, params_grads = scaler.unscale(scaled)
             ops = [unscale_op, *scaler.update()]
             update_ops = self.optimizer.apply_gradients(params_grads, startup)

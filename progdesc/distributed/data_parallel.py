@@ -40,6 +40,14 @@ def all_reduce_gradients(block, params_grads, axis_name="data"):
     return list(range(at, at + len(grads)))
 
 
+def minimize_option(block, params_grads, data_parallel):
+    """What `minimize(..., data_parallel=)` does with its argument: False nothing, True
+    all-reduce the gradients over the "data" axis, a string over that mesh axis."""
+    if data_parallel:
+        all_reduce_gradients(block, params_grads,
+                             "data" if data_parallel is True else data_parallel)
+
+
 def data_parallel(program, axis_name="data"):
     """The pass on its own: all-reduce (mean over mesh axis `axis_name`) the gradient of
     every trainable parameter of `program` that its backward pass computed (the variables

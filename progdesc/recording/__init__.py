@@ -1,0 +1,12 @@
+"""Eager mode that records: ops run at once as they are appended, and the program stays.
+
+`pd.eager` turns it on (`with pd.eager():`, `pd.eager.enable()`), `pd.capture(fn, *inputs)`
+records a Python function into a program; values are read with `var.numpy()`. The
+recorded program is an ordinary one: run it compiled with an Executor, differentiate,
+train, save or export it.
+"""
+from progdesc.recording.capture import Captured, capture
+from progdesc.recording.mode import eager
+from progdesc.recording.values import LargeConstantWarning, RecordingWarning
+
+__all__ = ["Captured", "capture", "eager", "LargeConstantWarning", "RecordingWarning"]

@@ -1,0 +1,171 @@
+"""Running one appended op at once, on the values of its inputs (eager mode).
+
+The op runs through `lowering.lower.run_step`, the very function the compiled block
+traces, so eager and compiled values come from the same lowering rule. Each distinct
+(op type, attributes, input shapes and dtypes) is compiled once with `jax.jit` and its
+executable called directly afterwards: a call costs what a jitted call costs, and no
+`jax.enable_x64` context is needed around it (the program's 64-bit types are fixed when
+it compiles). Ops with sub-blocks (cond, scan, while) run unjitted, op by op inside.
+
+Where values live: those of a program's ordinary variables in `program._values` (by
+name), those of persistables (parameters, optimizer state, the RNG state) in the current
+Scope, where a compiled run of the same program finds them.
+
+Random numbers: a random op draws what it would draw in its program's next compiled run
+in this Scope (`Executor.run(startup)`, then the main program's first run): the Scope's
+RNG state when the program's first random op runs (else the program's seed), folded with
+the op's position; that first op also advances the Scope's state as the run would.
+
+Ops run in the order they are appended (FIFO); JAX dispatches each asynchronously, so
+independent ops overlap on the device.
+"""
+import contextlib
+import dataclasses
+import weakref
+
+import jax
+
+from lowering import registry
+from lowering.errors import FeedError, ProgramError, ScopeError
+from lowering.lower import RNG_VAR, precision_of, run_step, steps_of
+from progdesc.scope import global_scope
+
+_KERNELS = {}
+_MAX_KERNELS = 4096
+_run_states = weakref.WeakKeyDictionary()   # scope -> {program: RNG state its ops draw from}
+
+
+def run_op(block, index, opdef, in_map, out_map, encoded_attrs):
+    """Run the op just appended at `index` of `block` (root blocks only) and store its
+    outputs: in `program._values`, persistables in the current Scope."""
+    if block.idx != 0:   # an op of a sub-block runs when its control-flow op does
+        return
+    program = block.program
+    scope = global_scope()
+    values = program._values
+    args = []
+    for slot in opdef.inputs:
+        for name in in_map.get(slot.name, ()):
+            value = values.get(name)
+            args.append(_stored_value(block, scope, name, opdef, index)
+                        if value is None else value)
+    rng = _rng_state(program, scope) if opdef.random else None
+    if opdef.has_blocks:
+        names, produced = _run_unjitted(program, index, in_map, args, rng)
+    else:
+        names, produced = _run_kernel(program, index, opdef, in_map, out_map, encoded_attrs,
+                                      args, rng)
+    persistable = {}
+    for name, value in zip(names, produced):
+        var = block._vars.get(name)
+        if var is not None and var.desc.persistable:
+            persistable[name] = value
+        else:
+            values[name] = value
+    if persistable:
+        scope._write(persistable)
+
+
+def _stored_value(block, scope, name, opdef, index):
+    """The value of input `name` that is not among the program's values: a persistable's
+    from the Scope; otherwise an error naming what is missing."""
+    var = block.find_var(name)
+    where = dict(op_type=opdef.type, op_index=index, var=name,
+                 callsite=block.desc.ops[index].callsite)
+    if var is not None and var.desc.persistable:
+        holder = scope.find_var(name)
+        if holder is None or holder.value is None:
+            raise ScopeError("has no value in the current scope: run the startup program "
+                             "first, or create the parameter in eager mode", **where)
+        return holder.value
+    if var is not None and var.desc.need_check_feed:
+        raise FeedError("has no value to run ops on in eager mode: declare it with "
+                        "pd.data(..., value=array)", **where)
+    raise ProgramError("has no value: the op that computes it ran outside eager mode",
+                       **where)
+
+
+def _rng_state(program, scope):
+    """The RNG state the random ops of `program` draw from in eager mode: the one its
+    first compiled run in `scope` would read (the Scope's, else the program's seed), fixed
+    by its first random op, which also leaves in the Scope what that run would leave."""
+    states = _run_states.setdefault(scope, weakref.WeakKeyDictionary())
+    state = states.get(program)
+    if state is None:
+        holder = scope.find_var(RNG_VAR)
+        current = None if holder is None else holder.value
+        state = states[program] = (current if current is not None
+                                   else jax.random.PRNGKey(program.random_seed))
+        scope._write({RNG_VAR: jax.random.fold_in(state, 0)})
+    return state
+
+
+def _run_kernel(program, index, opdef, in_map, out_map, encoded_attrs, args, rng):
+    """(output names, values) of an op without sub-blocks, through its cached executable."""
+    key = (opdef.type, registry.GENERATION[0], encoded_attrs,
+           *in_map, *map(len, in_map.values()),   # the binding
+           precision_of(program.desc), index if rng is not None else None,
+           *[a.aval for a in args])   # shapes, dtypes and weak types
+    flat = (*args, rng) if rng is not None else args
+    kernel = _KERNELS.get(key)
+    if kernel is None:
+        compiled, produced_slots = _compile(program, index, opdef, args, rng)
+        outs = compiled(*flat)
+        # After its first call a Compiled holds the C++ call its __call__ forwards to
+        # (as the Executor uses it): calling that saves a Python frame per op.
+        if len(_KERNELS) >= _MAX_KERNELS:
+            _KERNELS.clear()
+        _KERNELS[key] = (getattr(compiled, "_call", None) or compiled, produced_slots)
+    else:
+        call, produced_slots = kernel
+        outs = call(*flat)
+    names = [n for slot, k in produced_slots for n in out_map.get(slot, ())[:k]]
+    return names, outs
+
+
+def _canonical_step(program, index, opdef, args):
+    """The step of op `index` (from `steps_of`) with its variables renamed by position
+    (in0, in1, ...; Out.0, ...), so one executable serves every op of its kind."""
+    step = steps_of(program.desc, 0, start=index)[0]
+    counter = iter(range(len(args)))
+    inputs = {s.name: [f"in{next(counter)}" for _ in step.inputs.get(s.name, ())]
+              for s in opdef.inputs if step.inputs.get(s.name)}
+    outputs = {slot: [f"{slot}.{k}" for k in range(len(names))]
+               for slot, names in step.outputs.items()}
+    return dataclasses.replace(step, inputs=inputs, outputs=outputs, stopped=frozenset())
+
+
+def _compile(program, index, opdef, args, rng):
+    """(compiled executable, [(output slot, how many values)]) for one op."""
+    step = _canonical_step(program, index, opdef, args)
+    in_names = [n for names in step.inputs.values() for n in names]
+    produced = []
+
+    def kernel(*flat):
+        env = dict(zip(in_names, flat))
+        run_step(step, env, flat[-1] if rng is not None else None, None)
+        produced[:] = [(slot, sum(n in env for n in names))
+                       for slot, names in step.outputs.items()]
+        return tuple(env[n] for names in step.outputs.values() for n in names if n in env)
+
+    flat = (*args, rng) if rng is not None else tuple(args)
+    with jax.enable_x64(True), _precision(program):
+        return jax.jit(kernel).lower(*flat).compile(), produced
+
+
+def _run_unjitted(program, index, in_map, args, rng):
+    """(output names, values) of an op with sub-blocks, run by `run_step` op by op."""
+    step = steps_of(program.desc, 0, start=index)[0]
+    env = dict(zip([n for s in step.opdef.inputs for n in in_map.get(s.name, ())], args))
+    with jax.enable_x64(True), _precision(program):
+        run_step(step, env, rng, program.desc)
+    names = [n for names in step.outputs.values() for n in names if n in env]
+    return names, [env[n] for n in names]
+
+
+def _precision(program):
+    """The program's precision policy as a context, as the compiled block applies it."""
+    precision = precision_of(program.desc)
+    if precision == "default":
+        return contextlib.nullcontext()
+    return jax.default_matmul_precision(precision)

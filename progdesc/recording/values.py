@@ -1,0 +1,148 @@
+"""What a Variable's value is, outside the compiled path: reading it, turning it into a
+Python number, previewing it, and NumPy arrays turned into constants of the program.
+
+Reading a value (`var.numpy()`, `repr`) never changes the program. Turning one into a
+Python `bool`, `int` or `float` lets Python decide something the program cannot see:
+inside `capture` that is a `RecordingError` naming the line; in plain eager mode `bool`
+and `int` give the value with a `RecordingWarning` (the recorded program keeps the branch
+this value took), `float` gives it silently (it is what printing a loss does).
+"""
+import os
+import sys
+import warnings
+
+import jax
+import numpy as np
+
+from lowering import dtypes
+from lowering.errors import RecordingError
+from lowering.ops.constant import constant_attrs
+from progdesc.framework import _GENERATED_PREFIX, _PACKAGE_DIRS, _user_callsite
+from progdesc.recording.mode import eager
+from progdesc.scope import global_scope
+
+LARGE_CONSTANT = 4096
+"""NumPy arrays with more elements than this recorded as constants get a warning."""
+
+
+class RecordingWarning(UserWarning):
+    """A Python decision taken on a value in eager mode: the program keeps only its outcome."""
+
+
+class LargeConstantWarning(UserWarning):
+    """A large NumPy array written into a program as a constant."""
+
+
+def value_of(var):
+    """The value `var` holds (a jax array), or None: an ordinary variable's from its
+    program's eager values, a persistable's from the current Scope."""
+    if var.desc.persistable:
+        holder = global_scope().find_var(var.name)
+        return None if holder is None else holder.value
+    return var.block.program._values.get(var.name)
+
+
+def numpy_of(var):
+    """`var`'s value as a NumPy array; RecordingError if it has none."""
+    value = value_of(var)
+    if value is None:
+        raise _no_value(var)
+    return np.asarray(value)
+
+
+_HOW = {
+    bool: ("bool", "a Python `if`, `while`, `and`, `or` or `not` on a value would record only "
+           "the branch this example takes: record both with pd.control_flow.cond, switch or "
+           "while_loop"),
+    int: ("int", "`range(n)`, an index or a size taken from a value would freeze this "
+          "example's number into the program: loop with pd.control_flow.while_loop or scan, "
+          "or pass the number as a Python int"),
+    float: ("float", "the program cannot hand a Python number back to your code: read the "
+            "value for display with .numpy(), or return the Variable and fetch it"),
+}
+
+
+def to_python(var, convert):
+    """`convert(value)` (bool, int or float) of a one-element Variable, as the module
+    docstring describes for capture and plain eager mode."""
+    what, how = _HOW[convert]
+    if eager.recording:
+        raise RecordingError(f"{what}() of a value while capture records: {how}",
+                             var=var.name, callsite=_user_callsite())
+    array = numpy_of(var)
+    if array.size != 1:
+        raise RecordingError(f"{what}() needs a value of one element, this one has shape "
+                             f"{list(array.shape)}", var=var.name, callsite=_user_callsite())
+    if convert is not float and eager.active:
+        _warn(f"{what}() of variable '{var.name}' in eager mode at {_user_callsite()}: {how}",
+              RecordingWarning)
+    return convert(array.reshape(()).item())
+
+
+def _warn(message, category):
+    """warnings.warn attributed to the user's line (the first frame outside progdesc), so
+    Python's once-per-line filter applies to the user's lines."""
+    frame, level = sys._getframe(1), 2   # stacklevel 2: the caller of _warn
+    while frame is not None:
+        path = frame.f_code.co_filename
+        if not (path.startswith(_GENERATED_PREFIX)
+                or os.path.abspath(path).startswith(_PACKAGE_DIRS)):
+            break
+        frame, level = frame.f_back, level + 1
+    warnings.warn(message, category, stacklevel=level)
+
+
+def _no_value(var):
+    return RecordingError(
+        "has no value: it stands for a value computed when the program runs. Fetch it with "
+        "Executor.run(..., fetch_list=[...]), or build the program under pd.eager() to see "
+        "values as you go", var=var.name, callsite=_user_callsite())
+
+
+def preview(var):
+    """' = [8, 16] [0.1234, -0.2, ...] min -0.9 max 0.8 mean 0.01': a one-line preview of
+    `var`'s value for its repr (the whole value when it is small), '' if it has none."""
+    value = value_of(var)
+    if value is None:
+        return ""
+    array = np.asarray(value)
+    if array.size <= _PREVIEW:
+        return " = " + np.array2string(array, precision=4, separator=", ").replace("\n", "")
+    flat = array.reshape(-1)
+    shown = ", ".join(f"{v:.4g}" for v in flat[:_PREVIEW].tolist())
+    text = f" = {list(array.shape)} [{shown}, ...]"
+    if dtypes.kind_of(array.dtype) != "bool":
+        text += f" min {flat.min():.4g} max {flat.max():.4g} mean {flat.mean():.4g}"
+    return text
+
+
+_PREVIEW = 6
+
+
+def set_data_value(var, value):
+    """Give data variable `var` its value (checked like a feed) for eager mode."""
+    from progdesc.executor import convert_feed
+    with jax.enable_x64(True):   # an int64 or float64 value stays 64-bit on the device
+        var.block.program._values[var.name] = jax.device_put(convert_feed(var, value))
+
+
+def constant(block, array, like=None):
+    """A Variable of `block` holding NumPy/JAX `array` as an `assign_value` op.
+
+    Float64 arrays become float32 (as JAX does by default); `like` (a dtype name) gives
+    the constant that dtype instead when it is of the same kind, as a Python scalar
+    takes the dtype of the Variable it meets. Arrays of more than LARGE_CONSTANT elements
+    get a LargeConstantWarning: the program stores every element.
+    """
+    array = np.asarray(array)
+    if array.dtype == np.float64:
+        array = array.astype(np.float32)
+    if like is not None and dtypes.kind_of(like) == dtypes.kind_of(array.dtype):
+        array = array.astype(dtypes.to_numpy(like))
+    if array.size > LARGE_CONSTANT:
+        _warn(f"a NumPy array of shape {list(array.shape)} ({array.size} elements) is written "
+              f"into the program as a constant at {_user_callsite()}; feed it instead "
+              "(pd.data(name, shape, value=array)) or make it a parameter",
+              LargeConstantWarning)
+    _, out_map = block._add_op("assign_value", attrs=constant_attrs(array))
+    return block.var(out_map["Out"][0])
