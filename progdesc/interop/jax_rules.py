@@ -164,13 +164,12 @@ def _split(t, eqn, x):
 @rule("slice")
 def _slice(t, eqn, x):
     p = eqn.params
-    whole = eqn.invars[0].aval.shape
-    strides = p["strides"] or (1,) * len(whole)
-    axes = [a for a, (start, limit, stride, n) in enumerate(
-        zip(p["start_indices"], p["limit_indices"], strides, whole))
-        if (start, stride) != (0, 1) or not _same_dim(limit, n)]   # axes taken whole are left out
-    return t.call("slice", x, axes=axes, starts=[p["start_indices"][a] for a in axes],
-                  ends=[p["limit_indices"][a] for a in axes], strides=[strides[a] for a in axes])
+    starts, limits, dims = p["start_indices"], p["limit_indices"], eqn.invars[0].aval.shape
+    strides = p["strides"] or (1,) * len(dims)
+    axes = [a for a in range(len(dims))   # an axis taken whole (a batch dim) is left out
+            if (starts[a], strides[a]) != (0, 1) or not _same_dim(limits[a], dims[a])]
+    return t.call("slice", x, axes=axes, starts=[starts[a] for a in axes],
+                  ends=[limits[a] for a in axes], strides=[strides[a] for a in axes])
 
 
 @rule("dynamic_slice")
