@@ -100,7 +100,7 @@ ZOO = {
 
 # functions whose shapes need a fixed batch size (their leading dims differ, or a size of
 # theirs is not one the ops can compute from the batch dim): imported at the example's
-FIXED = {"products", "shapes", "selection", "indexing", "convolution", "losses"}
+FIXED = {"products", "shapes", "selection", "indexing", "convolution"}
 
 
 def _import(case, scope):

@@ -128,11 +128,17 @@ def _broadcast_in_dim(t, eqn, x, *dynamic):
         raise Unsupported("dynamic shapes")
     shape, mapped = eqn.params["shape"], eqn.params["broadcast_dimensions"]
     source = dict(zip(mapped, eqn.invars[0].aval.shape))
-    for i, d in enumerate(shape):   # a -1 takes the size of the operand's dim mapped there
-        if is_batch_dim(d) and not (i in source and _same_dim(source[i], d)):
-            raise BatchDependent(f"broadcasts to size {d}, which no dim of the operand "
-                                 f"{eqn.invars[0].aval.str_short()} has")
-    return t.call("broadcast_in_dim", x, shape=_batch_free(shape),
+    ref, batch = t.batch_ref
+    like = None
+    for i, d in enumerate(shape):   # a -1 takes the operand's dim mapped there, else Like's
+        if not is_batch_dim(d):
+            continue
+        if i not in source and _same_dim(d, batch):
+            like = ref   # the batch dim of a feed
+        elif i not in source or not _same_dim(source[i], d):
+            raise BatchDependent(f"broadcasts to size {d}, which neither the operand "
+                                 f"{eqn.invars[0].aval.str_short()} nor a feed has there")
+    return t.call("broadcast_in_dim", x, like, shape=_batch_free(shape),
                   broadcast_dimensions=list(mapped))
 
 
@@ -227,7 +233,9 @@ def _gather(t, eqn, x, indices):
                   start_index_map=list(dn.start_index_map),
                   operand_batching_dims=list(dn.operand_batching_dims),
                   start_indices_batching_dims=list(dn.start_indices_batching_dims),
-                  slice_sizes=list(p["slice_sizes"]), mode=_mode(eqn),
+                  slice_sizes=[-1 if is_batch_dim(s) and _same_dim(s, n) else s for s, n in
+                               zip(p["slice_sizes"], eqn.invars[0].aval.shape)],
+                  mode=_mode(eqn),
                   fill_value=float("nan") if fill is None else float(fill))
 
 
