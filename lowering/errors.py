@@ -85,6 +85,12 @@ class UnsupportedPrimitiveError(ProgramError):
         super().__init__(message, **kw)
 
 
+class BatchPolymorphismError(UnsupportedPrimitiveError):
+    """A function `from_jax` / `from_flax` cannot translate for any batch size (a shape
+    that depends on the batch dim in a way the ops cannot follow); with
+    `batch_polymorphic=False` it translates for the example's shapes."""
+
+
 class RecordingError(ProgdescError, TypeError):
     """A Variable's value turned into a Python bool, int or float where the program cannot
     follow: while `capture` records (a Python `if` or `range` on a value would freeze one

@@ -65,6 +65,22 @@ CASES = {
 }
 
 
+def _batch_of(x, batch):
+    """Inputs like the example `x` but `batch` rows (ids stay in the embedding's range)."""
+    if x.dtype.kind == "i":
+        return np.random.default_rng(batch).integers(0, 10, (batch, *x.shape[1:]), x.dtype)
+    return _data(batch, *x.shape[1:], seed=batch)
+
+
+def _flax_out(module, variables, x, kw):
+    """The Flax module's output (and its updated statistics, {} without any) on `x`."""
+    state = [c for c in variables if c != "params"]
+    if not state:
+        return jax.jit(functools.partial(module.apply, **kw))(variables, x), {}
+    out, updated = jax.jit(functools.partial(module.apply, mutable=state, **kw))(variables, x)
+    return out, _flat(updated.get("batch_stats", {}))
+
+
 @functools.lru_cache(maxsize=None)
 def _variables(case):
     """The case's module initialized (jitted: Flax's eager init compiles op by op)."""
@@ -97,7 +113,7 @@ def _imported(case):
     program, feeds, fetches = pd.from_flax(module, variables, x, scope=scope, **kw)
     startup = pd.Program()
     with pd.program_guard(program, startup):
-        y = pd.data("y", fetches[0].shape)
+        y = pd.data("y", [None, *fetches[0].shape[1:]])
         loss = ops.mean(ops.square(fetches[0] - y))
     return variables, program, feeds, fetches[0], scope, loss, startup
 
@@ -138,7 +154,7 @@ def test_parameters_keep_their_names_and_values(case):
 def test_gradients_equal_jax_grad_of_the_flax_loss(case):
     module, x, kw = CASES[case]
     variables, program, feeds, _, scope, loss, _ = _imported(case)
-    y = _data(*program.global_block().var("y").shape, seed=1)
+    y = _data(len(x), *program.global_block().var("y").shape[1:], seed=1)
     names = sorted(_flat(variables["params"]))
     block = program.global_block()
     grads = pd.gradients(loss, [block.var(n) for n in names])
@@ -151,10 +167,48 @@ def test_gradients_equal_jax_grad_of_the_flax_loss(case):
 
 
 @pytest.mark.parametrize("case", CASES)
-def test_twenty_adam_steps_match_optax(case):
+def test_the_import_runs_at_other_batch_sizes_as_flax_does(case):
     module, x, kw = CASES[case]
+    variables = _variables(case)
+    scope = pd.Scope()
+    program, feeds, fetches = pd.from_flax(module, variables, x, scope=scope, **kw)
+    assert program.global_block().var(feeds[0]).shape == (-1, *x.shape[1:])
+    for batch in (1, len(x) + 3):
+        other = _batch_of(x, batch)
+        for name, value in _flat(variables.get("batch_stats", {})).items():
+            scope.set(name, value)   # the statistics Flax starts from
+        got, = pd.Executor().run(program, feed={feeds[0]: other}, fetch_list=fetches,
+                                 scope=scope)
+        want, stats = _flax_out(module, variables, other, kw)
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
+        for name, value in stats.items():
+            np.testing.assert_allclose(scope.get(name), value, rtol=RTOL, atol=ATOL,
+                                       err_msg=name)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_the_import_exports_for_any_batch_size(case, tmp_path):
+    module, x, kw = CASES[case]
+    variables = _variables(case)
+    scope = pd.Scope()
+    program, feeds, fetches = pd.from_flax(module, variables, x, scope=scope, **kw)
+    path = str(tmp_path / "model.pdx")
+    pd.export.export_compiled(path, program, feeds, fetches, scope=scope)  # polymorphic
+    served = pd.export.load_compiled(path)
+    for batch in (2, 5):
+        other = _batch_of(x, batch)
+        got, = served(other)
+        np.testing.assert_allclose(got, _flax_out(module, variables, other, kw)[0],
+                                   rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_twenty_adam_steps_at_another_batch_size_match_optax(case):
+    module, example, kw = CASES[case]
     variables, program, feeds, _, scope, loss, startup = _imported(case)
-    y = _data(*program.global_block().var("y").shape, seed=1)
+    x = _batch_of(example, len(example) + 3)   # imported at the example's batch size
+    y = _data(len(x), *program.global_block().var("y").shape[1:], seed=1)
     with pd.program_guard(program, startup):
         pd.optimizer.Adam(0.01).minimize(loss)
     exe = pd.Executor()
@@ -240,7 +294,7 @@ def test_nnx_module_trains_like_optax():
     program, _, (out,) = pd.from_flax(model, None, x, scope=scope)
     startup = pd.Program()
     with pd.program_guard(program, startup):
-        loss = ops.mean(ops.square(out - pd.data("y", [6, 3])))
+        loss = ops.mean(ops.square(out - pd.data("y", [None, 3])))
         pd.optimizer.Adam(0.01).minimize(loss)
     exe = pd.Executor()
     exe.run(startup, scope=scope)
@@ -268,7 +322,7 @@ def test_the_imported_program_saves_loads_exports_prints_and_displays(tmp_path):
     want = module.apply(variables, x)
     text = str(program)
     assert "param Dense_0.kernel: float32[16, 3]" in text
-    assert "Dense_0.dot_general_0.out: float32[6, 3] = dot_general(" in text
+    assert "Dense_0.dot_general_0.out: float32[-1, 3] = dot_general(" in text
     assert "relu(" in text
     assert "Dense_0.kernel" in program._repr_html_() and "Dense_0.kernel" in program.to_dot()
     line = line_of(__file__, "return nn.Dense(3)(nn.relu(nn.Dense(16)(x)))")
@@ -284,8 +338,7 @@ def test_the_imported_program_saves_loads_exports_prints_and_displays(tmp_path):
     np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
 
     path = str(tmp_path / "model.pdx")
-    pd.export.export_compiled(path, program, feeds, fetches, scope=scope,
-                              batch_polymorphic=False)
+    pd.export.export_compiled(path, program, feeds, fetches, scope=scope)
     got, = pd.export.load_compiled(path)(x)
     np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
 

@@ -98,6 +98,16 @@ ZOO = {
 }
 
 
+# functions whose shapes need a fixed batch size (their leading dims differ, or a size of
+# theirs is not one the ops can compute from the batch dim): imported at the example's
+FIXED = {"products", "shapes", "selection", "indexing", "convolution"}
+
+
+def _import(case, scope):
+    fn, args = ZOO[case]
+    return pd.from_jax(fn, *args, scope=scope, batch_polymorphic=case not in FIXED)
+
+
 def _run(program, feeds, fetches, args, scope):
     return pd.Executor().run(program, feed=dict(zip(feeds, args)), fetch_list=fetches,
                              scope=scope)
@@ -107,7 +117,7 @@ def _run(program, feeds, fetches, args, scope):
 def test_outputs_equal_the_function(case):
     fn, args = ZOO[case]
     scope = pd.Scope()
-    program, feeds, fetches = pd.from_jax(fn, *args, scope=scope)
+    program, feeds, fetches = _import(case, scope)
     want = jax.tree_util.tree_leaves(jax.jit(fn)(*args))
     got = _run(program, feeds, fetches, args, scope)
     assert len(got) == len(want)
@@ -120,7 +130,7 @@ def test_outputs_equal_the_function(case):
 def test_gradients_equal_jax_grad(case):
     fn, args = ZOO[case]
     scope = pd.Scope()
-    program, feeds, fetches = pd.from_jax(fn, *args, scope=scope)
+    program, feeds, fetches = _import(case, scope)
     floats = [i for i, a in enumerate(args) if a.dtype.kind == "f"]
     targets = [f for f in fetches if f.dtype.startswith("float")]
     block = program.global_block()
@@ -195,14 +205,15 @@ def test_constants_fill_or_persist_by_their_values():
     ones = np.ones((3, 4), np.float32)
     scope = pd.Scope()
     program, _, (out,) = pd.from_jax(lambda x: x * table + ones + 0.1, _rand(3, 4),
-                                     scope=scope)
+                                     scope=scope, batch_polymorphic=False)
     block = program.global_block()
     persisted = [v for v in block.vars.values() if v.persistable]
     assert len(persisted) == 1 and persisted[0].stop_gradient
     assert persisted[0].name.startswith("const_")
     assert not program.all_parameters()
     np.testing.assert_array_equal(scope.get(persisted[0].name), table)
-    other, _, _ = pd.from_jax(lambda x: x * (table + 1.0), _rand(3, 4), scope=scope)
+    other, _, _ = pd.from_jax(lambda x: x * (table + 1.0), _rand(3, 4), scope=scope,
+                              batch_polymorphic=False)
     (other_const,) = [v for v in other.global_block().vars.values() if v.persistable]
     assert other_const.name != persisted[0].name   # one Scope holds both programs' constants
     np.testing.assert_array_equal(scope.get(persisted[0].name), table)
@@ -268,5 +279,50 @@ def test_an_unsupported_primitive_inside_a_jit_is_found_and_nothing_is_stored():
         return jnp.sort(v)
     with pytest.raises(pd.UnsupportedPrimitiveError, match="'sort' at test_from_jax.py:"):
         pd.from_jax(lambda p, x: inner(x * p["w"]), _rand(3), params={"w": _rand(3)},
-                    scope=scope)
+                    scope=scope, batch_polymorphic=False)
     assert "w" not in scope
+
+
+@pytest.mark.parametrize("case", sorted(set(ZOO) - FIXED))
+def test_a_polymorphic_import_runs_at_other_batch_sizes(case):
+    fn, args = ZOO[case]
+    scope = pd.Scope()
+    program, feeds, fetches = _import(case, scope)
+    assert all(program.global_block().var(f).shape[0] == -1 for f, a in zip(feeds, args)
+               if np.ndim(a))
+    for batch in (1, 7):
+        bigger = [np.resize(a, (batch, *a.shape[1:])) if np.ndim(a) else a for a in args]
+        want = jax.tree_util.tree_leaves(jax.jit(fn)(*bigger))
+        for g, w in zip(_run(program, feeds, fetches, bigger, scope), want):
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+
+
+def test_a_function_of_a_fixed_batch_size_names_the_primitive_and_line():
+    table = _rand(3, 4)
+    with pytest.raises(pd.BatchPolymorphismError) as info:
+        pd.from_jax(lambda x: x * table, _rand(3, 4))
+    where = line_of(__file__, "pd.from_jax(lambda x: x * table, _rand(3, 4))")
+    assert f"'mul' at {where} cannot be traced with a symbolic batch dim" in str(info.value)
+    assert "pass batch_polymorphic=False" in str(info.value)
+    program, feeds, fetches = pd.from_jax(lambda x: x * table, _rand(3, 4),
+                                          batch_polymorphic=False, scope=pd.Scope())
+    assert program.global_block().var("x").shape == (3, 4)
+
+
+def test_feeds_whose_leading_dims_differ_are_not_one_batch_dim():
+    with pytest.raises(pd.BatchPolymorphismError,
+                       match=r"leading dims differ \({'x': 2, 'w': 3}\)"):
+        pd.from_jax(lambda x, w: x @ w, _rand(2, 3), _rand(3, 4))
+    program, feeds, _ = pd.from_jax(lambda x, w: x @ w, _rand(2, 3), _rand(3, 4),
+                                    batch_polymorphic=False, scope=pd.Scope())
+    assert [program.global_block().var(f).shape for f in feeds] == [(2, 3), (3, 4)]
+
+
+def test_a_size_no_op_computes_from_the_batch_dim_is_reported_with_its_line():
+    def fn(x):
+        return lax.slice_in_dim(x, 0, x.shape[0] - 1) * 2.0
+    with pytest.raises(pd.BatchPolymorphismError) as info:
+        pd.from_jax(fn, _rand(3, 4))
+    assert [(n, w) for n, w, _ in info.value.unsupported] == [
+        ("slice", line_of(__file__, "return lax.slice_in_dim(x, 0"))]
+    assert "depends on the batch size" in str(info.value)

@@ -1,4 +1,5 @@
-"""Ops that create arrays: constants, `iota`, zeros shaped like an input, and random draws.
+"""Ops that create arrays: constants, `iota`, zeros shaped like an input, the size of an
+input's dim as a value (`dim_size`), and random draws.
 
 None of them is differentiable. The random ones are declared `random=True`
 and receive `key`, the PRNG key the lowering pass derives for their position
@@ -26,6 +27,19 @@ def fill_constant(*, shape, dtype, value):
 def fill_zeros_like(X):
     """Zeros of the shape and dtype of `X`."""
     return jnp.zeros_like(X)
+
+
+@op("dim_size", inputs=[In("X", differentiable=False, doc="only its shape is used")],
+    outputs=[Out("Out")],
+    attrs={"axis": Attr("axis", "int", 0, "the dim whose size is taken"),
+           "multiplier": Attr("multiplier", "int", 1, "a factor applied to the size"),
+           "dtype": Attr("dtype", "dtype", "int32", doc="element type of the result")},
+    differentiable=False)
+def dim_size(X, *, axis, multiplier, dtype):
+    """The scalar `X.shape[axis] * multiplier`: a size known only at run time (a batch
+    dim) as a value, e.g. the count a mean divides by."""
+    checks.axis("X", X, axis)
+    return jnp.asarray(X.shape[axis] * multiplier, dtype=dtypes.to_numpy(dtype))
 
 
 @op("uniform_random", inputs=[], outputs=[Out("Out")],

@@ -348,22 +348,31 @@ def one_hot(X, *, depth, dtype):
     return (X[..., None] == jnp.arange(depth, dtype=X.dtype)).astype(dtypes.to_numpy(dtype))
 
 
-@op("broadcast_in_dim", inputs=[In("X")], outputs=[Out("Out")],
+@op("broadcast_in_dim",
+    inputs=[In("X"), In("Like", optional=True, differentiable=False,
+                        doc="only its shape is used: the size of a -1 no dim of X is mapped to")],
+    outputs=[Out("Out")],
     attrs={"shape": Attr("shape", "ints", REQUIRED, "dims of the result; -1 takes the size "
-                                                    "of the X dim mapped there"),
+                                                    "of the X dim mapped there, else Like's"),
            "broadcast_dimensions": Attr("broadcast_dimensions", "ints", REQUIRED,
-                                        "the result dim each dim of X becomes")})
-def broadcast_in_dim(X, *, shape, broadcast_dimensions):
+                                        "the result dim each dim of X becomes"),
+           "like_axis": Attr("like_axis", "int", 0, "the dim of Like a -1 takes")})
+def broadcast_in_dim(X, Like=None, *, shape, broadcast_dimensions, like_axis):
     """`lax.broadcast_in_dim`: X's dim i becomes dim broadcast_dimensions[i] of the result
-    (its size there, or 1); the other dims of `shape` are new."""
+    (its size there, or 1); the other dims of `shape` are new. A size known only at run
+    time (a batch dim) is a -1, taken from X or from `Like`."""
     if len(broadcast_dimensions) != X.ndim:
         raise ShapeError(f"broadcast_dimensions {list(broadcast_dimensions)} must name one "
                          f"result dim for each of the {X.ndim} dims of X {checks.typed(X)}",
                          slot="X")
     source = dict(zip(broadcast_dimensions, X.shape))
     if any(d == -1 and i not in source for i, d in enumerate(shape)):
-        raise ShapeError(f"shape {list(shape)}: a -1 needs a dim of X mapped to it", slot="X")
-    target = tuple(source[i] if d == -1 else d for i, d in enumerate(shape))
+        if Like is None:
+            raise ShapeError(f"shape {list(shape)}: a -1 needs a dim of X mapped to it, or "
+                             "Like", slot="X")
+        checks.axis("Like", Like, like_axis, "like_axis")
+    target = tuple(d if d != -1 else source[i] if i in source else Like.shape[like_axis]
+                   for i, d in enumerate(shape))
     for i, (n, d) in enumerate(zip(X.shape, broadcast_dimensions)):
         if not 0 <= d < len(target):
             raise ShapeError(f"broadcast_dimensions {list(broadcast_dimensions)} name a dim "
@@ -449,7 +458,8 @@ _GATHER_ATTRS = {
     "start_index_map": Attr("start_index_map", "ints", ()),
     "operand_batching_dims": Attr("operand_batching_dims", "ints", ()),
     "start_indices_batching_dims": Attr("start_indices_batching_dims", "ints", ()),
-    "slice_sizes": Attr("slice_sizes", "ints", REQUIRED, "one per dim of X"),
+    "slice_sizes": Attr("slice_sizes", "ints", REQUIRED, "one per dim of X; -1 takes that dim "
+                                                         "whole (a batch dim)"),
     "mode": Attr("mode", "string", "fill", "out-of-bounds slices: clip (moved inside X), fill "
                                            "(filled with fill_value) or promise_in_bounds"),
     "fill_value": Attr("fill_value", "float", float("nan"),
@@ -471,7 +481,8 @@ def gather_general(X, Indices, **attrs):
     dimension numbers are its `GatherDimensionNumbers`): what `jnp.take` and indexing
     with arrays make."""
     checks.rank("X", X, len(attrs["slice_sizes"]), "one dim per slice size")
-    return lax.gather(X, Indices, **_gather_args(**attrs))
+    sizes = [n if s == -1 else s for s, n in zip(attrs["slice_sizes"], X.shape)]
+    return lax.gather(X, Indices, **_gather_args(**dict(attrs, slice_sizes=sizes)))
 
 
 @gather_general.gradient

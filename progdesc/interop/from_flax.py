@@ -23,7 +23,8 @@ from lowering.errors import ProgramError
 from progdesc.interop.from_jax import _parameter_names, build, named_leaves
 
 
-def from_flax(module, variables, *example_inputs, scope=None, method=None, **apply_kwargs):
+def from_flax(module, variables, *example_inputs, scope=None, method=None,
+              batch_polymorphic=True, **apply_kwargs):
     """Trace a Flax module applied to `example_inputs` into a program.
 
     For a linen module, `variables` is what `module.init` returned; `method` and
@@ -34,18 +35,23 @@ def from_flax(module, variables, *example_inputs, scope=None, method=None, **app
 
     Returns `(program, feed_names, fetch_targets)` with the parameters and statistics
     in `scope` (default: the global one); see the module's docstring for names, state
-    and training mode. The program trains with `minimize` like any other.
+    and training mode. The program trains with `minimize` like any other. With
+    `batch_polymorphic` (the default) the inputs' leading dim is the batch dim (-1), and
+    the program runs at any batch size; see `from_jax`.
     """
     from flax import linen, nnx
     if isinstance(module, nnx.Module):
-        return _from_nnx(module, variables, example_inputs, scope, method, apply_kwargs)
+        return _from_nnx(module, variables, example_inputs, scope, method, apply_kwargs,
+                         batch_polymorphic)
     if isinstance(module, linen.Module):
-        return _from_linen(module, variables, example_inputs, scope, method, apply_kwargs)
+        return _from_linen(module, variables, example_inputs, scope, method, apply_kwargs,
+                           batch_polymorphic)
     raise TypeError(f"from_flax expects a flax.linen or flax.nnx Module, "
                     f"got {type(module).__name__}")
 
 
-def _build(call, state_tree, state_leaves, example_inputs, arg_names, scope, strip_names):
+def _build(call, state_tree, state_leaves, example_inputs, arg_names, scope, strip_names,
+           batch_polymorphic):
     """Trace `call(state, *inputs) -> (output pytree, new state)` into a program; the
     state's leaves are [(name, value, 'param' or 'state')]."""
     input_tree = jax.tree_util.tree_structure(tuple(example_inputs))
@@ -68,7 +74,8 @@ def _build(call, state_tree, state_leaves, example_inputs, arg_names, scope, str
                 + [v for v, s in zip(new_leaves, is_state) if s])
 
     writes = [name for name, _, kind in state_leaves if kind == "state"]
-    return build(flat_fn, inputs, writes=writes, strip_names=strip_names, scope=scope)
+    return build(flat_fn, inputs, writes=writes, strip_names=strip_names, scope=scope,
+                 batch_polymorphic=batch_polymorphic)
 
 
 def _unique(entries):
@@ -79,7 +86,7 @@ def _unique(entries):
             for c, name, value, kind in entries]
 
 
-def _from_linen(module, variables, example_inputs, scope, method, apply_kwargs):
+def _from_linen(module, variables, example_inputs, scope, method, apply_kwargs, polymorphic):
     from flax.core import unfreeze
     variables = unfreeze(variables)
     mutable = [c for c in variables if c != "params"]
@@ -98,10 +105,11 @@ def _from_linen(module, variables, example_inputs, scope, method, apply_kwargs):
 
     fn = getattr(module, method) if isinstance(method, str) else method or module.__call__
     return _build(call, jax.tree_util.tree_structure(variables), _unique(entries),
-                  example_inputs, _parameter_names(fn, len(example_inputs)), scope, 1)
+                  example_inputs, _parameter_names(fn, len(example_inputs)), scope, 1,
+                  polymorphic)
 
 
-def _from_nnx(module, state, example_inputs, scope, method, apply_kwargs):
+def _from_nnx(module, state, example_inputs, scope, method, apply_kwargs, polymorphic):
     from flax import nnx
     graphdef, rng_state, own_state = nnx.split(module, nnx.RngKey, ...)
     state = own_state if state is None else state
@@ -121,4 +129,4 @@ def _from_nnx(module, state, example_inputs, scope, method, apply_kwargs):
 
     fn = getattr(module, method or "__call__")
     return _build(call, jax.tree_util.tree_structure(state), _unique(entries), example_inputs,
-                  _parameter_names(fn, len(example_inputs)), scope, 0)
+                  _parameter_names(fn, len(example_inputs)), scope, 0, polymorphic)

@@ -5,8 +5,15 @@ What becomes what:
 
 - The example arguments become feed variables named after the function's parameters
   (`x`, or `batch.image` for a leaf of a pytree argument), with the example's shape
-  and dtype: the program is made for those shapes, as `jax.jit` makes one executable
-  per shape.
+  and dtype, but for the batch dim: by default (`batch_polymorphic=True`) the leading
+  dim of every non-scalar feed is traced as one symbolic dim (`jax.export.symbolic_shape`)
+  and declared -1, and a size computed from it becomes a form an op computes from its
+  inputs at run time: a reshape's -1, a broadcast's -1 (the operand's dim, or a feed's
+  batch dim for `zeros_like` and the like), a slice or gather that takes the dim whole,
+  a count (`dim_size`) for a mean over the batch, a scan over it. A shape
+  that needs more raises `BatchPolymorphismError` naming the primitive and line; with
+  `batch_polymorphic=False` the program is made for the example's shapes, as `jax.jit`
+  makes one executable per shape.
 - `params` (a pytree passed as the function's first argument) become trainable
   parameters named by their path (`Dense_0.kernel`), their values put in the Scope.
 - Constants (arrays the function closes over, and literals): one whose elements are
@@ -30,6 +37,7 @@ A primitive without a rule, or whose parameters its rule cannot translate, is
 collected; once the whole jaxpr has been walked, all of them are reported together in
 one `UnsupportedPrimitiveError`, each with the user's source line.
 """
+import contextlib
 import functools
 import hashlib
 import inspect
@@ -40,10 +48,10 @@ import numpy as np
 from jax.extend import core as jcore
 
 from lowering import dtypes, registry
-from lowering.errors import ProgramError, UnsupportedPrimitiveError
+from lowering.errors import BatchPolymorphismError, ProgramError, UnsupportedPrimitiveError
 from progdesc import io
 from progdesc.framework import _PACKAGE_DIRS, Program, _cell_name, program_guard
-from progdesc.interop.jax_rules import RULES, Unsupported
+from progdesc.interop.jax_rules import RULES, BatchDependent, Unsupported, is_batch_dim
 
 
 _POISON = object()   # the value of a jaxpr variable whose equation could not be translated
@@ -56,10 +64,12 @@ class Translator:
     values of the persistable constants it declares.
     """
 
-    def __init__(self, program, strip_names=0):
+    def __init__(self, program, strip_names=0, batch_ref=(None, None)):
         self.program = program
+        self.batch_ref = batch_ref   # (a feed whose dim 0 is the batch dim, its symbol)
         self.values = {}
         self.unsupported = []
+        self._batch_dependent = []   # per entry of `unsupported`: only the batch dim at fault
         self._strip = strip_names
         self._constants = {}
         self._callsite = ""
@@ -77,6 +87,10 @@ class Translator:
         its outputs (one name for a single output, a list for a many slot, a tuple for
         several slots)."""
         opdef = registry.get(op_type)
+        for key, value in attrs.items():
+            if any(map(is_batch_dim, value if isinstance(value, (list, tuple)) else [value])):
+                raise BatchDependent(f"{op_type}'s attribute {key}={_dims_text(value)} depends "
+                                     "on the batch size")
         inputs = {slot.name: arg for slot, arg in zip(opdef.inputs, args) if arg is not None}
         name = f"{self._scope}.{op_type}" if self._scope else None
         _, out_map = self.block._add_op(op_type, inputs, attrs=attrs, name=name,
@@ -170,7 +184,7 @@ class Translator:
                     outs = rule(self, eqn, *ins)
                     return list(outs) if isinstance(outs, (list, tuple)) else [outs]
                 except Unsupported as e:
-                    self._note(eqn, str(e))
+                    self._note(eqn, str(e), isinstance(e, BatchDependent))
             else:   # an input already failed; the inlined bodies may hold more to report
                 for sub in _sub_jaxprs(eqn):
                     jaxpr = sub.jaxpr if isinstance(sub, jcore.ClosedJaxpr) else sub
@@ -179,19 +193,31 @@ class Translator:
             self._callsite, self._scope = saved
         return [_POISON] * len(eqn.outvars)
 
-    def _note(self, eqn, why):
+    def _note(self, eqn, why, batch_dependent=False):
         entry = (eqn.primitive.name, _source_line(eqn.source_info) or self._callsite, why)
         if entry not in self.unsupported:
             self.unsupported.append(entry)
+            self._batch_dependent.append(batch_dependent)
 
     def check(self):
-        """Raise UnsupportedPrimitiveError if any equation could not be translated."""
+        """Raise UnsupportedPrimitiveError if any equation could not be translated
+        (BatchPolymorphismError if only sizes depending on the batch dim were at fault)."""
         if self.unsupported:
             lines = [f"'{name}' at {where or 'an unknown line'}" + (f" ({why})" if why else "")
                      for name, where, why in self.unsupported]
-            raise UnsupportedPrimitiveError(
-                f"cannot translate {len(lines)} JAX primitive(s) into progdesc ops: "
-                + "; ".join(lines), unsupported=self.unsupported)
+            message = (f"cannot translate {len(lines)} JAX primitive(s) into progdesc ops: "
+                       + "; ".join(lines))
+            if all(self._batch_dependent):
+                raise BatchPolymorphismError(message + _FIXED_HINT, unsupported=self.unsupported)
+            raise UnsupportedPrimitiveError(message, unsupported=self.unsupported)
+
+
+_FIXED_HINT = ("; the function cannot run at any batch size: pass batch_polymorphic=False "
+               "for a program of the example's shapes")
+
+
+def _dims_text(value):
+    return str(list(map(str, value)) if isinstance(value, (list, tuple)) else value)
 
 
 def _is_key(value):
@@ -249,14 +275,16 @@ def named_leaves(tree, prefix=""):
     return [(".".join(p for p in (prefix, _path_name(path)) if p), leaf) for path, leaf in leaves]
 
 
-def build(flat_fn, inputs, writes=(), strip_names=0, scope=None):
+def build(flat_fn, inputs, writes=(), strip_names=0, scope=None, batch_polymorphic=True):
     """Trace `flat_fn(*arrays) -> [arrays]` and translate it into a new program.
 
     `inputs` is [(name, example value, kind)], kind 'feed', 'param' (trainable) or
     'state' (persistable, not trained). The last `len(writes)` results are written into
     the state variables `writes` (skipped where one is that variable unchanged); the
     others are the fetch targets. Parameter, state and constant values go into `scope`.
-    Returns (program, feed names, fetch Variables).
+    With `batch_polymorphic`, the leading dim of every feed that is not a scalar is
+    traced as one symbolic batch dim and declared -1. Returns (program, feed names,
+    fetch Variables).
     """
     names = [name for name, _, _ in inputs]
     clash = sorted({n for n in names if names.count(n) > 1})
@@ -268,18 +296,21 @@ def build(flat_fn, inputs, writes=(), strip_names=0, scope=None):
         if _is_key(value):
             raise UnsupportedPrimitiveError(f"input '{name}' is a PRNG key, which a program "
                                             "variable cannot hold", unsupported=[])
-    closed = jax.make_jaxpr(flat_fn)(*values)
+    batched = [name for (name, _, kind), v in zip(inputs, values)
+               if batch_polymorphic and kind == "feed" and v.ndim]
+    closed, batch = _trace(flat_fn, inputs, values, batched)
     program = Program()
     block = program.global_block()
     for (name, _, kind), aval in zip(inputs, closed.in_avals):
-        shape, dtype = aval.shape, dtypes.name_of(aval.dtype)
+        shape = [-1 if is_batch_dim(d) else d for d in aval.shape]
+        dtype = dtypes.name_of(aval.dtype)
         if kind == "feed":
             block.create_var(name, shape, dtype, stop_gradient=True, need_check_feed=True)
         elif kind == "param":
             block.create_parameter(name, shape, dtype)
         else:
             block.create_var(name, shape, dtype, persistable=True, stop_gradient=True)
-    translator = Translator(program, strip_names)
+    translator = Translator(program, strip_names, (batched[0] if batched else None, batch))
     with program_guard(program):   # control-flow builders append to the current program
         outs = translator.run(closed.jaxpr, closed.consts, names)
     translator.check()
@@ -294,20 +325,87 @@ def build(flat_fn, inputs, writes=(), strip_names=0, scope=None):
     return program, feeds, [block.var(n) for n in outs[:n_fetch]]
 
 
-def from_jax(fn, *example_args, params=None, scope=None):
+def _trace(flat_fn, inputs, values, batched):
+    """The jaxpr of `flat_fn`, with dim 0 of the inputs named in `batched` one symbolic
+    dim; returns (closed jaxpr, that dim or None)."""
+    if not batched:
+        return jax.make_jaxpr(flat_fn)(*values), None
+    leading = {name: v.shape[0] for (name, _, _), v in zip(inputs, values) if name in batched}
+    if len(set(leading.values())) > 1:
+        raise BatchPolymorphismError(
+            f"the feeds' leading dims differ ({leading}), so they are not one batch dim"
+            + _FIXED_HINT, unsupported=[])
+    (batch,) = jax.export.symbolic_shape("batch")
+    specs = [jax.ShapeDtypeStruct((batch, *v.shape[1:]), v.dtype) if name in batched else v
+             for (name, _, _), v in zip(inputs, values)]
+    try:
+        return jax.make_jaxpr(flat_fn)(*specs), batch
+    except Exception as e:   # noqa: BLE001  (told apart below)
+        error = e
+    jax.make_jaxpr(flat_fn)(*values)   # raises the function's own error, if the batch dim's is not
+    called, line = _failed_call(flat_fn, specs)
+    first = (str(error).strip() or type(error).__name__).splitlines()[0]
+    raise BatchPolymorphismError(
+        f"'{called}' at {line or 'an unknown line'} cannot be traced with a symbolic batch "
+        f"dim ({type(error).__name__}: {first})" + _FIXED_HINT,
+        unsupported=[(called, line, first)]) from error
+
+
+def _failed_call(flat_fn, specs):
+    """(the primitive, else the JAX function, at fault; 'file.py:12' of the user's call)
+    of the error tracing `flat_fn(*specs)` raises, traced again with JAX's frames kept."""
+    try:   # JAX's own switch; without it, the frames JAX kept
+        from jax._src.config import traceback_filtering
+        unfiltered = traceback_filtering("off")
+    except (ImportError, TypeError):
+        unfiltered = contextlib.nullcontext()
+    try:
+        with unfiltered:
+            jax.make_jaxpr(flat_fn)(*specs)
+        return "", ""
+    except Exception as error:
+        traceback = error.__traceback__
+    frames = []
+    while traceback is not None:
+        frames.append(traceback.tb_frame)
+        traceback = traceback.tb_next
+    called, line = "", ""
+    for frame, inner in zip(frames, frames[1:]):
+        if not _is_library(frame) and _is_library(inner):
+            path = frame.f_code.co_filename
+            called = inner.f_code.co_name
+            line = f"{_cell_name(path) or os.path.basename(path)}:{frame.f_lineno}"
+    for frame in reversed(frames):   # the innermost primitive being bound or checked
+        found = [v for k, v in frame.f_locals.items()
+                 if k in ("prim", "primitive", "self") and isinstance(v, jcore.Primitive)]
+        if found:
+            return found[0].name, line
+    return called, line
+
+
+def _is_library(frame):
+    return os.path.abspath(frame.f_code.co_filename).startswith(_library_dirs())
+
+
+def from_jax(fn, *example_args, params=None, scope=None, batch_polymorphic=True):
     """Trace `fn(*example_args)` (or `fn(params, *example_args)`) into a program.
 
     Each array leaf of the example arguments becomes a feed variable named after `fn`'s
     parameter (`x`; `batch.image` for a leaf of a dict argument `batch`), of the
-    example's shape and dtype. The leaves of `params`, if given, become trainable
+    example's shape and dtype, except that with `batch_polymorphic` (the default) the
+    leading dim of every feed that is not a scalar is the batch dim, -1: the function is
+    traced with that dim symbolic and the program runs at any batch size (all feeds
+    sharing it). The leaves of `params`, if given, become trainable
     parameters named by their path (`w`, `layer1.b`), their values placed in `scope`
     (default: the global one) with the program's constants. The results of `fn` (any
     pytree of arrays) are the fetch targets, flattened in pytree order.
 
     Returns `(program, feed_names, fetch_targets)`, as `progdesc.io.load_inference_model`
     does. Raises UnsupportedPrimitiveError listing every primitive it cannot translate,
-    each with the line of your code that made it; see the module's docstring for how
-    constants, nested calls and custom derivatives are translated.
+    each with the line of your code that made it, and BatchPolymorphismError (a subclass)
+    naming the primitive and line where the function needs a fixed batch size (then pass
+    `batch_polymorphic=False`); see the module's docstring for how constants, nested
+    calls and custom derivatives are translated.
     """
     arg_names = _parameter_names(fn, len(example_args), skip=1 if params is not None else 0)
     inputs = []
@@ -326,7 +424,7 @@ def from_jax(fn, *example_args, params=None, scope=None):
         return jax.tree_util.tree_leaves(
             fn(jax.tree_util.tree_unflatten(param_tree, leaves[:n_params]), *args))
 
-    return build(flat_fn, inputs, scope=scope)
+    return build(flat_fn, inputs, scope=scope, batch_polymorphic=batch_polymorphic)
 
 
 def _parameter_names(fn, count, skip=0):

@@ -7,6 +7,8 @@ the equation (its `params`, `outvars` avals), `ins` the names of its operands. I
 returns the names of the equation's results, or raises `Unsupported` for parameters
 it cannot translate.
 """
+from jax import export
+
 from lowering import dtypes
 from progdesc.control_flow import scan, switch, while_loop
 
@@ -15,6 +17,26 @@ RULES = {}
 
 class Unsupported(Exception):
     """Raised by a rule for parameters it cannot translate; the message says which."""
+
+
+class BatchDependent(Unsupported):
+    """Raised for a size that depends on the symbolic batch dim in a way no op of ours
+    can compute from its inputs."""
+
+
+def is_batch_dim(d):
+    """Whether a dim of a traced shape is symbolic (the batch dim, or an expression of it)."""
+    return export.is_symbolic_dim(d)
+
+
+def _same_dim(a, b):
+    """Whether two dims of traced shapes are equal (symbolic ones compared as expressions)."""
+    return is_batch_dim(a) == is_batch_dim(b) and a == b
+
+
+def _batch_free(dims):
+    """`dims` with each symbolic dim written -1 (a size the op takes from its input)."""
+    return [-1 if is_batch_dim(d) else d for d in dims]
 
 
 def rule(*names):
@@ -93,15 +115,31 @@ def _clamp(t, eqn, low, x, high):
 def _reshape(t, eqn, x, *dynamic):
     if eqn.params.get("dimensions") is not None or dynamic:
         raise Unsupported("a reshape that transposes or has dynamic sizes")
-    return t.call("reshape", x, shape=list(eqn.params["new_sizes"]))
+    sizes = eqn.params["new_sizes"]
+    if sum(map(is_batch_dim, sizes)) > 1:   # one -1 is inferred; two are not
+        raise BatchDependent(f"new sizes {tuple(map(str, sizes))} hold two batch-dependent "
+                             "dims")
+    return t.call("reshape", x, shape=_batch_free(sizes))
 
 
 @rule("broadcast_in_dim")
 def _broadcast_in_dim(t, eqn, x, *dynamic):
     if dynamic:
         raise Unsupported("dynamic shapes")
-    return t.call("broadcast_in_dim", x, shape=list(eqn.params["shape"]),
-                  broadcast_dimensions=list(eqn.params["broadcast_dimensions"]))
+    shape, mapped = eqn.params["shape"], eqn.params["broadcast_dimensions"]
+    source = dict(zip(mapped, eqn.invars[0].aval.shape))
+    ref, batch = t.batch_ref
+    like = None
+    for i, d in enumerate(shape):   # a -1 takes the operand's dim mapped there, else Like's
+        if not is_batch_dim(d):
+            continue
+        if i not in source and _same_dim(d, batch):
+            like = ref   # the batch dim of a feed
+        elif i not in source or not _same_dim(source[i], d):
+            raise BatchDependent(f"broadcasts to size {d}, which neither the operand "
+                                 f"{eqn.invars[0].aval.str_short()} nor a feed has there")
+    return t.call("broadcast_in_dim", x, like, shape=_batch_free(shape),
+                  broadcast_dimensions=list(mapped))
 
 
 @rule("transpose")
@@ -132,9 +170,12 @@ def _split(t, eqn, x):
 @rule("slice")
 def _slice(t, eqn, x):
     p = eqn.params
-    return t.call("slice", x, axes=list(range(len(p["start_indices"]))),
-                  starts=list(p["start_indices"]), ends=list(p["limit_indices"]),
-                  strides=list(p["strides"] or ()))
+    starts, limits, dims = p["start_indices"], p["limit_indices"], eqn.invars[0].aval.shape
+    strides = p["strides"] or (1,) * len(dims)
+    axes = [a for a in range(len(dims))   # an axis taken whole (a batch dim) is left out
+            if (starts[a], strides[a]) != (0, 1) or not _same_dim(limits[a], dims[a])]
+    return t.call("slice", x, axes=axes, starts=[starts[a] for a in axes],
+                  ends=[limits[a] for a in axes], strides=[strides[a] for a in axes])
 
 
 @rule("dynamic_slice")
@@ -152,6 +193,16 @@ def _select_n(t, eqn, which, *cases):
     if len(cases) == 2 and _kind(t, which) == "bool":
         return t.call("where", which, cases[1], cases[0])
     return t.call("select_n", which, list(cases))
+
+
+@rule("dim_as_value")
+def _dim_as_value(t, eqn):
+    dim, dtype = eqn.params["dim"], dtypes.name_of(eqn.outvars[0].aval.dtype)
+    ref, batch = t.batch_ref
+    factor = dim // batch if ref is not None else None
+    if factor is None or is_batch_dim(factor) or factor * batch != dim:
+        raise BatchDependent(f"the size {dim} as a value")
+    return t.call("dim_size", ref, axis=0, multiplier=int(factor), dtype=dtype)
 
 
 @rule("iota")
@@ -182,7 +233,9 @@ def _gather(t, eqn, x, indices):
                   start_index_map=list(dn.start_index_map),
                   operand_batching_dims=list(dn.operand_batching_dims),
                   start_indices_batching_dims=list(dn.start_indices_batching_dims),
-                  slice_sizes=list(p["slice_sizes"]), mode=_mode(eqn),
+                  slice_sizes=[-1 if is_batch_dim(s) and _same_dim(s, n) else s for s, n in
+                               zip(p["slice_sizes"], eqn.invars[0].aval.shape)],
+                  mode=_mode(eqn),
                   fill_value=float("nan") if fill is None else float(fill))
 
 
@@ -341,7 +394,8 @@ def _scan(t, eqn, *operands):
         outs = t.sub_block(p["jaxpr"], [*consts, *(v.name for v in carry),
                                         *(v.name for v in x)])
         return outs[:p["num_carry"]], outs[p["num_carry"]:]
-    carry, ys = scan(step, _vars(t, init), _vars(t, xs), length=p["length"],
+    length = None if xs and is_batch_dim(p["length"]) else p["length"]   # xs' length
+    carry, ys = scan(step, _vars(t, init), _vars(t, xs), length=length,
                      reverse=p["reverse"])
     t.tag_last_op()
     return [v.name for v in (*carry, *ys)]

@@ -1,7 +1,7 @@
 """Samples of lowering/ops/creation.py."""
 import numpy as np
 
-from op_table import Invalid, Sample, rand
+from op_table import Invalid, Sample, rand, spec
 
 
 def _fill(shape, dtype="float32", value=0.0):
@@ -55,8 +55,16 @@ SAMPLES = [
 INVALID = [
     Invalid("uniform_random", {}, attrs={"shape": [2, 3], "dtype": "int64"}, name="int",
             expect=["attribute dtype='int64' must be a float type"]),
+    Invalid("dim_size", {"X": spec(3, 4)}, attrs={"axis": 2}, name="axis_out_of_range",
+            expect=["attribute axis=2 is out of range for X"]),
 ]
 
+SAMPLES += [
+    Sample("dim_size", {"X": rand(3, 4)}, lambda X: np.int32(3), name="axis0"),
+    Sample("dim_size", {"X": rand(3, 4)}, lambda X, axis, multiplier, dtype: np.float32(
+        X.shape[axis] * multiplier), attrs={"axis": 1, "multiplier": 8, "dtype": "float32"},
+        name="scaled_float32"),
+]
 SAMPLES += [
     Sample("iota", {}, lambda shape, dtype, dimension: np.broadcast_to(
         np.arange(3, dtype=dtype), (2, 3)),

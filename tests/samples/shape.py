@@ -166,8 +166,9 @@ INVALID = [
 
 # --- lax primitives ---
 
-def _broadcast_in_dim_ref(X, shape, broadcast_dimensions):
-    target = [X.shape[list(broadcast_dimensions).index(i)] if d == -1 else d
+def _broadcast_in_dim_ref(X, shape, broadcast_dimensions, Like=None, like_axis=0):
+    target = [d if d != -1 else X.shape[list(broadcast_dimensions).index(i)]
+              if i in broadcast_dimensions else Like.shape[like_axis]
               for i, d in enumerate(shape)]
     placed = [1] * len(target)
     for i, d in enumerate(broadcast_dimensions):
@@ -208,6 +209,12 @@ SAMPLES += [
     Sample("broadcast_in_dim", {"X": np.arange(3, dtype=np.int32)}, _broadcast_in_dim_ref,
            {"shape": [2, 3], "broadcast_dimensions": [1]}, name="int_fixed_dims",
            symbolic=False),
+    Sample("broadcast_in_dim", {"X": rand(3), "Like": rand(4, 2, seed=1)},
+           _broadcast_in_dim_ref, {"shape": [-1, 3], "broadcast_dimensions": [1]},
+           name="size_of_like"),
+    Sample("broadcast_in_dim", {"X": np.array(2.5, np.float32), "Like": rand(2, 5, seed=1)},
+           _broadcast_in_dim_ref, {"shape": [-1, 1], "broadcast_dimensions": [],
+                                   "like_axis": 1}, name="scalar_to_like_axis"),
     Sample("dynamic_slice", {"X": rand(5, 6), "StartIndices": _starts(1, 2)},
            _dynamic_slice_ref, {"sizes": [3, 2]}, symbolic=False),
     Sample("dynamic_slice", {"X": rand(5, 6), "StartIndices": _starts(4, -3)},
@@ -286,6 +293,10 @@ SAMPLES += [
            symbolic=False),
     Sample("gather_general", {"X": rand(5, 4), "Indices": _ROWS}, _take_rows_ref,
            dict(_TAKE_ROWS, mode="clip"), name="take_rows_clip", symbolic=False),
+    Sample("gather_general", {"X": rand(3, 5), "Indices": np.array([[1], [4]], np.int32)},
+           lambda X, Indices, **_: X[:, Indices[:, 0]],
+           {"offset_dims": [0], "collapsed_slice_dims": [1], "start_index_map": [1],
+            "slice_sizes": [-1, 1], "mode": "clip"}, name="columns_whole_batch_dim"),
     Sample("gather_general_grad", {"X": rand(5, 4), "Indices": _ROWS,
                                    "OutGrad": rand(2, 3, 4, seed=1)}, _take_rows_grad_ref,
            dict(_TAKE_ROWS, mode="fill"), name="take_rows_fill", symbolic=False),
