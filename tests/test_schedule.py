@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import progdesc as pd
+from lowering.blocks import sub_block_indices
 from lowering.lower import RNG_VAR, run_step, steps_of
 from progdesc import control_flow as cf
 from progdesc import layers, ops
@@ -27,17 +28,6 @@ def _names(slots):
     return {n for s in slots for n in s.arguments}
 
 
-def _sub_blocks(op_desc):
-    out = []
-    for attribute in op_desc.attrs.values():
-        which = attribute.WhichOneof("value")
-        if which == "block_idx":
-            out.append(attribute.block_idx)
-        elif which == "blocks_idx":
-            out.extend(attribute.blocks_idx.values)
-    return out
-
-
 def _outer_reads(desc, block_idx):
     """Every name the ops of block `block_idx` (and of its sub-blocks) read that the block
     does not declare."""
@@ -45,7 +35,7 @@ def _outer_reads(desc, block_idx):
     reads = set()
     for op_desc in desc.blocks[block_idx].ops:
         reads |= _names(op_desc.inputs)
-        for sub in _sub_blocks(op_desc):
+        for sub in sub_block_indices(op_desc):
             reads |= _outer_reads(desc, sub)
     return reads - declared
 
@@ -53,7 +43,7 @@ def _outer_reads(desc, block_idx):
 def _effects(desc, op_desc):
     """(read, written) names of an op, the feed and fetch lists left out."""
     reads = _names(op_desc.inputs)
-    for sub in _sub_blocks(op_desc):
+    for sub in sub_block_indices(op_desc):
         reads |= _outer_reads(desc, sub)
     lists = {"feed", "fetch"}
     return reads - lists, _names(op_desc.outputs) - lists
