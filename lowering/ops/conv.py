@@ -12,6 +12,7 @@ from jax import lax
 from lowering import checks
 from lowering.errors import ShapeError
 from lowering.ops.collective import local_vjp
+from lowering.ops.nn import conv_grad_gradient
 from lowering.registry import REQUIRED, Attr, In, Out, op
 
 _CONV_ATTRS = {
@@ -84,30 +85,5 @@ def conv_general_dilated_grad(Input, Filter, OutputGrad, **attrs):
                      OutputGrad)
 
 
-@conv_general_dilated_grad.gradient
-def _(g):
-    # bilinear: <ddx, InputGrad> + <ddw, FilterGrad> = <conv(ddx, w) + conv(x, ddw), dy>
-    x, w, dy = g.input("Input"), g.input("Filter"), g.input("OutputGrad")
-    ddx = g.out_grad("InputGrad") if g.has_out_grad("InputGrad") else None
-    ddw = g.out_grad("FilterGrad") if g.has_out_grad("FilterGrad") else None
-    if g.wants("OutputGrad"):
-        convs = [g.call("conv_general_dilated", a, b, **g.attrs)
-                 for a, b in ((ddx, w), (x, ddw)) if a is not None and b is not None]
-        target = g.in_grad("OutputGrad")
-        if len(convs) == 2:
-            g.call("add", *convs, out=target)
-        elif convs:
-            g.call("assign", convs[0], out=target)
-        else:
-            g.call("fill_zeros_like", dy, out=target)
-    for slot, other, like, result in (("Filter", ddx, w, "FilterGrad"),
-                                      ("Input", ddw, x, "InputGrad")):
-        if not g.wants(slot):
-            continue
-        if other is None:
-            g.call("fill_zeros_like", like, out=g.in_grad(slot))
-        else:
-            operands = {"Input": other, "Filter": w} if slot == "Filter" else \
-                {"Input": x, "Filter": other}
-            g.op("conv_general_dilated_grad", dict(operands, OutputGrad=dy),
-                 {result: g.in_grad(slot)}, **g.attrs)
+conv_general_dilated_grad.gradient(
+    conv_grad_gradient("conv_general_dilated", "conv_general_dilated_grad"))

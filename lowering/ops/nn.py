@@ -119,33 +119,41 @@ def conv2d_grad(Input, Filter, OutputGrad, **attrs):
     return local_vjp(lambda x, w: conv2d.lower(x, w, **attrs), (Input, Filter), OutputGrad)
 
 
-@conv2d_grad.gradient
-def _(g):
-    # conv is bilinear: <ddx, InputGrad> + <ddw, FilterGrad> = <conv(ddx, w) + conv(x, ddw), dy>
-    x, w, dy = g.input("Input"), g.input("Filter"), g.input("OutputGrad")
-    ddx = g.out_grad("InputGrad") if g.has_out_grad("InputGrad") else None
-    ddw = g.out_grad("FilterGrad") if g.has_out_grad("FilterGrad") else None
-    if g.wants("OutputGrad"):
-        pairs = [p for p in ((ddx, w), (x, ddw)) if None not in p]
-        target = g.in_grad("OutputGrad")
-        if len(pairs) == 2:
-            g.call("add", *(g.call("conv2d", *p, **g.attrs) for p in pairs), out=target)
-        elif pairs:
-            g.call("conv2d", *pairs[0], out=target, **g.attrs)
-        else:
-            g.call("fill_zeros_like", dy, out=target)
-    if g.wants("Filter"):
-        if ddx:
-            g.op("conv2d_grad", {"Input": ddx, "Filter": w, "OutputGrad": dy},
-                 {"FilterGrad": g.in_grad("Filter")}, **g.attrs)
-        else:
-            _zeros_into(g, w, "Filter")
-    if g.wants("Input"):
-        if ddw:
-            g.op("conv2d_grad", {"Input": x, "Filter": ddw, "OutputGrad": dy},
-                 {"InputGrad": g.in_grad("Input")}, **g.attrs)
-        else:
-            _zeros_into(g, x, "Input")
+def conv_grad_gradient(conv, conv_grad):
+    """The gradient maker of a convolution's gradient op `conv_grad` (Input, Filter,
+    OutputGrad -> InputGrad, FilterGrad), for the convolution op `conv` with its attributes.
+
+    A convolution is bilinear: <ddx, InputGrad> + <ddw, FilterGrad> = <conv(ddx, w) +
+    conv(x, ddw), dy>, so OutputGrad's gradient is made of convolutions and Input's and
+    Filter's of `conv_grad` itself.
+    """
+    def make(g):
+        x, w, dy = g.input("Input"), g.input("Filter"), g.input("OutputGrad")
+        ddx = g.out_grad("InputGrad") if g.has_out_grad("InputGrad") else None
+        ddw = g.out_grad("FilterGrad") if g.has_out_grad("FilterGrad") else None
+        if g.wants("OutputGrad"):
+            pairs = [p for p in ((ddx, w), (x, ddw)) if None not in p]
+            target = g.in_grad("OutputGrad")
+            if len(pairs) == 2:
+                g.call("add", *(g.call(conv, *p, **g.attrs) for p in pairs), out=target)
+            elif pairs:
+                g.call(conv, *pairs[0], out=target, **g.attrs)
+            else:
+                g.call("fill_zeros_like", dy, out=target)
+        for slot, other, operands, result in (
+                ("Filter", ddx, {"Input": ddx, "Filter": w}, "FilterGrad"),
+                ("Input", ddw, {"Input": x, "Filter": ddw}, "InputGrad")):
+            if not g.wants(slot):
+                continue
+            if other is None:
+                _zeros_into(g, w if slot == "Filter" else x, slot)
+            else:
+                g.op(conv_grad, dict(operands, OutputGrad=dy), {result: g.in_grad(slot)},
+                     **g.attrs)
+    return make
+
+
+conv2d_grad.gradient(conv_grad_gradient("conv2d", "conv2d_grad"))
 
 
 # --- pooling ---
