@@ -272,6 +272,7 @@ def test_fsdp_matches_one_device_with_a_quarter_of_the_argument_bytes():
 
 
 @four_devices
+@pytest.mark.slow
 def test_tensor_parallel_on_a_two_by_two_mesh_matches_one_device():
     def model(parallel):
         x = pd.data("x", [-1, 64])
@@ -311,6 +312,7 @@ def test_checkpoint_of_a_sharded_run_loads_into_one_and_two_devices(tmp_path):
 
 
 @four_devices
+@pytest.mark.slow
 def test_one_scope_moves_between_layouts():
     want, _, _, _ = _train(lambda: _mlp(shard_params=True), steps=4)
     main, startup = pd.Program(random_seed=3), pd.Program(random_seed=3)

@@ -96,7 +96,7 @@ JOIN_ALONE = ["-c", textwrap.dedent("""
 """)]
 
 
-@pytest.mark.parametrize("process_id", [0, 1])
+@pytest.mark.parametrize("process_id", [0, pytest.param(1, marks=pytest.mark.slow)])
 def test_a_process_left_alone_gets_an_error_naming_the_coordinator(process_id):
     port = free_port()
     [(code, out)] = finish([start(JOIN_ALONE, port, process_id)])
