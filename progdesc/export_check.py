@@ -285,7 +285,8 @@ class ModuleChecker:
             except OSError:
                 pass
             rc = proc.wait()
-            return f"module crashed StableHLO's deserializer (exit status {rc})"
+            return (f"module crashed the process checking it (exit status {rc}): StableHLO's "
+                    "deserializer does not survive every damaged module")
 
 
 _CHECKER = ModuleChecker()

@@ -3,6 +3,7 @@
 The 60 files of tests/pdx_forgery.py are loaded and called in a subprocess, so
 a segfault or an abort shows as a signal, not as the death of pytest.
 """
+import dataclasses
 import json
 import os
 import subprocess
@@ -117,7 +118,6 @@ def test_a_failure_inside_the_program_is_typed(forged, tmp_path):
     original = next(iter(names))
     header, payload = export.split_compiled(open(original, "rb").read())
     broken = jax.export.deserialize(bytearray(payload))
-    import dataclasses
     broken = dataclasses.replace(broken, uses_global_constants=False)
     model_ = export.CompiledModel(header, broken, path=original)
     with pytest.raises(pd.CompiledCallError, match=r"original\.pdx.*x: float32\[3, 4\]") as e:
