@@ -118,3 +118,8 @@ class NumericsError(ProgdescError, FloatingPointError):
 
 class DistributedError(ProgdescError, RuntimeError):
     """A multi-process run that cannot start: bad arguments, or peers that do not join."""
+
+
+class CompiledCallError(ProgdescError, RuntimeError):
+    """A loaded compiled artifact (`.pdx`) that failed when called: names the file and the
+    inputs, and holds what XLA raised as `__cause__`."""

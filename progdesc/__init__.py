@@ -2,7 +2,8 @@
 from lowering.errors import (AttributeTypeError, BackwardError, FeedError, FetchError,
                              FormatError, ProgdescError, ProgramError, RecordingError,
                              ScopeError, ShapeError, DistributedError, NumericsError,
-                             UnknownOpError, UnsupportedPrimitiveError, BatchPolymorphismError)
+                             UnknownOpError, UnsupportedPrimitiveError, BatchPolymorphismError,
+                             CompiledCallError)
 from progdesc import (compile_cache, control_flow, custom_op, display, distributed, export,
                       initializer, io, layers, ops, optimizer, reader)
 from progdesc.backward import append_backward, gradients
@@ -31,4 +32,5 @@ __all__ = [
     "set_compilation_cache", "from_flax", "from_jax", "UnsupportedPrimitiveError", "as_jax",
     "NumericsError", "distributed", "DistributedError", "RecordingError", "RecordingWarning",
     "LargeConstantWarning", "Captured", "capture", "eager", "BatchPolymorphismError",
+    "CompiledCallError",
 ]

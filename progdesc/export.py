@@ -35,8 +35,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from lowering import dtypes
-from lowering.errors import FeedError, FormatError, ProgdescError, ProgramError, ScopeError
+from lowering.errors import (CompiledCallError, FeedError, FormatError, ProgdescError,
+                             ProgramError, ScopeError)
 from lowering.lower import RNG_VAR, lower_block
+from progdesc import export_check
 from progdesc.executor import with_feed_fetch
 from progdesc.framework import Variable
 from progdesc.prune import prune
@@ -109,7 +111,7 @@ def export_compiled(path, program, feed_vars, fetch_vars, scope=None, *,
     `embed_params=False` become inputs after the feeds (listed in the
     header). Returns the header dict. See the module docstring for the file.
     """
-    from progdesc.io import atomic_write, json_digest
+    from progdesc.io import atomic_write
     scope = scope or global_scope()
     feed_names = [v.name if isinstance(v, Variable) else str(v) for v in feed_vars]
     fetch_names = [v.name if isinstance(v, Variable) else str(v) for v in fetch_vars]
@@ -154,16 +156,33 @@ def export_compiled(path, program, feed_vars, fetch_vars, scope=None, *,
               "feeds": feeds, "fetches": fetches, "params": params,
               "params_as_inputs": not embed_params, "platforms": list(exported.platforms),
               "x64": bool(keep_64bit), "precision": pruned.precision,
-              "jax_version": jax.__version__,
-              "payload_sha256": hashlib.sha256(payload).hexdigest()}
+              "jax_version": jax.__version__}
+    data = pack_compiled(header, payload)
+    atomic_write(path, data)
+    return split_compiled(data)[0]
+
+
+def pack_compiled(header, payload):
+    """The bytes of a compiled artifact of `header` (a dict) and `payload`, digests recomputed.
+
+    "payload_sha256" and "header_sha256" are (re)computed, so
+    ``pack_compiled(*split_compiled(data))`` re-signs a file whose payload or
+    header was edited: the digests are integrity checks, not signatures.
+    """
+    from progdesc.io import json_digest
+    header = {k: v for k, v in header.items() if k != "header_sha256"}
+    header["payload_sha256"] = hashlib.sha256(payload).hexdigest()
     header["header_sha256"] = json_digest(header)
     head = json.dumps(header).encode("utf-8")
-    atomic_write(path, _PREFIX.pack(MAGIC, FORMAT_VERSION, len(head)) + head + payload)
-    return header
+    return _PREFIX.pack(MAGIC, FORMAT_VERSION, len(head)) + head + bytes(payload)
 
 
-def read_compiled(data, path="<bytes>"):
-    """(header, payload bytes) of a compiled artifact; FormatError if it is not a valid one."""
+def split_compiled(data, path="<bytes>"):
+    """(header dict, payload bytes) of `data` by the file layout alone, digests unchecked.
+
+    FormatError if the magic, the version, the header's length or its JSON is
+    wrong. `read_compiled` checks the rest.
+    """
     where = f"'{path}'"
     if len(data) < _PREFIX.size or data[:8] != MAGIC:
         raise FormatError(f"{where} is not a progdesc compiled artifact (bad magic)")
@@ -173,23 +192,32 @@ def read_compiled(data, path="<bytes>"):
                           f"reads {FORMAT_VERSION}")
     if n > _MAX_HEADER or _PREFIX.size + n > len(data):
         raise FormatError(f"{where} is truncated (header of {n} bytes)")
-    from progdesc.io import json_digest, parse_json
+    from progdesc.io import parse_json
     header = parse_json(data[_PREFIX.size:_PREFIX.size + n], f"{where} header")
+    if not isinstance(header, dict):
+        raise FormatError(f"{where} has an invalid header: not a JSON object")
+    return header, bytes(data[_PREFIX.size + n:])
+
+
+def read_compiled(data, path="<bytes>"):
+    """(header, payload bytes) of a compiled artifact; FormatError if it is not a valid one."""
+    where = f"'{path}'"
+    header, payload = split_compiled(data, path)
     try:
         feeds, fetches, params = header["feeds"], header["fetches"], header["params"]
         for spec in feeds + fetches + params:
             dtypes.to_numpy(spec["dtype"]), str(spec["name"]), list(spec["shape"])
         if not all(isinstance(p, str) for p in header["platforms"]):
             raise TypeError("platforms must be names")
-        if not isinstance(header["x64"], bool) or header["format_version"] != version:
+        if not isinstance(header["x64"], bool) or header["format_version"] != FORMAT_VERSION:
             raise ValueError("x64 must be true or false, format_version that of the file")
     except (ValueError, KeyError, TypeError, ProgdescError) as e:
         raise FormatError(f"{where} has an invalid header: {type(e).__name__}: {e}") from None
+    from progdesc.io import json_digest
     own = header.get("header_sha256")       # absent in files written before it existed
     if own is not None and own != json_digest(
             {k: v for k, v in header.items() if k != "header_sha256"}):
         raise FormatError(f"{where} has a corrupted header (header digest mismatch)")
-    payload = bytes(data[_PREFIX.size + n:])
     if hashlib.sha256(payload).hexdigest() != header.get("payload_sha256"):
         raise FormatError(f"{where} is truncated or corrupted (payload digest mismatch)")
     return header, payload
@@ -200,10 +228,12 @@ class CompiledModel:
 
     `params` (name -> array) is required when the artifact takes its
     parameters as inputs. Attributes: `header`, `exported`, `feed_names`,
-    `fetch_names`.
+    `fetch_names`, `path`. A failure inside the compiled program raises
+    `CompiledCallError` naming the file and the inputs.
     """
 
-    def __init__(self, header, exported, params=None):
+    def __init__(self, header, exported, params=None, path="<bytes>"):
+        self.path = str(path)
         self.header = header
         self.exported = exported
         self.feed_names = [s["name"] for s in header["feeds"]]
@@ -222,11 +252,20 @@ class CompiledModel:
                             var=missing[0])
         arrays = [_convert(s, values[s["name"]] if s["name"] in values else params[s["name"]])
                   for s in specs]
+        inputs = ", ".join(f"{s['name']}: {a.dtype}{list(a.shape)}" for s, a in zip(specs, arrays))
         try:
             out = self.exported.call(*arrays)
         except (ValueError, TypeError) as e:
-            raise FeedError(f"the artifact rejected the inputs: {e}") from None
-        return [np.asarray(o) for o in out]
+            raise FeedError(f"the artifact '{self.path}' rejected the inputs ({inputs}): "
+                            f"{e}") from None
+        except Exception as e:  # noqa: BLE001  (XLA's JaxRuntimeError and the like)
+            raise CompiledCallError(f"the artifact '{self.path}' failed when called with "
+                                    f"{inputs}: {type(e).__name__}: {e}") from e
+        try:
+            return [np.asarray(o) for o in out]
+        except Exception as e:  # noqa: BLE001  (errors raised asynchronously by the device)
+            raise CompiledCallError(f"the artifact '{self.path}' failed when called with "
+                                    f"{inputs}: {type(e).__name__}: {e}") from e
 
 
 def _convert(spec, value):
@@ -246,11 +285,22 @@ def _convert(spec, value):
 
 
 def load_compiled(path, params=None):
-    """Load an artifact written by `export_compiled`; returns a callable `CompiledModel`."""
+    """Load an artifact written by `export_compiled`; returns a callable `CompiledModel`.
+
+    Before anything of the file runs, its module is checked against its
+    manifest and for what a progdesc artifact may hold (`progdesc.export_check`);
+    FormatError says what is wrong. A file that passes is still a program: load
+    only files you would run.
+    """
     from progdesc.io import read_file
     header, payload = read_compiled(read_file(path, "compiled artifact"), path)
     try:
         exported = jax.export.deserialize(bytearray(payload))
-    except Exception as e:  # noqa: BLE001  (flatbuffer/MLIR parse errors)
-        raise FormatError(f"'{path}' holds no valid serialized module: {e}") from None
-    return CompiledModel(header, exported, params)
+        problem = export_check.check_exported(exported, header)
+    except Exception as e:  # noqa: BLE001  (flatbuffer parse errors: any Python exception)
+        raise FormatError(f"'{path}' holds no valid serialized module: "
+                          f"{type(e).__name__}: {e}") from None
+    problem = problem or export_check.check_module_isolated(payload)
+    if problem:
+        raise FormatError(f"'{path}' is refused: {problem}")
+    return CompiledModel(header, exported, params, path)
