@@ -37,6 +37,7 @@ import numpy as np
 from lowering import dtypes
 from lowering.errors import FeedError, FormatError, ProgdescError, ProgramError, ScopeError
 from lowering.lower import RNG_VAR, lower_block
+from progdesc import compile_cache
 from progdesc.executor import with_feed_fetch
 from progdesc.framework import Variable
 from progdesc.prune import prune
@@ -223,7 +224,8 @@ class CompiledModel:
         arrays = [_convert(s, values[s["name"]] if s["name"] in values else params[s["name"]])
                   for s in specs]
         try:
-            out = self.exported.call(*arrays)
+            with compile_cache.compiling():    # the first call per shape compiles
+                out = self.exported.call(*arrays)
         except (ValueError, TypeError) as e:
             raise FeedError(f"the artifact rejected the inputs: {e}") from None
         return [np.asarray(o) for o in out]
