@@ -11,6 +11,10 @@ heartbeat timeout). When one is lost, or the coordinator itself is gone:
   JAX's shutdown barrier (which would wait for the lost process, then abort);
 - a survivor that has not raised the error a heartbeat timeout after the loss was
   noticed (busy elsewhere, or blocked) prints it and ends with status 1.
+
+Not handled: losing process 0, whose process serves the coordinator. jaxlib's client then
+ends the others from its own thread at once (an abort: with no error callback JAX logs a
+fatal error; with the one `initialize` installs, jaxlib fails to call it).
 """
 import atexit
 import contextlib
