@@ -73,9 +73,12 @@ def test_initialize_checks_its_arguments(args, message):
         dist.initialize(*args)
 
 
-def test_initialize_checks_its_timeout():
+def test_initialize_checks_its_timeouts():
     with pytest.raises(DistributedError, match="timeout must be a positive"):
         dist.initialize("127.0.0.1:1234", 2, 0, timeout=0)
+    for bad in (0, 2.5, True):
+        with pytest.raises(DistributedError, match="heartbeat_timeout must be a positive"):
+            dist.initialize("127.0.0.1:1234", 2, 0, heartbeat_timeout=bad)
 
 
 def test_initialize_after_jax_started_is_refused():
