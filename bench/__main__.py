@@ -21,9 +21,11 @@ Sections (all by default; pick with --only):
              process that finds the first one's compilation cache;
   overhead   Executor.run vs a raw jitted call: a one-op program, training steps;
   build      build + append_backward + lowering of 1k..10k-op programs, growth exponent;
-  multistep  Executor.run(..., steps=K) vs K calls (skipped without a `steps` argument).
+  multistep  Executor.run(..., steps=K) vs K calls (skipped without a `steps` argument);
+  concurrency  plain JAX code (an un-jitted jax.hessian, a jitted MLP step) compiled by 4
+             processes at once, with progdesc imported against without (bench/concurrency.py).
 
-The sections that run in subprocesses (torch, first) run before this process starts its
+The sections that run in subprocesses (torch, first, concurrency) run before this process starts its
 JAX backend, which on a GPU holds most of the device's memory from then on.
 
 Prints a table with every ratio next to its target (PASS/FAIL) and writes JSON to
@@ -40,17 +42,17 @@ import sys
 import tempfile
 import time
 
-from bench import build_scaling, multistep, overhead, peaks
+from bench import build_scaling, concurrency, multistep, overhead, peaks
 from bench import workloads as W
 from bench.common import fmt_s, hlo_summary, interleaved
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-SECTIONS = ("torch", "steps", "first", "overhead", "build", "multistep")
+SECTIONS = ("torch", "steps", "first", "overhead", "build", "multistep", "concurrency")
 TARGETS = {
     "step": ("<=", 1.05), "first": ("<=", 1.0), "memory": ("<=", 1.2),
     "overhead": ("<=", 1.5), "exponent": ("<=", 1.1), "build10k": ("<", 2.0),
-    "multistep": (">=", 1.5),
+    "multistep": (">=", 1.5), "concurrency": ("<=", 1.1),
     "torch_f32": ("<=", 1.0), "torch_bf16": ("<=", 0.8),
 }
 # issue 14's targets against PyTorch: the large transformer's float32 step against
@@ -338,6 +340,12 @@ def table(res):
                          f"x{m['flax_ratio']:.2f}", "reference", ""))
         else:
             rows.append(("steps=K throughput (MLP b32)", "skipped", "n/a", ">= 1.5", "SKIP"))
+    c = res.get("concurrency")
+    if c:
+        for w, what in (("hessian", "un-jitted jax.hessian"), ("mlp", "jitted MLP step")):
+            add(f"{c['processes']} processes compiling at once, {what}: with/without progdesc",
+                f"{c[w]['with_s']:.2f} s / {c[w]['without_s']:.2f} s", "concurrency",
+                c[w]["ratio"], "x{:.2f}")
     head = ("measure", "progdesc / reference", "value", "target", "")
     widths = [max(len(str(r[i])) for r in rows + [head]) for i in range(5)]
     lines = [" | ".join(str(c).ljust(w) for c, w in zip(head, widths)),
@@ -436,6 +444,9 @@ def main(argv=None):
     if "first" in only:
         log("first step and peak RSS (fresh subprocess each):")
         results["first"] = run_first(names, args.first_repeats)
+    if "concurrency" in only:
+        log("plain JAX code compiled by 4 processes at once, progdesc imported or not:")
+        results["concurrency"] = concurrency.run(rounds=1 if args.quick else 3, log=log)
     import jax
     info = results["machine"] = machine()
     log(f"backend {info['backend']} ({info['device']}), jax {info['jax']}, flax {info['flax']}")

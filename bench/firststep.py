@@ -10,9 +10,10 @@ minimize), running the startup program, and the first Executor.run; for Flax it 
 module definition, `model.init` (eager, as users write it), `optax.adam(...).init`,
 `jax.jit` and the first step.
 
-Compilation cache: with `--cache DIR`, JAX's persistent compilation cache is at DIR (set
-through `progdesc.set_compilation_cache`, so with progdesc's settings; it is JAX's
-setting, so the Flax step uses it too); without it, the cache is off. Run twice with the
+Compilation cache: with `--cache DIR`, the compiled programs are kept at DIR: progdesc's
+through `progdesc.set_compilation_cache` (it serves progdesc's compiles only), Flax's
+through JAX's own setting (`jax_compilation_cache_dir`, every program written, as
+progdesc writes them); without it, the cache is off. Run twice with the
 same empty DIR, the first process compiles and writes, the second reads the executables
 back: the pair is a first and a second process. The JSON counts the cache's hits and
 misses (JAX's monitoring events) from the clock's start.
@@ -75,6 +76,9 @@ def main(argv=None):
     import lowering.registry as registry
 
     progdesc.set_compilation_cache(args.cache)
+    if args.cache and args.impl != "progdesc":
+        jax.config.update("jax_compilation_cache_dir", args.cache)
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     registry._ensure_loaded()
     jax.devices()
     jax.numpy.zeros(1).block_until_ready()  # backend up

@@ -19,7 +19,7 @@ from progdesc import amp
 from progdesc.recording import (Captured, LargeConstantWarning, RecordingWarning, capture,
                                 eager)
 
-compile_cache.configure_default()   # JAX's persistent compilation cache, on by default
+compile_cache.configure_default()   # progdesc's compiled programs kept on disk; JAX's settings untouched
 
 __version__ = "0.1.0"
 __all__ = [

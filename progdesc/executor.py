@@ -19,6 +19,7 @@ from lowering import dtypes, registry
 from lowering import progdesc_pb2 as pb
 from lowering.errors import FeedError, FetchError, ProgramError, ScopeError
 from lowering.lower import FEED_VAR, FETCH_VAR, RNG_VAR, check_precision, lower_block
+from progdesc import compile_cache
 from progdesc.framework import (Program, Variable, _user_callsite, default_main_program,
                                 dims_compatible)
 from progdesc.scope import Scope, global_scope
@@ -54,7 +55,7 @@ class _Compiled:
     def __call__(self, args, device, compiler_options=None):
         """Run the executable on flat `args`, compiling it on the first call."""
         if self.call is None:
-            with jax.enable_x64(True), _default_device(device):
+            with jax.enable_x64(True), _default_device(device), compile_cache.compiling():
                 if self.place is not None:
                     args = self.place(args)
                 compiled = self.jitted.lower(*args).compile(compiler_options or None)
@@ -323,7 +324,8 @@ class Executor:
                 if name != RNG_VAR:
                     raise ScopeError("has no value in the scope: run the startup program first "
                                      "(or load a checkpoint)", var=name)
-                state[i] = jax.random.PRNGKey(program.random_seed)
+                with compile_cache.compiling():      # compiles, once per process
+                    state[i] = jax.random.PRNGKey(program.random_seed)
         seen = set()
         for i, value in enumerate(state):   # one buffer in two donated places: donate a copy
             if id(value) in seen:

@@ -38,7 +38,7 @@ from lowering import dtypes
 from lowering.errors import (CompiledCallError, FeedError, FormatError, ProgdescError,
                              ProgramError, ScopeError)
 from lowering.lower import RNG_VAR, lower_block
-from progdesc import export_check
+from progdesc import compile_cache, export_check
 from progdesc.executor import with_feed_fetch
 from progdesc.framework import Variable
 from progdesc.prune import prune
@@ -239,6 +239,7 @@ class CompiledModel:
         self.feed_names = [s["name"] for s in header["feeds"]]
         self.fetch_names = [s["name"] for s in header["fetches"]]
         self.params = dict(params or {})
+        self._compiled = set()   # input signatures called once (compiled) already
 
     def __call__(self, *args, params=None, **named):
         if len(args) + len(named) != len(self.feed_names) or set(named) - set(self.feed_names):
@@ -252,20 +253,30 @@ class CompiledModel:
                             var=missing[0])
         arrays = [_convert(s, values[s["name"]] if s["name"] in values else params[s["name"]])
                   for s in specs]
-        inputs = ", ".join(f"{s['name']}: {a.dtype}{list(a.shape)}" for s, a in zip(specs, arrays))
+        signature = tuple((a.shape, a.dtype) for a in arrays)
         try:
-            out = self.exported.call(*arrays)
+            if signature in self._compiled:
+                out = self.exported.call(*arrays)
+            else:
+                with compile_cache.compiling():    # the first call per signature compiles
+                    out = self.exported.call(*arrays)
+                self._compiled.add(signature)
         except (ValueError, TypeError) as e:
+            inputs = _describe(specs, arrays)
             raise FeedError(f"the artifact '{self.path}' rejected the inputs ({inputs}): "
                             f"{e}") from None
         except Exception as e:  # noqa: BLE001  (XLA's JaxRuntimeError and the like)
             raise CompiledCallError(f"the artifact '{self.path}' failed when called with "
-                                    f"{inputs}: {type(e).__name__}: {e}") from e
+                                    f"{_describe(specs, arrays)}: {type(e).__name__}: {e}") from e
         try:
             return [np.asarray(o) for o in out]
         except Exception as e:  # noqa: BLE001  (errors raised asynchronously by the device)
             raise CompiledCallError(f"the artifact '{self.path}' failed when called with "
-                                    f"{inputs}: {type(e).__name__}: {e}") from e
+                                    f"{_describe(specs, arrays)}: {type(e).__name__}: {e}") from e
+
+
+def _describe(specs, arrays):
+    return ", ".join(f"{s['name']}: {a.dtype}{list(a.shape)}" for s, a in zip(specs, arrays))
 
 
 def _convert(spec, value):

@@ -73,9 +73,12 @@ def test_initialize_checks_its_arguments(args, message):
         dist.initialize(*args)
 
 
-def test_initialize_checks_its_timeout():
+def test_initialize_checks_its_timeouts():
     with pytest.raises(DistributedError, match="timeout must be a positive"):
         dist.initialize("127.0.0.1:1234", 2, 0, timeout=0)
+    for bad in (0, 2.5, True):
+        with pytest.raises(DistributedError, match="heartbeat_timeout must be a positive"):
+            dist.initialize("127.0.0.1:1234", 2, 0, heartbeat_timeout=bad)
 
 
 def test_initialize_after_jax_started_is_refused():
@@ -234,3 +237,64 @@ def test_two_processes_train_like_one(tmp_path):
         assert [sorted(k for k in half if k.startswith(name + "|")) for half in halves] == [
             [f"{name}|0:2,0:16|8,16", f"{name}|2:4,0:16|8,16"],
             [f"{name}|4:6,0:16|8,16", f"{name}|6:8,0:16|8,16"]]
+
+
+# Trains the data-parallel MLP step after step, printing each; argv: port, rank, heartbeat.
+TRAIN_ON = ["-c", textwrap.dedent("""
+    import os, sys, time
+    sys.path.insert(0, os.path.join(os.getcwd(), "tests"))
+    import numpy as np
+    import progdesc as pd
+    from progdesc import distributed as dist
+    from multihost_worker import mlp_program
+    port, rank, heartbeat = map(int, sys.argv[1:4])
+    dist.initialize(f"127.0.0.1:{port}", 2, rank, timeout=60, heartbeat_timeout=heartbeat)
+    mesh = dist.Mesh({"data": 2})
+    main, startup, loss, _ = mlp_program("dp")
+    exe, scope = pd.Executor(mesh=mesh), pd.Scope()
+    exe.run(startup, scope=scope)
+    rng, rows = np.random.default_rng(0), slice(rank * 8, rank * 8 + 8)
+    for step in range(100000):
+        x = rng.standard_normal((16, 8)).astype(np.float32)
+        y = rng.integers(0, 4, (16, 1))
+        feed = {"x": dist.global_batch(x[rows], mesh), "y": dist.global_batch(y[rows], mesh)}
+        (value,) = exe.run(main, feed=feed, fetch_list=[loss], scope=scope)
+        print("step", step, float(value), flush=True)
+        time.sleep(0.1)
+""")]
+
+
+def test_a_lost_process_ends_the_survivor_with_a_distributed_error(tmp_path):
+    """SIGKILL one of two training processes: the other raises DistributedError naming
+    it and exits with status 1 (not a signal, no abort) within the heartbeat timeout."""
+    import signal
+    import time
+    port, heartbeat = free_port(), 3
+    env = dict(os.environ, PYTHONPATH=ROOT, JAX_PLATFORMS="cpu", PYTHONUNBUFFERED="1")
+    logs = [tmp_path / f"process-{i}.log" for i in (0, 1)]
+    procs = []
+    try:
+        for i in (0, 1):
+            with open(logs[i], "a") as out:
+                procs.append(subprocess.Popen(
+                    [sys.executable, *TRAIN_ON, str(port), str(i), str(heartbeat)],
+                    env=env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT))
+        deadline = time.monotonic() + PROCESS_TIMEOUT
+        while not all("step 2 " in log.read_text() for log in logs):
+            assert time.monotonic() < deadline and all(p.poll() is None for p in procs), \
+                "\n".join(log.read_text()[-3000:] for log in logs)
+            time.sleep(0.2)
+        procs[1].send_signal(signal.SIGKILL)
+        killed = time.monotonic()
+        code = procs[0].wait(timeout=heartbeat + 30)
+        took = time.monotonic() - killed
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+    out = logs[0].read_text()
+    assert code == 1, f"exit status {code}:\n{out[-3000:]}"
+    assert "DistributedError: process 1 of the 2-process run was lost" in out, out[-3000:]
+    assert "bad_cast" not in out and "Traceback" in out
+    assert took < heartbeat + 15, took

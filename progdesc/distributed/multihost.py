@@ -31,6 +31,7 @@ from jax.experimental import multihost_utils
 
 from lowering.errors import DistributedError, FormatError
 from progdesc import io
+from progdesc.distributed import peers
 from progdesc.framework import default_main_program
 from progdesc.scope import global_scope
 
@@ -38,7 +39,8 @@ _SHARD_FILE = "shard-{:05d}-of-{:05d}.safetensors"
 _SHARD_FILE_RE = re.compile(r"shard-(\d{5})-of-(\d{5})\.safetensors")
 
 
-def initialize(coordinator, num_processes, process_id, timeout=300, local_device_ids=None):
+def initialize(coordinator, num_processes, process_id, timeout=300, local_device_ids=None,
+               heartbeat_timeout=100):
     """Join this process to a run of `num_processes` processes coordinated at `coordinator`.
 
     `coordinator` is "host:port"; process 0 serves the coordinator there and the
@@ -46,8 +48,14 @@ def initialize(coordinator, num_processes, process_id, timeout=300, local_device
     If the processes have not all joined within `timeout` seconds, raises
     DistributedError naming the coordinator (JAX alone would end the process).
     `local_device_ids` restricts this process to some of its accelerators.
+
+    A process lost later (killed, crashed, its host gone) is noticed within about
+    `heartbeat_timeout` seconds: the survivors' next step (or fetch, checkpoint, batch)
+    raises DistributedError naming the lost process, and they exit with status 1 without
+    waiting for it at exit. A survivor that does not reach such a call ends the same way
+    `heartbeat_timeout` seconds later, with the error printed.
     """
-    _check_arguments(coordinator, num_processes, process_id, timeout)
+    _check_arguments(coordinator, num_processes, process_id, timeout, heartbeat_timeout)
     if jax.distributed.is_initialized():
         raise DistributedError(f"this process already joined a run (coordinator "
                                f"{_jax_distributed.global_state.coordinator_address})")
@@ -58,10 +66,11 @@ def initialize(coordinator, num_processes, process_id, timeout=300, local_device
         raise DistributedError(_CANNOT_SERVE.format(coordinator))
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
     try:
-        with _connect_raises():
+        with _connect_raises(), _survivors_go_on():
             jax.distributed.initialize(coordinator, num_processes, process_id,
                                        local_device_ids=local_device_ids,
-                                       initialization_timeout=timeout)
+                                       initialization_timeout=timeout,
+                                       heartbeat_timeout_seconds=heartbeat_timeout)
     except RuntimeError:
         served = _jax_distributed.global_state.service is not None
         _forget_failed_join()
@@ -71,6 +80,24 @@ def initialize(coordinator, num_processes, process_id, timeout=300, local_device
             f"process {process_id} of {num_processes} could not join the run coordinated at "
             f"{coordinator} within {timeout} s: is every process started, with the same "
             "coordinator address and num_processes?") from None
+    peers.watch(_jax_distributed.global_state.client, num_processes, process_id,
+                heartbeat_timeout)
+
+
+@contextlib.contextmanager
+def _survivors_go_on():
+    """While JAX joins the run: a lost process does not make the coordinator end the others.
+
+    Without it, the coordinator tells every process of a lost one, and jaxlib then
+    ends them from its own thread (an abort: it cannot call the error callback that
+    `_connect_raises` installs). `peers` notices the loss instead.
+    """
+    before = jax.config.jax_enable_recoverability
+    jax.config.update("jax_enable_recoverability", True)
+    try:
+        yield
+    finally:
+        jax.config.update("jax_enable_recoverability", before)
 
 
 _CANNOT_SERVE = ("process 0 could not serve the coordinator at {}: is the port free, and the "
@@ -96,7 +123,7 @@ def _port_free(port):
     return False
 
 
-def _check_arguments(coordinator, num_processes, process_id, timeout):
+def _check_arguments(coordinator, num_processes, process_id, timeout, heartbeat_timeout):
     host, _, port = str(coordinator).rpartition(":")
     if not isinstance(coordinator, str) or not host or not port.isdigit():
         raise DistributedError(f"coordinator must be 'host:port', got {coordinator!r}")
@@ -105,9 +132,10 @@ def _check_arguments(coordinator, num_processes, process_id, timeout):
     if not isinstance(process_id, int) or not 0 <= process_id < num_processes:
         raise DistributedError(f"process_id must be an int in [0, {num_processes}), "
                                f"got {process_id!r}")
-    if not isinstance(timeout, int) or timeout < 1:
-        raise DistributedError(f"timeout must be a positive number of seconds (int), "
-                               f"got {timeout!r}")
+    for name, value in (("timeout", timeout), ("heartbeat_timeout", heartbeat_timeout)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise DistributedError(f"{name} must be a positive number of seconds (int), "
+                                   f"got {value!r}")
 
 
 def _fail_connect(*_):
@@ -161,7 +189,8 @@ def global_batch(local_value, mesh, axis="data"):
     result is one array of all processes' rows, to feed like any other value.
     """
     sharding = jax.sharding.NamedSharding(_jax_mesh(mesh), jax.sharding.PartitionSpec(axis))
-    with jax.enable_x64(True):   # int64 labels stay int64, as the program declares them
+    # int64 labels stay int64, as the program declares them
+    with jax.enable_x64(True), peers.raising():
         return jax.make_array_from_process_local_data(sharding, np.asarray(local_value))
 
 
@@ -173,17 +202,19 @@ def to_host(value):
     """`value` as one NumPy array, the same on every process: the parts that other
     processes hold are gathered."""
     if isinstance(value, jax.Array) and not value.is_fully_addressable:
-        if value.is_fully_replicated:
-            return np.asarray(value.addressable_data(0))
-        with jax.enable_x64(True):   # 64-bit values stay 64-bit while they are gathered
-            return multihost_utils.process_allgather(value, tiled=True)
+        with peers.raising():
+            if value.is_fully_replicated:
+                return np.asarray(value.addressable_data(0))
+            with jax.enable_x64(True):   # 64-bit values stay 64-bit while they are gathered
+                return multihost_utils.process_allgather(value, tiled=True)
     return np.asarray(value)
 
 
 def _sync(what):
     """Wait until every process gets here (a no-op in a one-process run)."""
     if jax.process_count() > 1:
-        multihost_utils.sync_global_devices(what)
+        with peers.raising():
+            multihost_utils.sync_global_devices(what)
 
 
 def save_checkpoint(path, program=None, scope=None):

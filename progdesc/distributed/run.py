@@ -34,6 +34,7 @@ from lowering.errors import FeedError, ProgramError
 from lowering.lower import RNG_VAR
 from lowering.ops.collective import varying_axes
 from progdesc.distributed.data_parallel import collective_axes
+from progdesc.distributed import peers
 from progdesc.distributed.sharding import is_split, named_sharding, replicated
 
 
@@ -99,10 +100,11 @@ def placing(call, place):
     everything placed.
     """
     def run(*args):
-        try:
-            return call(*place(args, everything=False))
-        except ValueError:
-            return call(*place(args))
+        with peers.raising():       # a lost process: DistributedError, not gloo's error
+            try:
+                return call(*place(args, everything=False))
+            except ValueError:
+                return call(*place(args))
     return run
 
 

@@ -28,6 +28,7 @@ import jax
 from lowering import registry
 from lowering.errors import FeedError, ProgramError, ScopeError
 from lowering.lower import RNG_VAR, precision_of, run_step, steps_of
+from progdesc import compile_cache
 from progdesc.scope import global_scope
 
 _KERNELS = {}
@@ -149,7 +150,7 @@ def _compile(program, index, opdef, args, rng):
         return tuple(env[n] for names in step.outputs.values() for n in names if n in env)
 
     flat = (*args, rng) if rng is not None else tuple(args)
-    with jax.enable_x64(True), _precision(program):
+    with jax.enable_x64(True), _precision(program), compile_cache.compiling():
         return jax.jit(kernel).lower(*flat).compile(), produced
 
 
@@ -157,7 +158,7 @@ def _run_unjitted(program, index, in_map, args, rng):
     """(output names, values) of an op with sub-blocks, run by `run_step` op by op."""
     step = steps_of(program.desc, 0, start=index)[0]
     env = dict(zip([n for s in step.opdef.inputs for n in in_map.get(s.name, ())], args))
-    with jax.enable_x64(True), _precision(program):
+    with jax.enable_x64(True), _precision(program), compile_cache.compiling():
         run_step(step, env, rng, program.desc)
     names = [n for names in step.outputs.values() for n in names if n in env]
     return names, [env[n] for n in names]
