@@ -5,9 +5,11 @@ few dozen cases of) for --cases in all, split evenly between the targets (one
 whose cases are few, `finite`, runs them all and leaves the rest to the others),
 in --jobs worker processes. Each case runs under a time limit (--timeout): a
 worker that overruns it is killed and restarted, and its case counts as a
-hang; a worker that dies counts its case as a crash. At the end it prints, per
-target, the inputs tried and their outcomes, then every finding (anything but
-a clean load or a typed refusal) with the case that reproduces it
+hang; a worker that dies (a signal: SIGABRT from XLA, SIGSEGV, SIGKILL from the
+out-of-memory killer) counts its case as a crash, and a fresh worker goes on
+with the rest. At the end it prints, per target, the inputs tried and their
+outcomes, then every finding (anything but a clean load or a typed refusal)
+with the job's seed and the case that reproduces it
 (`fuzz_targets.run_case(targets()[name], case)`), and exits 1 if there was one.
 """
 import argparse
@@ -15,6 +17,7 @@ import collections
 import multiprocessing
 import multiprocessing.connection
 import os
+import signal
 import sys
 import time
 
@@ -30,14 +33,15 @@ CHUNK = 1000            # cases per hypothesis run inside a worker (and for a fi
 STARTUP_TIMEOUT = 900   # seconds for a worker to import JAX and build the valid inputs
 
 
-def _worker(conn):
+def _worker(conn, selftest=False):
     """Run the jobs (target name, seed, count, cases to skip) sent on `conn`; report each case."""
     import tempfile
 
     from hypothesis import HealthCheck, Phase, given, seed, settings
 
-    targets = fuzz_targets.targets()
-    fuzz_targets.seeds()
+    targets = fuzz_targets.targets(selftest)
+    if not selftest:        # built here, its time counts against the startup limit
+        fuzz_targets.seeds()
     conn.send(("ready",))
     with tempfile.TemporaryDirectory(prefix="progdesc-fuzz-") as base:
         for name, job_seed, count, skip in iter(conn.recv, None):
@@ -60,9 +64,9 @@ def _worker(conn):
 class Worker:
     """One worker process and the job and case it is on."""
 
-    def __init__(self, context):
+    def __init__(self, context, selftest=False):
         self.conn, child = context.Pipe()
-        self.process = context.Process(target=_worker, args=(child,), daemon=True)
+        self.process = context.Process(target=_worker, args=(child, selftest), daemon=True)
         self.process.start()
         child.close()
         self.since = time.monotonic()
@@ -80,10 +84,20 @@ class Worker:
         self.process.join()
 
 
+def _death(exitcode):
+    """How a worker process ended: 'killed by SIGABRT', or its exit status."""
+    if exitcode is not None and exitcode < 0:
+        try:
+            return f"worker killed by {signal.Signals(-exitcode).name}"
+        except ValueError:
+            return f"worker killed by signal {-exitcode}"
+    return f"worker exited with status {exitcode}"
+
+
 class Soak:
     """The job queue, the workers and the tallies."""
 
-    def __init__(self, targets, cases, jobs, timeout, base_seed):
+    def __init__(self, targets, cases, jobs, timeout, base_seed, selftest=False):
         names = list(targets)
         self.finite = {n for n in names if targets[n].finite}   # all their cases fit one chunk
         per_target, extra = divmod(max(0, cases - CHUNK * len(self.finite)),
@@ -100,7 +114,8 @@ class Soak:
         self.findings = []
         self.timeout = timeout
         self.context = multiprocessing.get_context("spawn")
-        self.workers = [Worker(self.context) for _ in range(jobs)]
+        self.selftest = selftest
+        self.workers = [Worker(self.context, selftest) for _ in range(jobs)]
 
     def run(self, report_every):
         last_report = time.monotonic()
@@ -130,7 +145,7 @@ class Soak:
             message = w.conn.recv()
         except (EOFError, OSError):
             w.process.join(5)
-            return self._replace(w, "crash", f"worker exited with {w.process.exitcode}")
+            return self._replace(w, "crash", _death(w.process.exitcode))
         kind = message[0]
         if kind == "ready":
             w.ready = True
@@ -138,7 +153,7 @@ class Soak:
             w.case, w.since = message[1], time.monotonic()
         elif kind == "done":
             outcome, detail = message[1], message[2]
-            self._count(w.job[0], outcome, detail, w.case)
+            self._count(w.job[0], outcome, detail, w.case, w.job[2])
             w.job[1] -= 1
             w.case = None
         elif kind == "finished":
@@ -149,6 +164,8 @@ class Soak:
     def _spread(self, cases, done):
         """Share `cases` left by target `done` (it ran out of distinct cases) among the others."""
         others = [n for n in self.counts if n != done and n not in self.finite]
+        if not others:
+            return
         for i, name in enumerate(others):
             share = cases // len(others) + (i < cases % len(others))
             if share:
@@ -166,18 +183,18 @@ class Soak:
         if w.job is None or not w.ready:
             raise RuntimeError(f"a fuzz worker failed outside a case: {detail}")
         if w.case is not None:
-            self._count(w.job[0], outcome, detail, w.case)
+            self._count(w.job[0], outcome, detail, w.case, w.job[2])
             self.fatal[w.job[0]].add(w.case)
             w.job[1] -= 1
         if w.job[1] > 0:             # the rest, from another seed
             self.queue.appendleft([w.job[0], w.job[1], next(self.seeds)])
         w.stop()
-        self.workers[self.workers.index(w)] = Worker(self.context)
+        self.workers[self.workers.index(w)] = Worker(self.context, self.selftest)
 
-    def _count(self, name, outcome, detail, case):
+    def _count(self, name, outcome, detail, case, job_seed=None):
         self.counts[name][outcome] += 1
         if outcome not in ("loaded", "refused"):
-            self.findings.append((name, outcome, detail, case))
+            self.findings.append((name, outcome, detail, case, job_seed))
 
     def summary(self, seconds):
         width = max(len(n) for n in self.counts) + 2
@@ -189,8 +206,9 @@ class Soak:
         lines.append(self._row("all", total, width))
         lines.append(f"{sum(total.values())} cases in {seconds:.0f} s; "
                      f"{len(self.findings)} finding(s)")
-        for name, outcome, detail, case in self.findings:
-            lines.append(f"  {name}: {outcome}: {detail[:300]}\n    case: {case[:2000]}")
+        for name, outcome, detail, case, job_seed in self.findings:
+            lines.append(f"  {name}: {outcome}: {detail[:300]}\n"
+                         f"    seed {job_seed}, case: {case[:2000]}")
         return "\n".join(lines)
 
     @staticmethod
