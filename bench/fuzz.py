@@ -46,6 +46,12 @@ def _worker(conn, selftest=False):
     with tempfile.TemporaryDirectory(prefix="progdesc-fuzz-") as base:
         for name, job_seed, count, skip in iter(conn.recv, None):
             target, skip = targets[name], set(skip)
+            if isinstance(job_seed, list):      # given cases, in order
+                for case in job_seed:
+                    conn.send(("start", repr(case)))
+                    conn.send(("done",) + fuzz_targets.run_case(target, case, base))
+                conn.send(("finished",))
+                continue
 
             @settings(max_examples=count, deadline=None, database=None,
                       phases=[Phase.generate], suppress_health_check=list(HealthCheck))
@@ -97,7 +103,8 @@ def _death(exitcode):
 class Soak:
     """The job queue, the workers and the tallies."""
 
-    def __init__(self, targets, cases, jobs, timeout, base_seed, selftest=False):
+    def __init__(self, targets, cases, jobs, timeout, base_seed, selftest=False, given=None):
+        """`given`: {target name: [case, ...]} to run as they are, besides the `cases`."""
         names = list(targets)
         self.finite = {n for n in names if targets[n].finite}   # all their cases fit one chunk
         per_target, extra = divmod(max(0, cases - CHUNK * len(self.finite)),
@@ -105,10 +112,12 @@ class Soak:
         self.queue = collections.deque()
         self.seeds = iter(range(base_seed * 1_000_003, sys.maxsize))   # seed per job: reproducible
         for i, name in enumerate(names):
-            left = CHUNK if name in self.finite else per_target + (i < extra)
+            left = 0 if cases <= 0 else CHUNK if name in self.finite else per_target + (i < extra)
             while left > 0:
                 self.queue.append([name, min(CHUNK, left), next(self.seeds)])
                 left -= CHUNK
+        for name, listed in (given or {}).items():
+            self.queue.append([name, len(listed), list(listed)])
         self.counts = {name: collections.Counter() for name in names}
         self.fatal = {name: set() for name in names}     # cases that hung or crashed a worker
         self.findings = []
@@ -154,12 +163,19 @@ class Soak:
         elif kind == "done":
             outcome, detail = message[1], message[2]
             self._count(w.job[0], outcome, detail, w.case, w.job[2])
-            w.job[1] -= 1
+            self._advance(w.job)
             w.case = None
         elif kind == "finished":
-            name, left, _ = w.job
+            name, left, job_seed = w.job
             w.job = None
-            self._spread(left, name)
+            if not isinstance(job_seed, list):
+                self._spread(left, name)
+
+    @staticmethod
+    def _advance(job):
+        job[1] -= 1
+        if isinstance(job[2], list):
+            job[2] = job[2][1:]
 
     def _spread(self, cases, done):
         """Share `cases` left by target `done` (it ran out of distinct cases) among the others."""
@@ -185,13 +201,15 @@ class Soak:
         if w.case is not None:
             self._count(w.job[0], outcome, detail, w.case, w.job[2])
             self.fatal[w.job[0]].add(w.case)
-            w.job[1] -= 1
-        if w.job[1] > 0:             # the rest, from another seed
-            self.queue.appendleft([w.job[0], w.job[1], next(self.seeds)])
+            self._advance(w.job)
+        if w.job[1] > 0:             # the rest, from another seed (or the given cases left)
+            rest = w.job[2] if isinstance(w.job[2], list) else next(self.seeds)
+            self.queue.appendleft([w.job[0], w.job[1], rest])
         w.stop()
         self.workers[self.workers.index(w)] = Worker(self.context, self.selftest)
 
     def _count(self, name, outcome, detail, case, job_seed=None):
+        job_seed = "given" if isinstance(job_seed, list) else job_seed
         self.counts[name][outcome] += 1
         if outcome not in ("loaded", "refused"):
             self.findings.append((name, outcome, detail, case, job_seed))
