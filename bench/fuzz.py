@@ -33,14 +33,14 @@ CHUNK = 1000            # cases per hypothesis run inside a worker (and for a fi
 STARTUP_TIMEOUT = 900   # seconds for a worker to import JAX and build the valid inputs
 
 
-def _worker(conn, selftest=False):
+def _worker(conn, selftest=False, prebuild=True):
     """Run the jobs (target name, seed, count, cases to skip) sent on `conn`; report each case."""
     import tempfile
 
     from hypothesis import HealthCheck, Phase, given, seed, settings
 
     targets = fuzz_targets.targets(selftest)
-    if not selftest:        # built here, its time counts against the startup limit
+    if prebuild:                # built here, its time counts against the startup limit
         fuzz_targets.seeds()
     conn.send(("ready",))
     with tempfile.TemporaryDirectory(prefix="progdesc-fuzz-") as base:
@@ -70,9 +70,10 @@ def _worker(conn, selftest=False):
 class Worker:
     """One worker process and the job and case it is on."""
 
-    def __init__(self, context, selftest=False):
+    def __init__(self, context, selftest=False, prebuild=True):
         self.conn, child = context.Pipe()
-        self.process = context.Process(target=_worker, args=(child, selftest), daemon=True)
+        self.process = context.Process(target=_worker, args=(child, selftest, prebuild),
+                                       daemon=True)
         self.process.start()
         child.close()
         self.since = time.monotonic()
@@ -124,7 +125,8 @@ class Soak:
         self.timeout = timeout
         self.context = multiprocessing.get_context("spawn")
         self.selftest = selftest
-        self.workers = [Worker(self.context, selftest) for _ in range(jobs)]
+        self.prebuild = set(names) != {"selftest"}      # the harness's own cases need no seeds
+        self.workers = [Worker(self.context, selftest, self.prebuild) for _ in range(jobs)]
 
     def run(self, report_every):
         last_report = time.monotonic()
@@ -206,7 +208,7 @@ class Soak:
             rest = w.job[2] if isinstance(w.job[2], list) else next(self.seeds)
             self.queue.appendleft([w.job[0], w.job[1], rest])
         w.stop()
-        self.workers[self.workers.index(w)] = Worker(self.context, self.selftest)
+        self.workers[self.workers.index(w)] = Worker(self.context, self.selftest, self.prebuild)
 
     def _count(self, name, outcome, detail, case, job_seed=None):
         job_seed = "given" if isinstance(job_seed, list) else job_seed

@@ -165,9 +165,11 @@ class Trial:
 
 
 class Target:
-    """A loader and the inputs it is fuzzed with (`finite`: few enough cases to try them all)."""
+    """A loader and the inputs it is fuzzed with (`finite`: few enough cases to try them all;
+    `isolated`: a case may end the process, so run it only in a worker process)."""
     name = ""
     finite = False
+    isolated = False
 
     def strategy(self):
         """Hypothesis strategy of this target's cases."""
