@@ -105,8 +105,10 @@ class Soak:
     """The job queue, the workers and the tallies."""
 
     def __init__(self, targets, cases, jobs, timeout, base_seed, selftest=False, given=None):
-        """`given`: {target name: [case, ...]} to run as they are, besides the `cases`."""
+        """`given`: {target name: [case, ...]} to run as they are, besides the `cases` (split
+        between `targets`; a target only in `given` gets none)."""
         names = list(targets)
+        self.targets = list(targets)
         self.finite = {n for n in names if targets[n].finite}   # all their cases fit one chunk
         per_target, extra = divmod(max(0, cases - CHUNK * len(self.finite)),
                                    max(1, len(names) - len(self.finite)))
@@ -119,6 +121,7 @@ class Soak:
                 left -= CHUNK
         for name, listed in (given or {}).items():
             self.queue.append([name, len(listed), list(listed)])
+        names += [name for name in given or {} if name not in names]
         self.counts = {name: collections.Counter() for name in names}
         self.fatal = {name: set() for name in names}     # cases that hung or crashed a worker
         self.findings = []
@@ -181,7 +184,7 @@ class Soak:
 
     def _spread(self, cases, done):
         """Share `cases` left by target `done` (it ran out of distinct cases) among the others."""
-        others = [n for n in self.counts if n != done and n not in self.finite]
+        others = [n for n in self.targets if n != done and n not in self.finite]
         if not others:
             return
         for i, name in enumerate(others):
