@@ -42,6 +42,7 @@ from hypothesis import strategies as st
 
 import fuzz_targets as ft
 import progdesc as pd
+from lowering import dtypes
 from lowering import progdesc_pb2 as pb
 from lowering.errors import ProgdescError
 from progdesc import export, io, layers
@@ -393,18 +394,20 @@ def _edit_header(header, edit):
 
 def _bounded(shape):
     """A call shape of at most 64 elements per dim for the manifest's `shape`."""
-    return tuple(2 if isinstance(d, str) else max(0, min(int(d), 64)) for d in shape)
+    return tuple(max(0, min(d, 64)) if isinstance(d, int) else 2 for d in shape)
+
+
+def _numpy_dtype(name):
+    """The NumPy dtype of a manifest's dtype name (bfloat16 included), or None."""
+    try:
+        return np.dtype(dtypes.to_numpy(name))
+    except (ProgdescError, TypeError, ValueError, KeyError):
+        return None
 
 
 def _call_inputs(specs):
-    arrays = []
-    for spec in specs:
-        try:
-            dtype = np.dtype(spec["dtype"])
-        except TypeError:
-            dtype = np.float32
-        arrays.append(np.ones(_bounded(spec["shape"]), dtype))
-    return arrays
+    return [np.ones(_bounded(spec["shape"]), _numpy_dtype(spec["dtype"]) or np.float32)
+            for spec in specs]
 
 
 class CompiledResignedTarget(DeepTarget):
@@ -439,7 +442,7 @@ class CompiledResignedTarget(DeepTarget):
             out = model(*arrays[:n], params={s["name"]: a for s, a in zip(specs[n:], arrays[n:])})
             fetches = model.header["fetches"]
             if len(out) != len(fetches) or any(
-                    np.dtype(o.dtype) != np.dtype(s["dtype"]) for o, s in zip(out, fetches)):
+                    np.dtype(o.dtype) != _numpy_dtype(s["dtype"]) for o, s in zip(out, fetches)):
                 return "its results disagree with the manifest's fetches"
             return None
         return ft.Trial(lambda: export.load_compiled(path), lambda model: None, None, use)
