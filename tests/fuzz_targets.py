@@ -14,8 +14,11 @@ model directory's layout) and the loader it runs on the mutated input.
 
 Programs carry no checksum, so a mutated program that still validates counts
 as ``loaded`` if it can be used: printed, cloned, saved and loaded again.
-Hangs are the runner's business (bench/fuzz.py runs each case in a worker
-process under a time limit).
+A trial may also `use` what loaded (run a program, call a `.pdx`): a typed
+error there is a refusal, anything else a finding. Hangs and crashes are the
+runner's business (bench/fuzz.py runs each case in a worker process under a
+time limit). The targets that go past the integrity checks, and may crash the
+process (`Target.isolated`), are in tests/fuzz_deep.py.
 """
 import dataclasses
 import functools

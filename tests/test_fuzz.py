@@ -111,7 +111,7 @@ def deep_soak():
     """One run of a few seeded cases of every deeper target, the known cases, and cases of
     the harness's own that end as each outcome (an abort among them)."""
     return _soak(ISOLATED, DEEP_CASES_PER_TARGET * len(ISOLATED),
-                 {**_given(FAST_KNOWN), "selftest": SELFTEST}, selftest=True)
+                 {**_given(FAST_KNOWN), "selftest": SELFTEST}, timeout=30.0, selftest=True)
 
 
 def _findings(soak, name, case=None):
