@@ -5,9 +5,11 @@ few dozen cases of) for --cases in all, split evenly between the targets (one
 whose cases are few, `finite`, runs them all and leaves the rest to the others),
 in --jobs worker processes. Each case runs under a time limit (--timeout): a
 worker that overruns it is killed and restarted, and its case counts as a
-hang; a worker that dies counts its case as a crash. At the end it prints, per
-target, the inputs tried and their outcomes, then every finding (anything but
-a clean load or a typed refusal) with the case that reproduces it
+hang; a worker that dies (a signal: SIGABRT from XLA, SIGSEGV, SIGKILL from the
+out-of-memory killer) counts its case as a crash, and a fresh worker goes on
+with the rest. At the end it prints, per target, the inputs tried and their
+outcomes, then every finding (anything but a clean load or a typed refusal)
+with the job's seed and the case that reproduces it
 (`fuzz_targets.run_case(targets()[name], case)`), and exits 1 if there was one.
 """
 import argparse
@@ -15,6 +17,7 @@ import collections
 import multiprocessing
 import multiprocessing.connection
 import os
+import signal
 import sys
 import time
 
@@ -30,18 +33,25 @@ CHUNK = 1000            # cases per hypothesis run inside a worker (and for a fi
 STARTUP_TIMEOUT = 900   # seconds for a worker to import JAX and build the valid inputs
 
 
-def _worker(conn):
+def _worker(conn, selftest=False, prebuild=True):
     """Run the jobs (target name, seed, count, cases to skip) sent on `conn`; report each case."""
     import tempfile
 
     from hypothesis import HealthCheck, Phase, given, seed, settings
 
-    targets = fuzz_targets.targets()
-    fuzz_targets.seeds()
+    targets = fuzz_targets.targets(selftest)
+    if prebuild:                # built here, its time counts against the startup limit
+        fuzz_targets.seeds()
     conn.send(("ready",))
     with tempfile.TemporaryDirectory(prefix="progdesc-fuzz-") as base:
         for name, job_seed, count, skip in iter(conn.recv, None):
             target, skip = targets[name], set(skip)
+            if isinstance(job_seed, list):      # given cases, in order
+                for case in job_seed:
+                    conn.send(("start", repr(case)))
+                    conn.send(("done",) + fuzz_targets.run_case(target, case, base))
+                conn.send(("finished",))
+                continue
 
             @settings(max_examples=count, deadline=None, database=None,
                       phases=[Phase.generate], suppress_health_check=list(HealthCheck))
@@ -60,9 +70,10 @@ def _worker(conn):
 class Worker:
     """One worker process and the job and case it is on."""
 
-    def __init__(self, context):
+    def __init__(self, context, selftest=False, prebuild=True):
         self.conn, child = context.Pipe()
-        self.process = context.Process(target=_worker, args=(child,), daemon=True)
+        self.process = context.Process(target=_worker, args=(child, selftest, prebuild),
+                                       daemon=True)
         self.process.start()
         child.close()
         self.since = time.monotonic()
@@ -80,27 +91,45 @@ class Worker:
         self.process.join()
 
 
+def _death(exitcode):
+    """How a worker process ended: 'killed by SIGABRT', or its exit status."""
+    if exitcode is not None and exitcode < 0:
+        try:
+            return f"worker killed by {signal.Signals(-exitcode).name}"
+        except ValueError:
+            return f"worker killed by signal {-exitcode}"
+    return f"worker exited with status {exitcode}"
+
+
 class Soak:
     """The job queue, the workers and the tallies."""
 
-    def __init__(self, targets, cases, jobs, timeout, base_seed):
+    def __init__(self, targets, cases, jobs, timeout, base_seed, selftest=False, given=None):
+        """`given`: {target name: [case, ...]} to run as they are, besides the `cases` (split
+        between `targets`; a target only in `given` gets none)."""
         names = list(targets)
+        self.targets = list(targets)
         self.finite = {n for n in names if targets[n].finite}   # all their cases fit one chunk
         per_target, extra = divmod(max(0, cases - CHUNK * len(self.finite)),
                                    max(1, len(names) - len(self.finite)))
         self.queue = collections.deque()
         self.seeds = iter(range(base_seed * 1_000_003, sys.maxsize))   # seed per job: reproducible
         for i, name in enumerate(names):
-            left = CHUNK if name in self.finite else per_target + (i < extra)
+            left = 0 if cases <= 0 else CHUNK if name in self.finite else per_target + (i < extra)
             while left > 0:
                 self.queue.append([name, min(CHUNK, left), next(self.seeds)])
                 left -= CHUNK
+        for name, listed in (given or {}).items():
+            self.queue.append([name, len(listed), list(listed)])
+        names += [name for name in given or {} if name not in names]
         self.counts = {name: collections.Counter() for name in names}
         self.fatal = {name: set() for name in names}     # cases that hung or crashed a worker
         self.findings = []
         self.timeout = timeout
         self.context = multiprocessing.get_context("spawn")
-        self.workers = [Worker(self.context) for _ in range(jobs)]
+        self.selftest = selftest
+        self.prebuild = set(names) != {"selftest"}      # the harness's own cases need no seeds
+        self.workers = [Worker(self.context, selftest, self.prebuild) for _ in range(jobs)]
 
     def run(self, report_every):
         last_report = time.monotonic()
@@ -130,7 +159,7 @@ class Soak:
             message = w.conn.recv()
         except (EOFError, OSError):
             w.process.join(5)
-            return self._replace(w, "crash", f"worker exited with {w.process.exitcode}")
+            return self._replace(w, "crash", _death(w.process.exitcode))
         kind = message[0]
         if kind == "ready":
             w.ready = True
@@ -138,17 +167,26 @@ class Soak:
             w.case, w.since = message[1], time.monotonic()
         elif kind == "done":
             outcome, detail = message[1], message[2]
-            self._count(w.job[0], outcome, detail, w.case)
-            w.job[1] -= 1
+            self._count(w.job[0], outcome, detail, w.case, w.job[2])
+            self._advance(w.job)
             w.case = None
         elif kind == "finished":
-            name, left, _ = w.job
+            name, left, job_seed = w.job
             w.job = None
-            self._spread(left, name)
+            if not isinstance(job_seed, list):
+                self._spread(left, name)
+
+    @staticmethod
+    def _advance(job):
+        job[1] -= 1
+        if isinstance(job[2], list):
+            job[2] = job[2][1:]
 
     def _spread(self, cases, done):
         """Share `cases` left by target `done` (it ran out of distinct cases) among the others."""
-        others = [n for n in self.counts if n != done and n not in self.finite]
+        others = [n for n in self.targets if n != done and n not in self.finite]
+        if not others:
+            return
         for i, name in enumerate(others):
             share = cases // len(others) + (i < cases % len(others))
             if share:
@@ -166,18 +204,20 @@ class Soak:
         if w.job is None or not w.ready:
             raise RuntimeError(f"a fuzz worker failed outside a case: {detail}")
         if w.case is not None:
-            self._count(w.job[0], outcome, detail, w.case)
+            self._count(w.job[0], outcome, detail, w.case, w.job[2])
             self.fatal[w.job[0]].add(w.case)
-            w.job[1] -= 1
-        if w.job[1] > 0:             # the rest, from another seed
-            self.queue.appendleft([w.job[0], w.job[1], next(self.seeds)])
+            self._advance(w.job)
+        if w.job[1] > 0:             # the rest, from another seed (or the given cases left)
+            rest = w.job[2] if isinstance(w.job[2], list) else next(self.seeds)
+            self.queue.appendleft([w.job[0], w.job[1], rest])
         w.stop()
-        self.workers[self.workers.index(w)] = Worker(self.context)
+        self.workers[self.workers.index(w)] = Worker(self.context, self.selftest, self.prebuild)
 
-    def _count(self, name, outcome, detail, case):
+    def _count(self, name, outcome, detail, case, job_seed=None):
+        job_seed = "given" if isinstance(job_seed, list) else job_seed
         self.counts[name][outcome] += 1
         if outcome not in ("loaded", "refused"):
-            self.findings.append((name, outcome, detail, case))
+            self.findings.append((name, outcome, detail, case, job_seed))
 
     def summary(self, seconds):
         width = max(len(n) for n in self.counts) + 2
@@ -189,8 +229,9 @@ class Soak:
         lines.append(self._row("all", total, width))
         lines.append(f"{sum(total.values())} cases in {seconds:.0f} s; "
                      f"{len(self.findings)} finding(s)")
-        for name, outcome, detail, case in self.findings:
-            lines.append(f"  {name}: {outcome}: {detail[:300]}\n    case: {case[:2000]}")
+        for name, outcome, detail, case, job_seed in self.findings:
+            lines.append(f"  {name}: {outcome}: {detail[:300]}\n"
+                         f"    seed {job_seed}, case: {case[:2000]}")
         return "\n".join(lines)
 
     @staticmethod

@@ -14,8 +14,11 @@ model directory's layout) and the loader it runs on the mutated input.
 
 Programs carry no checksum, so a mutated program that still validates counts
 as ``loaded`` if it can be used: printed, cloned, saved and loaded again.
-Hangs are the runner's business (bench/fuzz.py runs each case in a worker
-process under a time limit).
+A trial may also `use` what loaded (run a program, call a `.pdx`): a typed
+error there is a refusal, anything else a finding. Hangs and crashes are the
+runner's business (bench/fuzz.py runs each case in a worker process under a
+time limit). The targets that go past the integrity checks, and may crash the
+process (`Target.isolated`), are in tests/fuzz_deep.py.
 """
 import dataclasses
 import functools
@@ -91,6 +94,7 @@ class Seeds:
     compiled: bytes
     compiled_header: dict      # without its header_sha256 (a renamed key loses nothing)
     compiled_payload: bytes
+    startup_bytes: bytes       # the startup program of `program`
 
 
 @functools.cache
@@ -120,7 +124,7 @@ def seeds():
                  io.checkpoint_from_bytes(checkpoint), files, pruned.to_bytes(),
                  io.checkpoint_from_bytes(files[io.MODEL_PARAMS]), (["x"], [out.name]),
                  compiled, {k: v for k, v in header.items() if k != "header_sha256"},
-                 export.read_compiled(compiled)[1])
+                 export.read_compiled(compiled)[1], startup.to_bytes())
 
 
 def _stale_scope(values):
@@ -151,16 +155,24 @@ def _scope_values(scope):
 
 @dataclasses.dataclass
 class Trial:
-    """One prepared case: `load()` runs the loader; `check(result)` says what loaded wrong."""
+    """One prepared case: `load()` runs the loader; `check(result)` says what loaded wrong.
+
+    `use(result)`, if given, then runs what was loaded (a program on fed inputs,
+    a compiled model called): a typed error there is a refusal if it left the
+    Scope as the load left it.
+    """
     load: object
     check: object
     scope: object = None
+    use: object = None
 
 
 class Target:
-    """A loader and the inputs it is fuzzed with (`finite`: few enough cases to try them all)."""
+    """A loader and the inputs it is fuzzed with (`finite`: few enough cases to try them all;
+    `isolated`: a case may end the process, so run it only in a worker process)."""
     name = ""
     finite = False
+    isolated = False
 
     def strategy(self):
         """Hypothesis strategy of this target's cases."""
@@ -169,6 +181,10 @@ class Target:
     def prepare(self, case, work):
         """Write the case's input under the directory `work`; returns a Trial."""
         raise NotImplementedError
+
+    def run(self, case, work):
+        """(outcome, detail) of `case`, run in the empty directory `work`."""
+        return _run_trial(self.prepare(case, work), work)
 
 
 class BytesTarget(Target):
@@ -469,8 +485,9 @@ def _usable_text(program):
     return _usable(program)
 
 
-def targets():
-    """Every fuzz target, by name."""
+def targets(selftest=False):
+    """Every fuzz target, by name (`selftest`: also the harness's own, see fuzz_deep)."""
+    import fuzz_deep
     s = seeds
     found = [
         BytesTarget("load_program", lambda: s().program_bytes,
@@ -490,7 +507,7 @@ def targets():
                     lambda path, _: export.load_compiled(path), _compiled_check, "m.pdx"),
         BytesTarget("read_compiled", lambda: s().compiled,
                     lambda data, _: export.read_compiled(data), _compiled_check),
-    ]
+    ] + fuzz_deep.targets(selftest)
     return {t.name: t for t in found}
 
 
@@ -517,30 +534,52 @@ def run_case(target, case, base=None):
     """(outcome, detail) of one case of `target`; see the module docstring for the outcomes."""
     work = tempfile.mkdtemp(prefix="case-", dir=base)
     try:
-        trial = target.prepare(case, work)
-        files = _files(work)
-        # Scope values are immutable jax arrays: the same objects after a refusal mean the
-        # same values, so the snapshot holds the objects.
-        held = {} if trial.scope is None else {n: trial.scope.get(n)
-                                               for n in trial.scope.local_var_names()}
-        try:
-            result = trial.load()
-        except ProgdescError as e:
-            if _files(work) != files:
-                return "changed", f"a file changed; refused with {type(e).__name__}: {e}"
-            if trial.scope is not None and (
-                    sorted(trial.scope.local_var_names()) != sorted(held)
-                    or any(trial.scope.get(n) is not v for n, v in held.items())):
-                return "changed", f"the Scope changed; refused with {type(e).__name__}: {e}"
-            return "refused", f"{type(e).__name__}: {e}"
-        except Exception as e:  # noqa: BLE001  (the finding this harness exists for)
-            return "error", f"{type(e).__name__}: {e}"
-        if _files(work) != files:
-            return "changed", "a file changed on a successful load"
-        try:
-            wrong = trial.check(result)
-        except Exception as e:  # noqa: BLE001
-            return "error", f"after loading: {type(e).__name__}: {e}"
-        return ("undetected", f"loaded, but the {wrong} differs") if wrong else ("loaded", "")
+        return target.run(case, work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _held(scope):
+    # Scope values are immutable jax arrays: the same objects after a refusal mean the
+    # same values, so the snapshot holds the objects.
+    return {} if scope is None else {n: scope.get(n) for n in scope.local_var_names()
+                                     if n in scope}
+
+
+def _refusal(err, trial, work, files, held):
+    """The outcome of a typed error `err`: refused, or changed if a file or the Scope moved."""
+    if _files(work) != files:
+        return "changed", f"a file changed; refused with {type(err).__name__}: {err}"
+    if trial.scope is not None and (
+            sorted(n for n in trial.scope.local_var_names() if n in trial.scope) != sorted(held)
+            or any(trial.scope.get(n) is not v for n, v in held.items())):
+        return "changed", f"the Scope changed; refused with {type(err).__name__}: {err}"
+    return "refused", f"{type(err).__name__}: {err}"
+
+
+def _run_trial(trial, work):
+    files, held = _files(work), _held(trial.scope)
+    try:
+        result = trial.load()
+    except ProgdescError as e:
+        return _refusal(e, trial, work, files, held)
+    except Exception as e:  # noqa: BLE001  (the finding this harness exists for)
+        return "error", f"{type(e).__name__}: {e}"
+    if _files(work) != files:
+        return "changed", "a file changed on a successful load"
+    try:
+        wrong = trial.check(result)
+    except Exception as e:  # noqa: BLE001
+        return "error", f"after loading: {type(e).__name__}: {e}"
+    if wrong:
+        return "undetected", f"loaded, but the {wrong} differs"
+    if trial.use is None:
+        return "loaded", ""
+    files, held = _files(work), _held(trial.scope)
+    try:
+        wrong = trial.use(result)
+    except ProgdescError as e:
+        return _refusal(e, trial, work, files, held)
+    except Exception as e:  # noqa: BLE001
+        return "error", f"running what loaded: {type(e).__name__}: {e}"
+    return ("undetected", f"loaded and ran, but {wrong}") if wrong else ("loaded", "")
