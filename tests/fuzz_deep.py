@@ -32,7 +32,6 @@ import hashlib
 import json
 import os
 import signal
-import struct
 import threading
 import time
 import zlib
@@ -345,22 +344,7 @@ class ModelResignedTarget(DeepTarget):
 
 # --- .pdx files re-signed, loaded and called ---
 
-_PREFIX = struct.Struct("<8sII")
-
-
-def _pack_compiled(header, payload):
-    """A .pdx of `header` and `payload` with both digests recomputed.
-
-    TODO(branch pdx): use `progdesc.export.pack_compiled` once that branch is merged.
-    """
-    header = {k: v for k, v in header.items() if k != "header_sha256"}
-    header["payload_sha256"] = hashlib.sha256(payload).hexdigest()
-    header["header_sha256"] = io.json_digest(header)
-    head = json.dumps(header).encode("utf-8")
-    return _PREFIX.pack(b"PDEXPORT", 1, len(head)) + head + bytes(payload)
-
-
-pack_compiled = getattr(export, "pack_compiled", _pack_compiled)
+pack_compiled = export.pack_compiled
 
 _HEADER_EDITS = st.one_of(
     st.tuples(st.sampled_from(["feeds", "fetches", "params"]), st.integers(0, 9),
