@@ -29,8 +29,8 @@ class Range:
             low = self.lo is not None and (v <= self.lo if self.open_lo else v < self.lo)
             high = self.hi is not None and (v >= self.hi if self.open_hi else v > self.hi)
             if low or high:
-                each = "each element " if isinstance(value, tuple) else ""
-                return f"{each}must be {self}"
+                return (f"must hold elements {self}" if isinstance(value, tuple)
+                        else f"must be {self}")
         return None
 
     def __str__(self):

@@ -190,9 +190,9 @@ def test_mesh_and_executor_arguments():
         Mesh({"data": 1024})
     with pytest.raises(ValueError, match="positive int size"):
         Mesh({"data": 0})
-    with pytest.raises(ValueError, match="a device or a mesh, not both"):
+    with pytest.raises(pd.DistributedError, match="a device or a mesh, not both"):
         pd.Executor(device="cpu", mesh=mesh)
-    with pytest.raises(ValueError, match="check_numerics runs op by op on one device"):
+    with pytest.raises(pd.DistributedError, match="check_numerics runs op by op on one device"):
         pd.Executor(mesh=mesh, check_numerics=True)
 
 
