@@ -178,7 +178,8 @@ def test_c_allreduce_max_has_no_gradient():
 def test_c_allreduce_refuses_an_unknown_reduction():
     main = pd.Program()
     x = main.global_block().create_var("x", [3])
-    with pytest.raises(pd.ProgramError, match="reduce_type must be one of sum, mean, max, min"):
+    with pytest.raises(pd.AttributeValueError,
+                       match="reduce_type='prod' must be one of 'sum', 'mean', 'max', 'min'"):
         main.global_block().append_op("c_allreduce", {"X": x}, attrs={"reduce_type": "prod"})
 
 
