@@ -49,7 +49,9 @@ def infer(opdef, inputs, attrs, program_desc=None, block_idx=0):
     """
     if opdef.has_blocks and opdef.infer is not None:
         try:
-            return check_sizes(opdef, opdef.infer(inputs, attrs, program_desc, block_idx))
+            result = opdef.infer(inputs, attrs, program_desc, block_idx)
+            limits.check_results(result)
+            return result
         except ProgdescError as e:
             raise type(e)(e.detail, op_type=opdef.type, var=e.var, slot=e.slot) from None
     try:
@@ -66,19 +68,10 @@ def infer(opdef, inputs, attrs, program_desc=None, block_idx=0):
     if result is None:
         if len(_CACHE) > 65536:
             _CACHE.clear()
-        result = _CACHE[key] = check_sizes(opdef, _infer(opdef, inputs, attrs))
+        result = _infer(opdef, inputs, attrs)
+        limits.check_results(result)
+        _CACHE[key] = result
     return result
-
-
-def check_sizes(opdef, outputs):
-    """`outputs` ({slot: [(dims, dtype name)]}), or ShapeError for a result too large to
-    hold (lowering.limits); unknown dims count as 1."""
-    for slot, produced in outputs.items():
-        for dims, dtype in produced:
-            too_big = limits.oversized(dims, dtype)
-            if too_big is not None:
-                raise ShapeError(f"output {slot} {too_big}", op_type=opdef.type)
-    return outputs
 
 
 def _infer(opdef, inputs, attrs):

@@ -10,7 +10,7 @@ import functools
 import os
 
 from lowering import checks, dtypes
-from lowering.errors import ProgramError
+from lowering.errors import ProgramError, ShapeError
 
 _UNKNOWN_MEMORY = 2**40   # where the OS does not say: 1 TiB
 
@@ -49,3 +49,16 @@ def oversized(dims, dtype=None):
     return (f"{name}{checks.dims(dims)} holds {elements:,} elements, {at_least}{_shown(size)}: "
             f"more than one array may take on this machine ({_shown(max_buffer_bytes())}, "
             "its physical memory)")
+
+
+def check_results(produced):
+    """ShapeError for the first of an op's results too large to hold: `produced` maps each
+    output slot to its values, arrays (or tracers) or (dims, dtype) pairs."""
+    for slot, values in produced.items():
+        for value in values:
+            if value is None:
+                continue
+            dims, dtype = value if isinstance(value, tuple) else (value.shape, value.dtype)
+            too_big = oversized(dims, dtype)
+            if too_big:
+                raise ShapeError(f"output {slot} {too_big}")

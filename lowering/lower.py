@@ -33,7 +33,7 @@ from lowering import limits, registry
 from lowering import progdesc_pb2 as pb
 from lowering.blocks import block_attrs
 from lowering.desc import read_attrs, slot_map
-from lowering.errors import FeedError, FetchError, ProgdescError, ProgramError, ShapeError
+from lowering.errors import FeedError, FetchError, ProgdescError, ProgramError
 from lowering.gc_pause import gc_paused
 from lowering.infer import split_outputs
 
@@ -334,16 +334,6 @@ def run_step(step, env, rng, program_desc, block_idx=0, fetches=None):
     _run_step(step, env, rng, fetches, block_idx, program_desc, {})
 
 
-def _check_sizes(produced):
-    """ShapeError for a traced result too large to hold (lowering.limits), before XLA
-    compiles it: sizes known only once fed (a -1 batch dim) are checked here."""
-    for slot, values in produced.items():
-        for value in values:
-            too_big = value is not None and limits.oversized(value.shape, value.dtype)
-            if too_big:
-                raise ShapeError(f"output {slot} {too_big}")
-
-
 def _run_step(step, env, rng, fetches, block_idx, program_desc, plans):
     opdef = step.opdef
     if opdef.type == "fetch":
@@ -370,7 +360,7 @@ def _run_step(step, env, rng, fetches, block_idx, program_desc, plans):
     try:
         result = opdef.lower(**args, **attrs)
         produced = split_outputs(opdef, result)
-        _check_sizes(produced)
+        limits.check_results(produced)   # before XLA sees it: sizes fed for -1 dims too
     except ProgdescError as e:
         if e.op_type is not None and e.op_index is not None:   # an op of a sub-block
             raise
