@@ -3,6 +3,7 @@
 Every error names what it can of: the op type, the op's index in its block, the
 user's source line that created the op, and the variable concerned.
 """
+import difflib
 
 
 class ProgdescError(Exception):
@@ -38,6 +39,12 @@ class ProgdescError(Exception):
         return f"{', '.join(where)}: {message}" if where else message
 
 
+def did_you_mean(name, known):
+    """" (did you mean 'x'?)" naming the names in `known` closest to `name`, or ""."""
+    close = difflib.get_close_matches(str(name), list(known), n=3)
+    return f" (did you mean {' or '.join(map(repr, close))}?)" if close else ""
+
+
 class ProgramError(ProgdescError, ValueError):
     """An op or variable that does not fit its definition or its block."""
 
@@ -48,6 +55,16 @@ class UnknownOpError(ProgramError):
 
 class AttributeTypeError(ProgramError, TypeError):
     """An attribute that is undeclared or of the wrong type."""
+
+
+class AttributeValueError(ProgramError):
+    """An attribute whose value breaks what it must mean: a range, a positive size, a
+    choice, a shape too large to hold (see lowering.constraints)."""
+
+
+class OperandError(ProgramError, TypeError):
+    """A Python value a Variable operator (`+`, `<`, ...) cannot take: not a Variable, an
+    array or a number."""
 
 
 class ShapeError(ProgramError):

@@ -25,7 +25,8 @@ import numpy as np
 
 from lowering import dtypes
 from lowering import progdesc_pb2 as pb
-from lowering.errors import AttributeTypeError, ProgramError, UnknownOpError
+from lowering.errors import (AttributeTypeError, AttributeValueError, ProgramError,
+                             UnknownOpError)
 
 REQUIRED = object()
 """Default of an attribute that every op of the type must set."""
@@ -85,11 +86,17 @@ def Out(name, **kw):
 
 @dataclass(frozen=True)
 class Attr:
-    """A typed attribute with a default (or REQUIRED)."""
+    """A typed attribute with a default (or REQUIRED).
+
+    `where` is a constraint on what the value means (lowering.constraints: a range,
+    positive sizes, a choice of strings, a shape that fits in memory), checked with
+    the type whenever an op is appended or loaded.
+    """
     name: str
     type: str
     default: Any = REQUIRED
     doc: str = ""
+    where: Any = None
 
     def __post_init__(self):
         if self.type not in ATTR_TYPES:
@@ -181,6 +188,7 @@ class OpDef:
     accepted_dtypes: dict = field(init=False, repr=False, compare=False)
     required_inputs: tuple = field(init=False, repr=False, compare=False)   # slot names
     has_blocks: bool = field(init=False, repr=False, compare=False)   # refers to sub-blocks
+    _constrained: tuple = field(init=False, repr=False, compare=False)   # Attrs with `where`
 
     def __post_init__(self):
         self._attr_index = {a.name: a for a in self.attrs}
@@ -191,6 +199,7 @@ class OpDef:
         self.accepted_dtypes = {s.name: s.accepted for s in self.inputs if s.dtypes != "any"}
         self.required_inputs = tuple(s.name for s in self.inputs if not s.optional)
         self.has_blocks = any(a.type in ("block", "blocks") for a in self.attrs)
+        self._constrained = tuple(a for a in self.attrs if a.where is not None)
 
     def attr(self, name):
         """The `Attr` declared under `name`, or None."""
@@ -229,6 +238,10 @@ class OpDef:
                 out[a.name] = self._defaults[a.name]
             else:
                 raise AttributeTypeError(f"required attribute '{a.name}' ({a.type}) is missing")
+        for a in self._constrained:
+            why = a.where.violation(out[a.name], out)
+            if why is not None:
+                raise AttributeValueError(f"attribute {a.name}={_shown(out[a.name])} {why}")
         return out
 
     def checked_attrs(self, given):
@@ -265,6 +278,11 @@ class OpDef:
             return ()
         return tuple(s.name for s in self.inputs if s.differentiable and s.dtypes != "int"
                      and s.dtypes != "bool")
+
+
+def _shown(value):
+    """An attribute value as a message shows it: lists as lists."""
+    return list(value) if isinstance(value, tuple) else repr(value)
 
 
 def _typed(value):

@@ -1,9 +1,9 @@
 """progdesc: serializable program descriptions, compiled to XLA through JAX."""
-from lowering.errors import (AttributeTypeError, BackwardError, FeedError, FetchError,
-                             FormatError, ProgdescError, ProgramError, RecordingError,
+from lowering.errors import (AttributeTypeError, AttributeValueError, BackwardError, FeedError,
+                             FetchError, FormatError, ProgdescError, ProgramError, RecordingError,
                              ScopeError, ShapeError, DistributedError, NumericsError,
                              UnknownOpError, UnsupportedPrimitiveError, BatchPolymorphismError,
-                             CompiledCallError)
+                             CompiledCallError, OperandError)
 from progdesc import (compile_cache, control_flow, custom_op, display, distributed, export,
                       initializer, io, layers, ops, optimizer, reader)
 from progdesc.backward import append_backward, gradients
@@ -23,7 +23,8 @@ compile_cache.configure_default()   # progdesc's compiled programs kept on disk;
 
 __version__ = "0.1.0"
 __all__ = [
-    "AttributeTypeError", "BackwardError", "Block", "Executor", "FeedError", "FetchError",
+    "AttributeTypeError", "AttributeValueError", "BackwardError", "Block", "Executor",
+    "FeedError", "FetchError",
     "FormatError", "Operator", "ProgdescError", "Program", "ProgramError", "Scope", "ScopeError",
     "ShapeError", "UnknownOpError", "Variable", "data", "default_main_program",
     "default_startup_program", "global_scope", "ops", "program_guard", "scope_guard",
@@ -32,5 +33,5 @@ __all__ = [
     "set_compilation_cache", "from_flax", "from_jax", "UnsupportedPrimitiveError", "as_jax",
     "NumericsError", "distributed", "DistributedError", "RecordingError", "RecordingWarning",
     "LargeConstantWarning", "Captured", "capture", "eager", "BatchPolymorphismError",
-    "CompiledCallError",
+    "CompiledCallError", "OperandError",
 ]

@@ -3,6 +3,8 @@
 Gradient ops are emitted by each op's registered gradient maker and appended
 to the block like any other op; nothing here computes a value.
 """
+import functools
+
 from lowering import registry
 from lowering import progdesc_pb2 as pb
 from lowering.blocks import free_reads
@@ -320,6 +322,24 @@ def _var_name(block, target, what):
     return name
 
 
+def _names_the_call(fn):
+    """`fn`, its BackwardErrors that name no op naming the user's call ('minimize called at
+    train.py:9')."""
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except BackwardError as e:
+            if e.callsite or e.during:
+                raise
+            from progdesc.framework import user_call
+            raise BackwardError(e.detail, op_type=e.op_type, op_index=e.op_index,
+                                block_idx=e.block_idx, var=e.var, slot=e.slot,
+                                during=user_call() or None) from None
+    return call
+
+
+@_names_the_call
 def append_backward(loss, parameter_list=None, no_grad_set=None):
     """Append the gradient ops of scalar `loss` w.r.t. trainable parameters.
 
@@ -350,6 +370,7 @@ def append_backward(loss, parameter_list=None, no_grad_set=None):
     return pairs
 
 
+@_names_the_call
 def gradients(targets, inputs, target_gradients=None, no_grad_set=None):
     """Append ops computing d(sum of targets)/d(inputs); returns one Variable (or None) per input.
 

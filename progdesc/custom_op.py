@@ -40,7 +40,12 @@ Slots and attributes
     'number' or 'any'. `attrs` maps a name to a default value (its type is
     taken from the default: bool, int, float or str) or to an
     `Attr(name, type, default=REQUIRED)` for the other types ('ints',
-    'floats', 'strings', 'int64', 'float64', 'dtype', ...).
+    'floats', 'strings', 'int64', 'float64', 'dtype', ...). `Attr(...,
+    where=...)` states what the value must mean, checked whenever the op is
+    appended or loaded (`AttributeValueError` otherwise): `between(0, 1)`,
+    `at_least(n)`, `positive`, `non_negative` (each element of a list),
+    `one_of("a", "b")`, or `Dims()` for a shape (sizes whose array fits in
+    memory).
 
 The gradient maker `maker(g)` (see `lowering.gradients.GradContext`)
     reads the forward op (`g.input(slot)`, `g.output(slot)`, `g.attr(name)`,
@@ -72,9 +77,11 @@ import keyword
 from lowering import registry
 from lowering.errors import ProgramError
 from lowering.gradients import GradContext
+from lowering.constraints import Dims, at_least, between, non_negative, one_of, positive
 from lowering.registry import REQUIRED, Attr, In, OpDef, Out
 
-__all__ = ["Attr", "GradContext", "In", "OpDef", "Out", "REQUIRED", "custom_ops", "get",
+__all__ = ["Attr", "Dims", "GradContext", "In", "OpDef", "Out", "REQUIRED", "at_least", "between",
+           "non_negative", "one_of", "positive", "custom_ops", "get",
            "is_registered", "op", "register", "unregister"]
 
 _custom = {}

@@ -17,11 +17,12 @@ import numpy as np
 
 from lowering import dtypes, registry
 from lowering import progdesc_pb2 as pb
-from lowering.errors import FeedError, FetchError, ProgramError, ScopeError
+from lowering.errors import (DistributedError, FeedError, FetchError, ProgramError, ScopeError,
+                             did_you_mean)
 from lowering.lower import FEED_VAR, FETCH_VAR, RNG_VAR, check_precision, lower_block
 from progdesc import compile_cache
 from progdesc.framework import (Program, Variable, _user_callsite, default_main_program,
-                                dims_compatible)
+                                dims_compatible, user_call)
 from progdesc.scope import Scope, global_scope
 
 _CACHE_SIZE = 64
@@ -162,10 +163,11 @@ class Executor:
 
     def __init__(self, device=None, compiler_options=None, precision=None, mesh=None,
                  check_numerics=False):
-        if mesh is not None and device is not None:
-            raise ValueError("give an Executor a device or a mesh, not both")
-        if mesh is not None and check_numerics:
-            raise ValueError("check_numerics runs op by op on one device: give it no mesh")
+        if mesh is not None and (device is not None or check_numerics):
+            raise DistributedError(
+                "give an Executor a device or a mesh, not both" if device is not None else
+                "check_numerics runs op by op on one device: give it no mesh",
+                during=user_call() or None)
         self.mesh = mesh
         self.device = _device(device)
         self.check_numerics = bool(check_numerics)
@@ -216,7 +218,7 @@ class Executor:
             try:
                 entry, values, casts = self._prepare(program, feed, _fetch_names(fetch_list),
                                                      steps)
-            except FeedError as e:
+            except (FeedError, FetchError) as e:
                 raise _in_run(e) from None
             if key is not None:
                 _remember(self._cache, key, (entry, casts))
@@ -292,13 +294,17 @@ class Executor:
         feed that does not fit its variable."""
         if steps is not None and (not isinstance(steps, int) or steps < 1):
             raise ValueError(f"steps must be a positive int, got {steps!r}")
+        if not hasattr(feed, "items"):
+            raise FeedError(f"feed maps data variables (or their names) to values, got a "
+                            f"{type(feed).__name__}")
         block = program.global_block()
         names, values, casts = [], [], []
         for target, value in feed.items():
             name = _name_of(target)
             var = block.find_var(name)
             if var is None:
-                raise FeedError("is fed but is not a variable of the program", var=name)
+                raise FeedError("is fed but is not a variable of the program"
+                                + did_you_mean(name, block.vars), var=name)
             raw_dtype = getattr(value, "dtype", None)
             if steps is not None:
                 if np.ndim(value) == 0 or np.shape(value)[0] != steps:
@@ -454,7 +460,8 @@ def with_feed_fetch(program, feed_names, fetch_names):
     block = program.global_block()
     for name in fetch_names:
         if block.find_var(name) is None:
-            raise FetchError("is fetched but is not a variable of the program", var=name)
+            raise FetchError("is fetched but is not a variable of the program"
+                             + did_you_mean(name, block.vars), var=name)
     desc = pb.ProgramDesc()
     desc.CopyFrom(program.desc)
     root = desc.blocks[0]

@@ -5,17 +5,19 @@ the inferred shapes and dtypes into its output variables.
 """
 import contextlib
 import itertools
+import numbers
+import operator
 import os
 import sys
 
 from google.protobuf import message as _pb_message
 from google.protobuf import text_format
 
-from lowering import dtypes, infer, registry
+from lowering import dtypes, infer, limits, registry
 from lowering import progdesc_pb2 as pb
 from lowering.blocks import check_block_references, drop_unused_blocks
 from lowering.desc import FORWARD_OP, fill_op_desc, read_attrs, slot_map
-from lowering.errors import FormatError, ProgdescError, ProgramError
+from lowering.errors import FormatError, OperandError, ProgdescError, ProgramError
 from lowering.lower import PRECISIONS, RNG_VAR, precision_of, precision_value
 
 FORMAT_VERSION = 1
@@ -39,19 +41,38 @@ def _user_callsite():
     """'file:line' of the innermost frame outside progdesc and lowering ('In[3]:2' in a cell)."""
     frame = sys._getframe(1)
     while frame is not None:
-        path = frame.f_code.co_filename
-        shown = _USER_FILES.get(path)
-        if shown is None:
-            internal = (path.startswith(_GENERATED_PREFIX)
-                        or os.path.abspath(path).startswith(_PACKAGE_DIRS))
-            shown = "" if internal else _CELL if _cell_name(path) else os.path.basename(path)
-            _USER_FILES[path] = shown
-        if shown is _CELL:
-            shown = _cell_name(path) or os.path.basename(path)
-        if shown:
-            return f"{shown}:{frame.f_lineno}"
+        site = _user_callsite_of(frame)
+        if site:
+            return site
         frame = frame.f_back
     return ""
+
+
+def user_call():
+    """'minimize called at train.py:7': the progdesc function the user's code called, and the
+    line of that call (as `_user_callsite` names it); '' when no frame is the user's."""
+    frame, called = sys._getframe(1), None
+    while frame is not None:
+        site = _user_callsite_of(frame)
+        if site:
+            return f"{called} called at {site}" if called else site
+        called = frame.f_code.co_qualname.removesuffix(".__init__")   # a class: its name
+        frame = frame.f_back
+    return ""
+
+
+def _user_callsite_of(frame):
+    """'file:line' of `frame` if its code is the user's, else ''."""
+    path = frame.f_code.co_filename
+    shown = _USER_FILES.get(path)
+    if shown is None:
+        internal = (path.startswith(_GENERATED_PREFIX)
+                    or os.path.abspath(path).startswith(_PACKAGE_DIRS))
+        shown = "" if internal else _CELL if _cell_name(path) else os.path.basename(path)
+        _USER_FILES[path] = shown
+    if shown is _CELL:
+        shown = _cell_name(path) or os.path.basename(path)
+    return f"{shown}:{frame.f_lineno}" if shown else ""
 
 
 def _cell_name(path):
@@ -158,6 +179,10 @@ class Variable:
             from progdesc.recording.values import constant
             other = constant(self.block.program.current_block(), other, like=self.dtype)
         elif not isinstance(other, Variable):   # a Python scalar: a shape [] constant
+            if not isinstance(other, numbers.Real) and not _is_array(other):
+                raise OperandError(f"'{op_type}' takes a Variable, an array or a number, got "
+                                   f"{type(other).__name__} {other!r}", var=self.name,
+                                   op_type=op_type, callsite=_user_callsite())
             other = ops.fill_constant(shape=[], dtype=self.dtype, value=float(other))
         a, b = (other, self) if reverse else (self, other)
         return getattr(ops, op_type)(a, b)
@@ -170,6 +195,10 @@ class Variable:
     __rmul__ = lambda self, o: self._binary("mul", o, True)  # noqa: E731
     __truediv__ = lambda self, o: self._binary("div", o)  # noqa: E731
     __rtruediv__ = lambda self, o: self._binary("div", o, True)  # noqa: E731
+    __lt__ = lambda self, o: self._binary("less_than", o)  # noqa: E731
+    __le__ = lambda self, o: self._binary("less_equal", o)  # noqa: E731
+    __gt__ = lambda self, o: self._binary("greater_than", o)  # noqa: E731
+    __ge__ = lambda self, o: self._binary("greater_equal", o)  # noqa: E731
 
     def __matmul__(self, other):
         from progdesc import ops
@@ -280,8 +309,11 @@ class Block:
         """Declare a variable in this block (or return the existing one of that name)."""
         if name in self._vars:
             return self._vars[name]
-        dims = [-1 if d is None else int(d) for d in shape]
+        dims = _declared_dims(shape, name)
         dtype = dtypes.name_of(dtype)
+        too_big = limits.oversized(dims, dtype)
+        if too_big:
+            raise ProgramError(f"cannot be declared: {too_big}", var=name)
         desc = self.desc.vars.add(
             name=name, kind=kind, dtype=dtypes.to_enum(dtype), dims=dims,
             persistable=persistable, stop_gradient=stop_gradient, is_parameter=is_parameter,
@@ -920,6 +952,19 @@ class Program:
 _UNTYPED_KINDS = (pb.FEED_LIST, pb.FETCH_LIST, pb.STEP_SCOPES)
 
 
+def _declared_dims(shape, name):
+    """A variable's dims from `shape` (None or -1: unknown); ProgramError for anything but
+    whole sizes."""
+    try:
+        dims = [-1 if d is None else operator.index(d) for d in shape]
+    except TypeError:
+        dims = None
+    if dims is None or any(d < -1 for d in dims):
+        raise ProgramError(f"shape must hold sizes (ints >= 0) or None / -1 for unknown dims, "
+                           f"got {shape!r}", var=name)
+    return dims
+
+
 def _check_var_descs(block):
     """FormatError naming the first VarDesc of a parsed block that no API could have made."""
     seen = set()
@@ -937,6 +982,9 @@ def _check_var_descs(block):
         if any(d < -1 for d in var.dims):
             raise FormatError(f"has dims {list(var.dims)}: each must be -1 (unknown) or a size",
                               **where)
+        too_big = var.kind not in _UNTYPED_KINDS and limits.oversized(var.dims, var.dtype)
+        if too_big:
+            raise FormatError(f"is too large: {too_big}", **where)
 
 
 def validate(program):
@@ -1001,10 +1049,13 @@ def data(name, shape, dtype="float32", *, stop_gradient=True, value=None):
     mode read; the program itself is unchanged by it and is fed as usual when it runs.
     """
     block = default_main_program().global_block()
-    if block.find_var(name) is not None:
-        raise ProgramError(f"a variable named '{name}' already exists", var=name)
-    var = block.create_var(name, shape, dtype, stop_gradient=stop_gradient,
-                           need_check_feed=True)
+    try:
+        if block.find_var(name) is not None:
+            raise ProgramError(f"a variable named '{name}' already exists", var=name)
+        var = block.create_var(name, shape, dtype, stop_gradient=stop_gradient,
+                               need_check_feed=True)
+    except ProgdescError as e:
+        raise type(e)(e.detail, var=name, callsite=_user_callsite()) from None
     if value is not None:
         from progdesc.recording.values import set_data_value
         try:

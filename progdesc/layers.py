@@ -10,6 +10,7 @@ ParamAttr, a name, an Initializer, or False for no bias.
 import contextlib
 import dataclasses
 import math
+import numbers
 
 from lowering import registry
 from lowering.errors import ProgramError
@@ -70,6 +71,16 @@ def _known(dims, what, var):
     return dims
 
 
+def _positive_ints(layer, **sizes):
+    """ProgramError naming the user's line unless each of `sizes` (an int, or a list of
+    them) is a positive int: a size of 2.5 or 0 would build a wrong or empty layer."""
+    for arg, value in sizes.items():
+        for v in value if isinstance(value, (list, tuple)) else (value,):
+            if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v <= 0:
+                raise ProgramError(f"{layer}'s {arg} must be a positive int (or ints), got "
+                                   f"{value!r}", callsite=_user_callsite())
+
+
 def _pair(v):
     return list(v) if isinstance(v, (list, tuple)) else [v, v]
 
@@ -81,6 +92,7 @@ def fc(input, size, num_flatten_dims=1, param_attr=None, bias_attr=None, act=Non
     feature dim; the leading ones are kept (so a [B, T, D] input with
     num_flatten_dims=2 gives [B, T, size]).
     """
+    _positive_ints("fc", size=size, num_flatten_dims=num_flatten_dims)
     activation = _activation(act, "fc")
     features = _known(input.shape[num_flatten_dims:], "feature dims of fc's input", input)
     in_features = math.prod(features)
@@ -100,6 +112,8 @@ def fc(input, size, num_flatten_dims=1, param_attr=None, bias_attr=None, act=Non
 def conv2d(input, num_filters, filter_size, stride=1, padding=0, dilation=1, groups=1,
            param_attr=None, bias_attr=None, act=None, name=None):
     """2-D convolution over NCHW input with a [num_filters, C/groups, kh, kw] filter."""
+    _positive_ints("conv2d", num_filters=num_filters, filter_size=filter_size, stride=stride,
+                   dilation=dilation, groups=groups)
     activation = _activation(act, "conv2d")
     channels = _known(input.shape[1:2], "input channels of conv2d", input)[0]
     if channels % groups:
@@ -121,6 +135,8 @@ def pool2d(input, pool_size=2, pool_type="max", pool_stride=None, pool_padding=0
            global_pooling=False, name=None):
     """Max or average pooling over NCHW input (stride defaults to the window size)."""
     stride = pool_size if pool_stride is None else pool_stride
+    if not global_pooling:
+        _positive_ints("pool2d", pool_size=pool_size, pool_stride=stride)
     with _layer("pool2d", name) as prefix:
         return _output(ops.pool2d(input, pooling_type=pool_type, ksize=_pair(pool_size),
                                   strides=_pair(stride), paddings=_pair(pool_padding),
@@ -188,6 +204,7 @@ def dropout(x, dropout_prob, is_test=False, dropout_implementation="upscale_in_t
 
 def embedding(input, size, padding_idx=None, param_attr=None, name=None):
     """Rows of a [vocab, dim] table looked up by the integer ids in `input`."""
+    _positive_ints("embedding", size=size)
     with _layer("embedding", name) as prefix:
         w = _param(prefix, "w_0", list(size), param_attr, init.Normal(0.0, 1.0))
         return _output(ops.lookup_table(
@@ -224,6 +241,7 @@ def multi_head_attention(queries, keys=None, values=None, num_heads=1, d_model=N
     except in training with `dropout_rate` > 0, where dropout on the attention
     weights needs them as a variable and ops compose it.
     """
+    _positive_ints("multi_head_attention", num_heads=num_heads)
     keys = queries if keys is None else keys
     values = keys if values is None else values
     d_model = d_model or _known(queries.shape[-1:], "model dim", queries)[0]
@@ -266,6 +284,8 @@ def transformer_encoder_layer(x, num_heads, dim_feedforward, dropout_rate=0.1,
     gives pre-norm (x = x + sublayer(norm(x))).
     """
     _activation(activation, "transformer_encoder_layer")
+    _positive_ints("transformer_encoder_layer", num_heads=num_heads,
+                   dim_feedforward=dim_feedforward)
     d_model = _known(x.shape[-1:], "model dim", x)[0]
 
     with _layer("transformer_encoder", name) as prefix:
@@ -352,6 +372,7 @@ def lstm(input, hidden_size, init_h=None, init_c=None, reverse=False, param_attr
     step to the first (outputs stay at their input positions, h_T is then the
     state after step 0). x_t @ W_x is computed for all steps before the scan.
     """
+    _positive_ints("lstm", hidden_size=hidden_size)
     _check_sequence(input, "lstm")
     with _layer("lstm", name) as prefix:
         w_x, w_h, bias = _recurrent_params(prefix, input, hidden_size, 4, param_attr,
@@ -384,6 +405,7 @@ def gru(input, hidden_size, init_h=None, reverse=False, param_attr=None, bias_at
     Parameters: `<name>.w_0` W_x [D, 3H], `.w_1` W_h [H, 3H], `.b_0` b_x [3H],
     `.b_1` b_h [3H]. `init_h` [B, H] defaults to zeros; `reverse` as in `lstm`.
     """
+    _positive_ints("gru", hidden_size=hidden_size)
     _check_sequence(input, "gru")
     with _layer("gru", name) as prefix:
         w_x, w_h, bias = _recurrent_params(prefix, input, hidden_size, 3, param_attr,

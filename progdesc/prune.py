@@ -6,8 +6,8 @@ sub-blocks of the ops it keeps (which read the global block only through
 their op's inputs) are kept whole, the others dropped.
 """
 from lowering.blocks import drop_unused_blocks
-from lowering.errors import FetchError
-from progdesc.framework import Program, Variable
+from lowering.errors import FetchError, did_you_mean
+from progdesc.framework import Program, Variable, user_call
 
 
 def _name(v):
@@ -27,7 +27,8 @@ def prune(program, feed_names, fetch_targets):
     block = pruned.global_block()
     for t in targets:
         if block.find_var(t) is None:
-            raise FetchError("is a fetch target but not a variable of the program", var=t)
+            raise FetchError("is a fetch target but not a variable of the program"
+                             + did_you_mean(t, block.vars), var=t, during=user_call() or None)
     needed = set(targets)
     keep = []
     for idx in range(len(block.desc.ops) - 1, -1, -1):

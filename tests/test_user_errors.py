@@ -32,7 +32,8 @@ exe, scope = pd.Executor(), pd.Scope()
 """
 
 # case -> (body, the error's type, fragments its message holds besides the marked line,
-# which follows "created at" (the op's line) or, for a run-time error, "in run called at")
+# which follows "created at" (the op's line) or, for a run-time error, "in run called at";
+# a fourth element gives another phrase, e.g. "in Optimizer.minimize called at")
 CASES = {
     "op_function": ("""
         a, b = pd.data("a", [4, 5]), pd.data("b", [4, 3])
@@ -91,6 +92,49 @@ CASES = {
         y = ops.reduce_sum(x)
         exe.run(main, feed={"x": np.ones((8, 5), "float32")}, fetch_list=[y])  # HERE
         """, "FeedError", ["variable 'x'", "feed has shape [8, 5]"]),
+    "feed_not_a_mapping": ("""
+        x = pd.data("x", [None, 4])
+        y = ops.reduce_sum(x)
+        exe.run(main, feed=[np.ones((8, 4), "float32")], fetch_list=[y])  # HERE
+        """, "FeedError", ["feed maps data variables (or their names) to values, got a list"]),
+    "fetch_typo": ("""
+        x = pd.data("x", [None, 4])
+        total = ops.reduce_sum(x, name="total")
+        exe.run(main, feed={"x": np.ones((8, 4), "float32")}, fetch_list=["totl.out"])  # HERE
+        """, "FetchError", ["variable 'totl.out'", "did you mean 'total_0.out'?"],
+        "in run called at"),
+    "variable_operand": ("""
+        x = pd.data("x", [None, 4])
+        y = x + "1"  # HERE
+        """, "OperandError", ["op 'add'", "variable 'x'", "got str '1'"]),
+    "variable_comparison_operand": ("""
+        x = pd.data("x", [None, 4])
+        y = x < None  # HERE
+        """, "OperandError", ["op 'less_than'", "got NoneType None"]),
+    "backward_non_scalar_loss": ("""
+        h = layers.fc(pd.data("x", [None, 4]), 3)
+        pd.optimizer.SGD(0.1).minimize(h)  # HERE
+        """, "BackwardError", ["variable 'fc_0.out'", "loss must be a scalar"],
+        "in Optimizer.minimize called at"),
+    "data_dtype_typo": ("""
+        x = pd.data("x", [None, 4], "flaot32")  # HERE
+        """, "ProgramError", ["variable 'x'", "unsupported dtype 'flaot32'"]),
+    "mesh_with_check_numerics": ("""
+        mesh = pd.distributed.Mesh({"data": 1})
+        pd.Executor(mesh=mesh, check_numerics=True)  # HERE
+        """, "DistributedError", ["check_numerics runs op by op on one device"],
+        "in Executor called at"),
+    "dropout_probability": ("""
+        x = pd.data("x", [None, 4])
+        y = layers.dropout(x, 1.5)  # HERE
+        """, "AttributeValueError", ["op #0 'dropout'", "attribute dropout_prob=1.5 must be "
+                                     "in [0, 1]"]),
+    "layer_fractional_size": ("""
+        h = layers.fc(pd.data("x", [None, 4]), 2.5)  # HERE
+        """, "ProgramError", ["fc's size must be a positive int (or ints), got 2.5"]),
+    "layer_zero_size": ("""
+        h = layers.fc(pd.data("x", [None, 4]), 0)  # HERE
+        """, "ProgramError", ["fc's size must be a positive int (or ints), got 0"]),
 }
 
 
@@ -114,12 +158,12 @@ def _run(args, cwd):
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_error_names_the_scripts_line(case, tmp_path):
-    body, error, fragments = CASES[case]
+    body, error, fragments, *where = CASES[case]
     text, line = _script(body)
     (tmp_path / "train.py").write_text(text)
     last = _run(["train.py"], tmp_path)
     assert last.startswith(f"lowering.errors.{error}: "), last
-    where = "in run called at" if error == "FeedError" else "created at"
+    where = where[0] if where else "in run called at" if error == "FeedError" else "created at"
     assert f"{where} train.py:{line}" in last, last
     for fragment in fragments:
         assert fragment in last, last

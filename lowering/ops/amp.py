@@ -14,6 +14,7 @@ import functools
 
 import jax.numpy as jnp
 
+from lowering.constraints import Range, positive
 from lowering.registry import Attr, In, Out, op
 
 
@@ -39,11 +40,13 @@ def check_finite_and_unscale(X, Scale):
             In("InGoodSteps", "int"), In("InBadSteps", "int")],
     outputs=[Out("LossScaling"), Out("OutGoodSteps"), Out("OutBadSteps")],
     attrs={"incr_every_n_steps": Attr("incr_every_n_steps", "int", 2000,
-                                      doc="good steps in a row before the scale grows"),
+                                      doc="good steps in a row before the scale grows", where=positive),
            "decr_every_n_nan_or_inf": Attr("decr_every_n_nan_or_inf", "int", 1,
-                                           doc="bad steps in a row before the scale shrinks"),
-           "incr_ratio": Attr("incr_ratio", "float64", 2.0, doc="growth factor"),
-           "decr_ratio": Attr("decr_ratio", "float64", 0.5, doc="backoff factor")},
+                                           doc="bad steps in a row before the scale shrinks", where=positive),
+           "incr_ratio": Attr("incr_ratio", "float64", 2.0, doc="growth factor",
+                              where=Range(1, open_lo=True)),
+           "decr_ratio": Attr("decr_ratio", "float64", 0.5, doc="backoff factor",
+                              where=Range(0, 1, open_lo=True, open_hi=True))},
     differentiable=False)
 def update_loss_scaling(FoundInfinite, PrevLossScaling, InGoodSteps, InBadSteps, *,
                         incr_every_n_steps, decr_every_n_nan_or_inf, incr_ratio, decr_ratio):

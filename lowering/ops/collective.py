@@ -15,6 +15,7 @@ import jax
 from jax import lax
 
 from lowering.errors import BackwardError, ProgramError
+from lowering.constraints import one_of
 from lowering.registry import Attr, In, Out, op
 
 _REDUCTIONS = {"sum": lax.psum, "mean": lax.pmean, "max": lax.pmax, "min": lax.pmin}
@@ -74,7 +75,8 @@ def _vary(x, axes):
 
 
 @op("c_allreduce", inputs=[In("X", "number")], outputs=[Out("Out")],
-    attrs={"reduce_type": Attr("reduce_type", "string", "mean", "sum, mean, max or min"),
+    attrs={"reduce_type": Attr("reduce_type", "string", "mean", "sum, mean, max or min",
+                               where=one_of("sum", "mean", "max", "min")),
            "axis_name": Attr("axis_name", "string", "data", "the mesh axis reduced over")})
 def c_allreduce(X, *, reduce_type, axis_name):
     """Out = X reduced elementwise over the devices of mesh axis `axis_name` (every device

@@ -10,11 +10,12 @@ import numpy as np
 
 from lowering import dtypes
 from lowering.errors import ShapeError
+from lowering.constraints import Dims
 from lowering.registry import Attr, Out, op
 
 
 @op("assign_value", inputs=[], outputs=[Out("Out")],
-    attrs={"shape": Attr("shape", "ints", doc="dims of the result"),
+    attrs={"shape": Attr("shape", "ints", doc="dims of the result", where=Dims()),
            "dtype": Attr("dtype", "dtype", "float32", doc="element type of the result"),
            "values": Attr("values", "float64s", (), doc="the elements of a float result, "
                           "in row-major order"),

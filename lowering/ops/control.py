@@ -22,6 +22,7 @@ from jax import lax
 
 from lowering import dtypes
 from lowering.blocks import check_sub_block, var_type
+from lowering.constraints import at_least
 from lowering.errors import BackwardError, ShapeError
 from lowering.gradients import OpSpec
 from lowering.registry import Attr, In, Out, op
@@ -347,7 +348,8 @@ def _scan_grad(g):
            "cond": Attr("cond", "string", "", "the body's bool scalar: whether to run the body "
                                               "on the loop variables it was computed from"),
            "max_iters": Attr("max_iters", "int", -1,
-                             "at most this many iterations (-1: unbounded, not differentiable)")})
+                             "at most this many iterations (-1: unbounded, not differentiable)",
+                             where=at_least(-1))})
 def while_(Init, Input, *, block, carry_in, carry_out, cond, max_iters):
     """Replace the loop variables by the body's `carry_out` while the body's `cond`, computed
     from them, holds. Unbounded: lax.while_loop. With `max_iters`: a lax.scan of max_iters

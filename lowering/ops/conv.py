@@ -13,21 +13,24 @@ from lowering import checks
 from lowering.errors import ShapeError
 from lowering.ops.collective import local_vjp
 from lowering.ops.nn import conv_grad_gradient
+from lowering.constraints import positive
 from lowering.registry import REQUIRED, Attr, In, Out, op
 
 _CONV_ATTRS = {
-    "window_strides": Attr("window_strides", "ints", (), "one per spatial dim; empty: all 1"),
+    "window_strides": Attr("window_strides", "ints", (), "one per spatial dim; empty: all 1",
+                           where=positive),
     "padding": Attr("padding", "ints", (), "(low, high) per spatial dim, flattened; empty: none"),
     "lhs_dilation": Attr("lhs_dilation", "ints", (), "input dilation per spatial dim "
-                                                     "(transposed convolution); empty: all 1"),
+                                                     "(transposed convolution); empty: all 1",
+                         where=positive),
     "rhs_dilation": Attr("rhs_dilation", "ints", (), "kernel dilation per spatial dim; "
-                                                     "empty: all 1"),
+                                                     "empty: all 1", where=positive),
     "lhs_spec": Attr("lhs_spec", "ints", REQUIRED, "Input's dims: batch, feature, spatial..."),
     "rhs_spec": Attr("rhs_spec", "ints", REQUIRED, "Filter's dims: out feature, in feature, "
                                                    "spatial..."),
     "out_spec": Attr("out_spec", "ints", REQUIRED, "Output's dims: batch, feature, spatial..."),
-    "feature_group_count": Attr("feature_group_count", "int", 1),
-    "batch_group_count": Attr("batch_group_count", "int", 1),
+    "feature_group_count": Attr("feature_group_count", "int", 1, where=positive),
+    "batch_group_count": Attr("batch_group_count", "int", 1, where=positive),
 }
 
 

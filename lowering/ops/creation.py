@@ -10,9 +10,10 @@ import jax.numpy as jnp
 from jax import lax
 
 from lowering import checks, dtypes
+from lowering.constraints import Dims, non_negative
 from lowering.registry import Attr, In, Out, op
 
-_SHAPE = Attr("shape", "ints", doc="dims of the result")
+_SHAPE = Attr("shape", "ints", doc="dims of the result", where=Dims())
 _DTYPE = Attr("dtype", "dtype", "float32", doc="element type of the result")
 
 
@@ -62,7 +63,7 @@ def gaussian_random(*, key, shape, dtype, mean, std):
 
 @op("iota", inputs=[], outputs=[Out("Out")],
     attrs={"shape": _SHAPE, "dtype": Attr("dtype", "dtype", "int32", doc="element type"),
-           "dimension": Attr("dimension", "int", 0, "the dim that counts up")},
+           "dimension": Attr("dimension", "int", 0, "the dim that counts up", where=non_negative)},
     differentiable=False)
 def iota(*, shape, dtype, dimension):
     """0, 1, 2, ... along dim `dimension` of an array of `shape`, the same along the others."""

@@ -18,6 +18,7 @@ import numpy as np
 from jax import lax
 
 from lowering import checks
+from lowering.constraints import between, non_negative, one_of, positive
 from lowering.errors import BackwardError, ShapeError
 from lowering.ops.collective import all_reduce, local_vjp
 from lowering.registry import REQUIRED, Attr, In, Out, op
@@ -41,14 +42,17 @@ def _zeros_into(g, like, slot):
 # --- convolution ---
 
 _CONV_ATTRS = {
-    "strides": Attr("strides", "ints", (1, 1)),
+    "strides": Attr("strides", "ints", (1, 1), where=positive),
     "paddings": Attr("paddings", "ints", (0, 0),
-                     "(pad_h, pad_w) or (top, bottom, left, right); EXPLICIT only"),
-    "dilations": Attr("dilations", "ints", (1, 1)),
-    "groups": Attr("groups", "int", 1, "input and output channels split into this many groups"),
+                     "(pad_h, pad_w) or (top, bottom, left, right); EXPLICIT only",
+                     where=non_negative),
+    "dilations": Attr("dilations", "ints", (1, 1), where=positive),
+    "groups": Attr("groups", "int", 1, "input and output channels split into this many groups",
+                   where=positive),
     "padding_algorithm": Attr("padding_algorithm", "string", "EXPLICIT",
                               "EXPLICIT, SAME (output = ceil(input / stride); dilations "
-                              "are ignored, as in PaddlePaddle) or VALID (no padding)"),
+                              "are ignored, as in PaddlePaddle) or VALID (no padding)",
+                              where=one_of("EXPLICIT", "SAME", "VALID")),
 }
 _CONV_DIMS = ("NCHW", "OIHW", "NCHW")
 
@@ -159,10 +163,11 @@ conv2d_grad.gradient(conv_grad_gradient("conv2d", "conv2d_grad"))
 # --- pooling ---
 
 _POOL_ATTRS = {
-    "pooling_type": Attr("pooling_type", "string", "max", "max or avg"),
-    "ksize": Attr("ksize", "ints", REQUIRED, "(kh, kw)"),
-    "strides": Attr("strides", "ints", (1, 1)),
-    "paddings": Attr("paddings", "ints", (0, 0), "(pad_h, pad_w) or (top, bottom, left, right)"),
+    "pooling_type": Attr("pooling_type", "string", "max", "max or avg", where=one_of("max", "avg")),
+    "ksize": Attr("ksize", "ints", REQUIRED, "(kh, kw)", where=positive),
+    "strides": Attr("strides", "ints", (1, 1), where=positive),
+    "paddings": Attr("paddings", "ints", (0, 0), "(pad_h, pad_w) or (top, bottom, left, right)",
+                     where=non_negative),
     "global_pooling": Attr("global_pooling", "bool", False, "pool over all of H and W"),
     "exclusive": Attr("exclusive", "bool", True,
                       "avg divides by the number of non-padding elements, else by kh * kw"),
@@ -192,8 +197,6 @@ def pool2d(X, *, pooling_type, ksize, strides, paddings, global_pooling, exclusi
     window, stride, padding = (1, 1) + k, (1, 1) + s, ((0, 0), (0, 0)) + pads
     if pooling_type == "max":
         return lax.reduce_window(X, np.array(-np.inf, X.dtype), lax.max, window, stride, padding)
-    if pooling_type != "avg":
-        raise ValueError(f"pooling_type must be max or avg, got {pooling_type!r}")
     zero = np.array(0, X.dtype)
     total = lax.reduce_window(X, zero, lax.add, window, stride, padding)
     if exclusive:
@@ -373,8 +376,6 @@ def _stats_grad(g, x, centered, axes, count, dmean, dvar):
 
 
 def _channel_axis(rank, data_layout):
-    if data_layout not in ("NCHW", "NHWC"):
-        raise ValueError(f"data_layout must be NCHW or NHWC, got {data_layout!r}")
     return rank - 1 if data_layout == "NHWC" else 1
 
 
@@ -390,8 +391,10 @@ def _channel_axis(rank, data_layout):
              Out("SavedMean", optional=True, doc="batch mean (running Mean when is_test)"),
              Out("SavedVariance", optional=True,
                  doc="biased batch variance (running Variance when is_test)")],
-    attrs={"momentum": 0.9, "epsilon": 1e-5, "is_test": False,
-           "data_layout": Attr("data_layout", "string", "NCHW", "NCHW or NHWC"),
+    attrs={"momentum": Attr("momentum", "float", 0.9, where=between(0, 1)),
+           "epsilon": Attr("epsilon", "float", 1e-5, where=non_negative), "is_test": False,
+           "data_layout": Attr("data_layout", "string", "NCHW", "NCHW or NHWC",
+                               where=one_of("NCHW", "NHWC")),
            "sync_axis": Attr("sync_axis", "string", "",
                              "mesh axis whose devices share batch statistics ('': none)")},
     same_dtype=("X", "Scale", "Bias", "Mean", "Variance"))
@@ -483,7 +486,7 @@ def _(g):
              Out("Variance", optional=True, doc="biased, [prod(X.shape[:begin_norm_axis])]")],
     attrs={"begin_norm_axis": Attr("begin_norm_axis", "int", 1,
                                    "normalize over the dims from this one on"),
-           "epsilon": 1e-5},
+           "epsilon": Attr("epsilon", "float", 1e-5, where=non_negative)},
     same_dtype=("X", "Scale", "Bias"))
 def layer_norm(X, Scale=None, Bias=None, *, begin_norm_axis, epsilon):
     """Layer normalization over the trailing dims of X from `begin_norm_axis` on."""
@@ -534,9 +537,6 @@ def _(g):
 
 def _dropout_factor(dropout_prob, dropout_implementation, is_test):
     """What X (times the mask, in training) is multiplied by."""
-    if dropout_implementation not in ("upscale_in_train", "downgrade_in_infer"):
-        raise ValueError("dropout_implementation must be upscale_in_train or "
-                         f"downgrade_in_infer, got {dropout_implementation!r}")
     if dropout_implementation == "downgrade_in_infer":
         return 1.0 - dropout_prob if is_test else 1.0
     if is_test:
@@ -546,9 +546,11 @@ def _dropout_factor(dropout_prob, dropout_implementation, is_test):
 
 @op("dropout", inputs=[In("X", "float")],
     outputs=[Out("Out"), Out("Mask", doc="uint8, 1 where X was kept (all ones when is_test)")],
-    attrs={"dropout_prob": 0.5, "is_test": False,
+    attrs={"dropout_prob": Attr("dropout_prob", "float", 0.5, where=between(0, 1)),
+           "is_test": False,
            "dropout_implementation": Attr("dropout_implementation", "string", "upscale_in_train",
-                                          "upscale_in_train or downgrade_in_infer")},
+                                          "upscale_in_train or downgrade_in_infer",
+                                          where=one_of("upscale_in_train", "downgrade_in_infer"))},
     random=True)
 def dropout(X, *, key, dropout_prob, is_test, dropout_implementation):
     """Zero each element of X with probability `dropout_prob`.

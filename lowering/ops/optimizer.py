@@ -16,15 +16,16 @@ import jax.numpy as jnp
 import optax
 
 from lowering import dtypes
+from lowering.constraints import between, non_negative, positive
 from lowering.errors import ProgramError
 from lowering.registry import REQUIRED, Attr, In, Out, op
 
 _PARAM = [In("Param", "float"), In("Grad", "float")]
 
 
-def _f64(name, default, doc=""):
+def _f64(name, default, doc="", where=None):
     """A float64 attribute: hyperparameters keep the exact value the user gave."""
-    return Attr(name, "float64", default, doc=doc)
+    return Attr(name, "float64", default, doc=doc, where=where)
 
 
 def _scalar(x, dtype):
@@ -48,7 +49,7 @@ def sgd(Param, Grad, LearningRate):
 
 @op("momentum", inputs=[*_PARAM, In("Velocity", "float"), In("LearningRate", "float")],
     outputs=[Out("ParamOut"), Out("VelocityOut")],
-    attrs={"mu": _f64("mu", 0.9), "use_nesterov": False},
+    attrs={"mu": _f64("mu", 0.9, where=non_negative), "use_nesterov": False},
     same_dtype=("Param", "Grad", "Velocity"), differentiable=False)
 def momentum(Param, Grad, Velocity, LearningRate, *, mu, use_nesterov):
     """Heavy-ball or Nesterov momentum: velocity = mu * velocity + grad (optax.sgd with momentum)."""
@@ -60,8 +61,9 @@ def momentum(Param, Grad, Velocity, LearningRate, *, mu, use_nesterov):
 _ADAM_INPUTS = [*_PARAM, In("Moment1", "float"), In("Moment2", "float"),
                 In("LearningRate", "float"), In("Step", "number")]
 _ADAM_OUTPUTS = [Out("ParamOut"), Out("Moment1Out"), Out("Moment2Out")]
-_ADAM_ATTRS = {"beta1": _f64("beta1", 0.9), "beta2": _f64("beta2", 0.999),
-               "epsilon": _f64("epsilon", 1e-8)}
+_ADAM_ATTRS = {"beta1": _f64("beta1", 0.9, where=between(0, 1, open_hi=True)),
+               "beta2": _f64("beta2", 0.999, where=between(0, 1, open_hi=True)),
+               "epsilon": _f64("epsilon", 1e-8, where=non_negative)}
 
 
 def _adam(Param, Grad, Moment1, Moment2, Step, beta1, beta2, epsilon):
@@ -81,7 +83,7 @@ def adam(Param, Grad, Moment1, Moment2, LearningRate, Step, *, beta1, beta2, eps
 
 
 @op("adamw", inputs=_ADAM_INPUTS, outputs=_ADAM_OUTPUTS,
-    attrs={**_ADAM_ATTRS, "weight_decay": _f64("weight_decay", 1e-4)},
+    attrs={**_ADAM_ATTRS, "weight_decay": _f64("weight_decay", 1e-4, where=non_negative)},
     same_dtype=("Param", "Grad", "Moment1", "Moment2"), differentiable=False)
 def adamw(Param, Grad, Moment1, Moment2, LearningRate, Step, *, beta1, beta2, epsilon,
           weight_decay):
@@ -96,8 +98,9 @@ def adamw(Param, Grad, Moment1, Moment2, LearningRate, Step, *, beta1, beta2, ep
     inputs=[*_PARAM, In("MeanSquare", "float"), In("LearningRate", "float"),
             In("MeanGrad", "float", optional=True), In("Moment", "float", optional=True)],
     outputs=[Out("ParamOut"), Out("MeanSquareOut"), Out("MeanGradOut"), Out("MomentOut")],
-    attrs={"decay": _f64("decay", 0.9), "epsilon": _f64("epsilon", 1e-8),
-           "momentum": _f64("momentum", 0.0), "centered": False},
+    attrs={"decay": _f64("decay", 0.9, where=between(0, 1)),
+           "epsilon": _f64("epsilon", 1e-8, where=non_negative),
+           "momentum": _f64("momentum", 0.0, where=non_negative), "centered": False},
     same_dtype=("Param", "Grad", "MeanSquare", "MeanGrad", "Moment"), differentiable=False)
 def rmsprop(Param, Grad, MeanSquare, LearningRate, MeanGrad=None, Moment=None, *, decay,
             epsilon, momentum, centered):
@@ -136,7 +139,7 @@ def increment(X, *, step):
 
 
 @op("clip_by_global_norm", inputs=[In("X", "float", many=True)],
-    outputs=[Out("Out", many=True)], attrs={"max_norm": _f64("max_norm", REQUIRED)},
+    outputs=[Out("Out", many=True)], attrs={"max_norm": _f64("max_norm", REQUIRED, where=positive)},
     differentiable=False)
 def clip_by_global_norm(X, *, max_norm):
     """Scale every X by max_norm / (global norm of all X) when that norm exceeds max_norm."""
@@ -208,7 +211,7 @@ def _(inputs, attrs):
 
 @op("linear_warmup", inputs=[In("Step", "number"), In("LearningRate", "float")],
     outputs=[Out("Out")],
-    attrs={"warmup_steps": Attr("warmup_steps", "int", REQUIRED),
+    attrs={"warmup_steps": Attr("warmup_steps", "int", REQUIRED, where=non_negative),
            "start_value": _f64("start_value", 0.0), "end_value": _f64("end_value", REQUIRED),
            "offset": Attr("offset", "int", 0, doc="evaluate at count max(Step - offset, 0)")},
     differentiable=False)

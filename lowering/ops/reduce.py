@@ -13,6 +13,7 @@ import numpy as np
 from jax import lax
 
 from lowering import checks, dtypes
+from lowering.constraints import one_of, positive
 from lowering.errors import ShapeError
 from lowering.ops.collective import local_vjp
 from lowering.registry import REQUIRED, Attr, In, Out, op
@@ -159,7 +160,7 @@ def argmin(X, *, axis, keep_dim, dtype):
 
 
 @op("top_k", inputs=[In("X", "number")], outputs=[Out("Out"), Out("Indices")],
-    attrs={"k": Attr("k", "int", REQUIRED), "axis": -1, "largest": True})
+    attrs={"k": Attr("k", "int", REQUIRED, where=positive), "axis": -1, "largest": True})
 def top_k(X, *, k, axis, largest):
     """The `k` largest (or smallest) entries of `X` along `axis`, sorted, and their indices
     (ties: lower index first)."""
@@ -196,13 +197,18 @@ def _(g):
 # --- reductions over sliding windows ---
 
 _WINDOW_ATTRS = {
-    "computation": Attr("computation", "string", "sum", "sum, max or min"),
-    "window_dimensions": Attr("window_dimensions", "ints", REQUIRED, "one size per dim of X"),
-    "window_strides": Attr("window_strides", "ints", (), "one per dim of X; empty: all 1"),
+    "computation": Attr("computation", "string", "sum", "sum, max or min",
+                        where=one_of("sum", "max", "min")),
+    "window_dimensions": Attr("window_dimensions", "ints", REQUIRED, "one size per dim of X",
+                              where=positive),
+    "window_strides": Attr("window_strides", "ints", (), "one per dim of X; empty: all 1",
+                           where=positive),
     "padding": Attr("padding", "ints", (), "(low, high) for each dim of X, flattened; "
                                            "empty: none"),
-    "base_dilation": Attr("base_dilation", "ints", (), "one per dim of X; empty: all 1"),
-    "window_dilation": Attr("window_dilation", "ints", (), "one per dim of X; empty: all 1"),
+    "base_dilation": Attr("base_dilation", "ints", (), "one per dim of X; empty: all 1",
+                          where=positive),
+    "window_dilation": Attr("window_dilation", "ints", (), "one per dim of X; empty: all 1",
+                            where=positive),
 }
 _MONOIDS = {"sum": (lax.add, lambda dt: 0),
             "max": (lax.max, lambda dt: -np.inf if dt.kind == "f" else np.iinfo(dt).min),
@@ -228,9 +234,6 @@ def _window_geometry(X, window_dimensions, window_strides, padding, base_dilatio
 def reduce_window(X, *, computation, **geometry):
     """Sum, max or min of X over sliding windows (`lax.reduce_window`), in X's dtype; a max
     or min ignores padding. Gradients of max and min go to the first extreme of each window."""
-    if computation not in _MONOIDS:
-        raise ValueError(f"reduce_window: computation must be sum, max or min, "
-                         f"got {computation!r}")
     window, strides, pads, base, dilation = _window_geometry(X, **geometry)
     fn, init = _MONOIDS[computation]
     return lax.reduce_window(X, np.array(init(np.dtype(X.dtype)), X.dtype), fn, window, strides,

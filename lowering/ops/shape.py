@@ -18,6 +18,7 @@ import numpy as np
 from jax import lax
 
 from lowering import checks, dtypes
+from lowering.constraints import Dims, at_least, non_negative, positive
 from lowering.errors import ShapeError
 from lowering.ops.collective import local_vjp
 from lowering.registry import REQUIRED, Attr, In, Out, op
@@ -27,7 +28,7 @@ _LIKE = In("X", differentiable=False, doc="only its shape (and dtype) is used")
 
 
 @op("reshape", inputs=[In("X")], outputs=[Out("Out")],
-    attrs={"shape": Attr("shape", "ints", REQUIRED)})
+    attrs={"shape": Attr("shape", "ints", REQUIRED, where=Dims(least=-1))})
 def reshape(X, *, shape):
     """Reshape `X`; a 0 in `shape` copies the input dim at that position, one -1 is inferred."""
     target = tuple(X.shape[i] if d == 0 and i < X.ndim else d for i, d in enumerate(shape))
@@ -163,7 +164,8 @@ def _split_bounds(sizes):
 
 
 @op("split", inputs=[In("X")], outputs=[Out("Out", many=True)],
-    attrs={"num": 0, "sections": Attr("sections", "ints", ()), "axis": _AXIS})
+    attrs={"num": Attr("num", "int", 0, where=non_negative),
+           "sections": Attr("sections", "ints", (), where=at_least(-1)), "axis": _AXIS})
 def split(X, *, num, sections, axis):
     """Split `X` along `axis` into `num` equal parts, or into parts of sizes `sections`
     (at most one -1, inferred)."""
@@ -271,7 +273,7 @@ def _(g):
 
 
 @op("expand", inputs=[In("X")], outputs=[Out("Out")],
-    attrs={"shape": Attr("shape", "ints", REQUIRED)})
+    attrs={"shape": Attr("shape", "ints", REQUIRED, where=Dims(least=-1))})
 def expand(X, *, shape):
     """Broadcast `X` to `shape` (NumPy rules); -1 keeps the input dim it lines up with."""
     lead = len(shape) - X.ndim
@@ -341,7 +343,7 @@ def _(g):
 
 
 @op("one_hot", inputs=[In("X", "int")], outputs=[Out("Out")],
-    attrs={"depth": Attr("depth", "int", REQUIRED), "dtype": Attr("dtype", "dtype", "float32")},
+    attrs={"depth": Attr("depth", "int", REQUIRED, where=positive), "dtype": Attr("dtype", "dtype", "float32")},
     differentiable=False)
 def one_hot(X, *, depth, dtype):
     """One-hot encoding of `X` along a new last axis of size `depth` (out-of-range: all 0)."""
@@ -353,7 +355,8 @@ def one_hot(X, *, depth, dtype):
                         doc="only its shape is used: the size of a -1 no dim of X is mapped to")],
     outputs=[Out("Out")],
     attrs={"shape": Attr("shape", "ints", REQUIRED, "dims of the result; -1 takes the size "
-                                                    "of the X dim mapped there, else Like's"),
+                                                    "of the X dim mapped there, else Like's",
+                         where=Dims(least=-1)),
            "broadcast_dimensions": Attr("broadcast_dimensions", "ints", REQUIRED,
                                         "the result dim each dim of X becomes"),
            "like_axis": Attr("like_axis", "int", 0, "the dim of Like a -1 takes")})
@@ -399,7 +402,8 @@ _STARTS = In("StartIndices", "int", many=True, differentiable=False,
 
 
 @op("dynamic_slice", inputs=[In("X"), _STARTS], outputs=[Out("Out")],
-    attrs={"sizes": Attr("sizes", "ints", REQUIRED, "the window's size in each dim")})
+    attrs={"sizes": Attr("sizes", "ints", REQUIRED, "the window's size in each dim",
+                        where=Dims())})
 def dynamic_slice(X, StartIndices, *, sizes):
     """The window of X of `sizes` at run-time `StartIndices` (`lax.dynamic_slice`)."""
     _check_starts(X, StartIndices, sizes)
