@@ -90,3 +90,18 @@ def test_a_failing_layer_inside_another_takes_back_only_itself():
             layers.conv2d(x, 4, 3)
         assert (main.to_bytes(), startup.to_bytes()) == kept
         assert layers.fc(x, 2).name == "fc_1.out"
+
+
+def test_a_failing_control_flow_builder_leaves_no_sub_block():
+    main, startup = pd.Program(), pd.Program()
+    with pd.program_guard(main, startup):
+        x = pd.data("x", [None, 3])
+        pred = pd.data("pred", [], "bool")
+        before = main.to_bytes()
+        with pytest.raises(pd.ProgramError, match="must return a Variable"):
+            pd.control_flow.cond(pred, lambda: layers.fc(x, 2), lambda: 3)
+        assert main.to_bytes() == before and len(main.blocks) == 1
+        assert startup.to_bytes() == pd.Program().to_bytes()
+        out = pd.control_flow.cond(pred, lambda: layers.fc(x, 2), lambda: layers.fc(x, 2))
+        assert [b.idx for b in main.blocks] == [0, 1, 2]
+        assert "fc_0.w_0" in main.global_block().vars and out.shape == (-1, 2)
