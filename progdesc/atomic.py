@@ -3,9 +3,11 @@
 A file is written to a hidden temporary beside it (``.NAME.<pid>-<hex>.tmp``), flushed
 and fsynced, renamed over the target with `os.replace`, and the directory is fsynced. A
 directory (an inference model) is written whole as such a temporary sibling and swapped
-in with one atomic exchange (Linux ``renameat2(RENAME_EXCHANGE)``; elsewhere two renames),
-so a failure or a crash at any point leaves the old directory or the new one, never a
-mix. A directory that also holds files of its own (not the ones written) is not swapped:
+in with one atomic exchange (Linux ``renameat2(RENAME_EXCHANGE)``), so a failure or a
+crash at any point leaves the old directory or the new one, never a mix. Where the OS or
+the filesystem cannot exchange, two renames do it: a crash between them leaves the old
+directory as ``.NAME.<pid>-<hex>.old`` beside the target, never removed by a later save
+(a failure moves it back). A directory that also holds files of its own (not the ones written) is not swapped:
 its files are all written as temporaries first and then renamed in, so a failure (disk
 full) still leaves the old ones, but a crash between the renames can mix them.
 
@@ -210,19 +212,24 @@ _RENAME_EXCHANGE = 2
 _AT_FDCWD = -100
 
 
+def _renameat2():
+    """libc's renameat2 (Linux, glibc 2.28+), or None."""
+    if not sys.platform.startswith("linux"):
+        return None
+    return getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None)
+
+
 def _exchange(a, b):
     """Swap the directories `a` and `b` atomically where the OS can, else by two renames
     (the old `b` is moved to `a` first, and moved back if the second rename fails)."""
-    if sys.platform.startswith("linux"):
-        renameat2 = getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None)
-        if renameat2 is not None:
-            if renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b),
-                         _RENAME_EXCHANGE) == 0:
-                return
-            code = ctypes.get_errno()
-            if code not in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
-                raise OSError(code, os.strerror(code), b)
-    aside = os.path.join(os.path.dirname(b), _temp_name(os.path.basename(b)))
+    renameat2 = _renameat2()
+    if renameat2 is not None:
+        if renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+            return
+        code = ctypes.get_errno()
+        if code not in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+            raise OSError(code, os.strerror(code), b)
+    aside = os.path.join(os.path.dirname(b), _temp_name(os.path.basename(b))[:-4] + ".old")
     os.rename(b, aside)
     try:
         os.rename(a, b)

@@ -1021,8 +1021,9 @@ def appended_whole():
     programs = list({id(p): p for p in (default_main_program(),
                                          default_startup_program())}.values())
     marks = [_ProgramMark(p) for p in programs]
+    from progdesc.recording.mode import eager   # (recording imports this module)
     eager_undo = None
-    if _op_hook is not None:
+    if eager.active:
         from progdesc.recording.runner import snapshot_eager_state
         eager_undo = snapshot_eager_state(programs)
     try:

@@ -365,3 +365,26 @@ def test_temporaries_of_a_killed_saver_are_removed_by_the_next_save(tmp_path):
     assert leftovers(work) == sorted([alive.name, young.name, ".other.1-0123456789ab.tmp"])
     io.load_checkpoint(work / "ck", model[0], pd.Scope())
     assert same(loaded_params(work / "m"), params(model[3]))
+
+
+def test_without_an_atomic_exchange_two_renames_replace_the_model(tmp_path, monkeypatch):
+    model = net(8)
+    target = tmp_path / "m"
+    io.save_inference_model(target, ["x"], [model[1]], None, model[0], model[3])
+    old = params(model[3])
+    step(model)
+    monkeypatch.setattr(atomic, "_renameat2", lambda: None)
+    real_rename, calls = os.rename, []
+
+    def second_fails(a, b):
+        calls.append(b)
+        if len(calls) == 2:
+            raise OSError(errno.EIO, "I/O error")
+        real_rename(a, b)
+    monkeypatch.setattr(atomic.os, "rename", second_fails)
+    with pytest.raises(pd.SaveError):       # the old model is moved back
+        io.save_inference_model(target, ["x"], [model[1]], None, model[0], model[3])
+    monkeypatch.setattr(atomic.os, "rename", real_rename)
+    assert same(loaded_params(target), old) and os.listdir(tmp_path) == ["m"]
+    io.save_inference_model(target, ["x"], [model[1]], None, model[0], model[3])
+    assert same(loaded_params(target), params(model[3])) and os.listdir(tmp_path) == ["m"]
