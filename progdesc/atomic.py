@@ -7,9 +7,10 @@ in with one atomic exchange (Linux ``renameat2(RENAME_EXCHANGE)``), so a failure
 crash at any point leaves the old directory or the new one, never a mix. Where the OS or
 the filesystem cannot exchange, two renames do it: a crash between them leaves the old
 directory as ``.NAME.<pid>-<hex>.old`` beside the target, never removed by a later save
-(a failure moves it back). A directory that also holds files of its own (not the ones written) is not swapped:
-its files are all written as temporaries first and then renamed in, so a failure (disk
-full) still leaves the old ones, but a crash between the renames can mix them.
+(a failure moves it back). A directory that also holds other files (not the ones
+written, nor their temporaries) is not swapped: its files are all written as temporaries
+first and then renamed in, so a failure (disk full) still leaves the old ones, but a crash
+between the renames can mix them.
 
 Each save first removes the temporaries of the same target whose writer process is gone
 (the pid in the name is not alive, on this machine), or, for temporaries named before
@@ -102,6 +103,14 @@ def remove_stale_temporaries(directory, base):
         except OSError:
             continue
     return removed
+
+
+def makedirs(path):
+    """`os.makedirs(path, exist_ok=True)`, with SaveError naming the path if it fails."""
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as e:
+        raise _save_error(e, path) from e
 
 
 def _save_error(err, path):
