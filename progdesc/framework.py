@@ -4,6 +4,7 @@ Appending an op validates it against its registered definition and writes
 the inferred shapes and dtypes into its output variables.
 """
 import contextlib
+import functools
 import itertools
 import os
 import sys
@@ -1037,6 +1038,15 @@ def appended_whole():
     finally:
         for mark in marks:
             mark.close()
+
+
+def append_whole(fn):
+    """`fn`, running inside `appended_whole` (the decorator of layers and builders)."""
+    @functools.wraps(fn)
+    def whole(*args, **kwargs):
+        with appended_whole():
+            return fn(*args, **kwargs)
+    return whole
 
 
 class _ProgramMark:

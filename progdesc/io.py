@@ -21,7 +21,7 @@ Nothing here uses pickle: files may come from strangers.
 - **Inference models** are a directory: ``model.pb`` (the pruned, test-mode
   program), ``params.safetensors`` (its persistables) and ``model.json``
   (format version, feed and fetch names, SHA-256 of the other two files and
-  of the manifest itself). Every file must lie inside the directory.
+  of the manifest itself, required from version 2 on). Every file must lie inside the directory.
 
 Every write is atomic (progdesc.atomic): a file goes to a temporary beside the
 target and is renamed over it; an inference model directory is written whole
@@ -53,7 +53,7 @@ from progdesc.scope import global_scope
 CHECKPOINT_FORMAT = "progdesc.checkpoint"
 CHECKPOINT_VERSION = 2      # 2: tensor_checksums required; 1: optional (files before them)
 MODEL_FORMAT = "progdesc.inference_model"
-MODEL_VERSION = 1
+MODEL_VERSION = 2      # 2: manifest_sha256 required; 1: optional (manifests before it)
 MODEL_PROGRAM, MODEL_PARAMS, MODEL_MANIFEST = "model.pb", "params.safetensors", "model.json"
 TEXT_SUFFIXES = (".pbtxt", ".prototxt", ".txt")
 
@@ -360,13 +360,17 @@ def read_manifest(dirname):
     manifest = parse_json(read_file(path, "model manifest"), f"'{path}'")
     if not isinstance(manifest, dict) or manifest.get("format") != MODEL_FORMAT:
         raise FormatError(f"'{path}' is not a progdesc inference model manifest")
-    if manifest.get("format_version") != MODEL_VERSION:
-        raise FormatError(f"'{path}' has format version {manifest.get('format_version')!r}; "
-                          f"this progdesc reads {MODEL_VERSION}")
+    version = manifest.get("format_version")
+    if type(version) is not int or not 1 <= version <= MODEL_VERSION:
+        raise FormatError(f"'{path}' has format version {version!r}; "
+                          f"this progdesc reads 1 to {MODEL_VERSION}")
     unknown = sorted(set(manifest) - _MANIFEST_KEYS)
     if unknown:
         raise FormatError(f"'{path}' has unknown key {unknown[0]!r} (corrupted?)")
-    own = manifest.get("manifest_sha256")      # absent in manifests written before it existed
+    own = manifest.get("manifest_sha256")      # absent in version 1, written before it existed
+    if own is None and version > 1:
+        raise FormatError(f"'{path}' is corrupted: it has no manifest_sha256, which format "
+                          f"version {version} requires")
     if own is not None and own != json_digest(
             {k: v for k, v in manifest.items() if k != "manifest_sha256"}):
         raise FormatError(f"'{path}' is corrupted (its manifest_sha256 does not match)")

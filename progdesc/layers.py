@@ -9,7 +9,6 @@ ParamAttr, a name, an Initializer, or False for no bias.
 """
 import contextlib
 import dataclasses
-import functools
 import inspect
 import math
 
@@ -18,7 +17,7 @@ from lowering.errors import ProgramError
 from progdesc import control_flow
 from progdesc import initializer as init
 from progdesc import ops
-from progdesc.framework import _user_callsite, appended_whole, default_main_program
+from progdesc.framework import _user_callsite, append_whole, default_main_program
 from progdesc.param import ParamAttr, create_global_var, create_parameter
 
 
@@ -445,18 +444,9 @@ def accuracy(input, label):
         return _output(ops.mean(ops.cast(ops.equal(pred, ids), dtype="float32")), prefix)
 
 
-def _whole(layer):
-    """`layer`, appending to the programs whole or not at all (framework.appended_whole)."""
-    @functools.wraps(layer)
-    def appended(*args, **kwargs):
-        with appended_whole():
-            return layer(*args, **kwargs)
-    return appended
-
-
 # Every layer of this module: one that fails leaves no parameter, op, name or value behind.
 for _name, _layer_fn in list(globals().items()):
     if inspect.isfunction(_layer_fn) and _layer_fn.__module__ == __name__ \
             and not _name.startswith("_"):
-        globals()[_name] = _whole(_layer_fn)
+        globals()[_name] = append_whole(_layer_fn)
 del _name, _layer_fn

@@ -125,6 +125,18 @@ def test_a_current_checkpoint_without_its_checksums_is_refused(tmp_path):
         io.checkpoint_from_bytes(bytes(damaged))
 
 
+def test_a_current_model_manifest_without_its_own_digest_is_refused(tmp_path):
+    model = net(8)
+    io.save_inference_model(tmp_path / "m", ["x"], [model[1]], None, model[0], model[3])
+    path = tmp_path / "m" / io.MODEL_MANIFEST
+    fields = json.loads(path.read_text())
+    del fields["manifest_sha256"]
+    fields["fetch"] = ["x"]                      # an edit the digest would have caught
+    path.write_text(json.dumps(fields))
+    with pytest.raises(pd.FormatError, match="no manifest_sha256"):
+        io.load_inference_model(tmp_path / "m", None, pd.Scope())
+
+
 # --- item 4a: text read from a file cannot forge messages ---
 
 def _bad_attr_program(callsite):

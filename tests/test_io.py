@@ -414,7 +414,8 @@ def test_tampered_inference_models_are_refused(tmp_path):
     fields = json.loads(manifest)
     for text, match in (
             ("{not json", "JSON"),
-            (manifest.replace('"format_version": 1', '"format_version": 7'), "version 7"),
+            (manifest.replace(f'"format_version": {io.MODEL_VERSION}', '"format_version": 7'),
+             "version 7"),
             (json.dumps({**fields, "fetch": ["nope"]}), "manifest_sha256"),
             (_sign({**fields, "fetch": ["nope"]}), "nope"),
             (_sign({**fields, "extra": 1}), "unknown key 'extra'"),
@@ -458,6 +459,7 @@ def test_manifests_without_their_own_digest_still_load(tmp_path):
     io.save_inference_model(tmp_path / "m", ["x"], [out], exe, main, scope)
     fields = json.loads((tmp_path / "m" / "model.json").read_text())
     del fields["manifest_sha256"]                    # as written before it existed
+    fields["format_version"] = 1
     (tmp_path / "m" / "model.json").write_text(json.dumps(fields))
     fresh = pd.Scope()
     program, feeds, fetches = io.load_inference_model(tmp_path / "m", None, fresh)

@@ -64,8 +64,8 @@ class _nothing:
         return False
 
 
-@pytest.mark.parametrize("eager", [False, True], ids=["graph", "eager"])
-@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("case, eager", [(case, False) for case in sorted(CASES)] + [
+    (case, True) for case in ("batch_norm", "conv2d", "embedding")])   # eager compiles: a few
 def test_a_failing_layer_leaves_programs_and_scope_as_they_were(case, eager):
     before, after, out, names, value, programs = _build(case, fail=True, eager=eager)
     assert after[0] == before[0] and after[1] == before[1]
