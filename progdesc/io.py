@@ -47,6 +47,7 @@ from lowering.errors import FeedError, FormatError, ProgdescError, ScopeError
 from lowering.lower import RNG_VAR
 from progdesc.atomic import atomic_write, write_directory
 from progdesc.framework import Program, Variable, default_main_program, dims_compatible
+from progdesc.limits import MAX_NAME_CHARS, clean_text
 from progdesc.prune import prune
 from progdesc.scope import global_scope
 
@@ -103,6 +104,11 @@ def parse_json(data, where):
         return json.loads(bytes(data).decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as e:
         raise FormatError(f"{where} is not valid JSON: {type(e).__name__}: {e}") from None
+
+
+def _shown(name):
+    """A name read from a file, as an error message may show it (see progdesc.limits)."""
+    return clean_text(name, MAX_NAME_CHARS)
 
 
 def _with_path(err, path):
@@ -236,7 +242,8 @@ def checkpoint_from_bytes(data, path="<bytes>"):
     for name, entry in entries:
         dtype = _ST_DTYPES.get(entry["dtype"])
         if dtype is None:
-            raise FormatError(f"{where} stores unsupported dtype {entry['dtype']}", var=name)
+            raise FormatError(f"{where} stores unsupported dtype {entry['dtype']}",
+                              var=_shown(name))
         values[name] = np.frombuffer(entry["data"], dtypes.to_numpy(dtype)).reshape(
             entry["shape"]).copy()
     return values
@@ -249,11 +256,11 @@ def _verify_checksums(checksums, entries, where):
     for name, entry in entries:
         if checksums.get(name) != _checksum(entry["dtype"], entry["shape"], entry["data"]):
             raise FormatError(f"{where} is corrupted: the tensor's dtype, shape or bytes do not "
-                              "match its checksum", var=name)
+                              "match its checksum", var=_shown(name))
     extra = sorted(set(checksums) - {name for name, _ in entries})
     if extra:
         raise FormatError(f"{where} is corrupted: a checksum names a tensor the file lacks",
-                          var=extra[0])
+                          var=_shown(extra[0]))
 
 
 def read_checkpoint(path):
@@ -404,7 +411,7 @@ def read_inference_model(dirname):
     for name in manifest["feed"] + manifest["fetch"]:
         if block.find_var(name) is None:
             raise FormatError(f"the manifest of '{os.fspath(dirname)}' names a variable the "
-                              "program does not declare", var=name)
+                              "program does not declare", var=_shown(name))
     try:
         check_values(program, values, where="parameter file")
     except FormatError as e:

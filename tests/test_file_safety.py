@@ -172,6 +172,14 @@ def test_callsites_from_files_are_printable_and_bounded(tmp_path):
         == "In[3]:2"
 
 
+def test_names_read_from_checkpoints_and_manifests_are_shown_cleaned():
+    data = bytearray(io.tensors_bytes({"w\x1b[2J\nFormatError: fake": np.ones(4, np.float32)}))
+    data[-1] ^= 1
+    with pytest.raises(pd.FormatError, match="checksum") as info:
+        io.checkpoint_from_bytes(bytes(data))
+    assert str(info.value).isprintable() and info.value.var == "w?[2J?FormatError: fake"
+
+
 def test_names_with_control_characters_are_refused():
     desc = pb.ProgramDesc.FromString(_bad_attr_program("a.py:1"))
     desc.blocks[0].vars[0].name = "x\x1b[31m"
