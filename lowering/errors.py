@@ -140,3 +140,16 @@ class DistributedError(ProgdescError, RuntimeError):
 class CompiledCallError(ProgdescError, RuntimeError):
     """A loaded compiled artifact (`.pdx`) that failed when called: names the file and the
     inputs, and holds what XLA raised as `__cause__`."""
+
+
+class SaveError(ProgdescError, OSError):
+    """A save that could not write its file or directory (read-only, disk full, no
+    permission): names the path; the previous file or directory is left as it was.
+    `errno`, `strerror` and `filename` are those of the failed system call."""
+
+    def __init__(self, message, *, path=None, errno=None, strerror=None, **where):
+        super().__init__(message, **where)
+        self.errno, self.strerror, self.filename = errno, strerror, path
+
+    def __str__(self):
+        return self.args[0]

@@ -4,6 +4,7 @@ Appending an op validates it against its registered definition and writes
 the inferred shapes and dtypes into its output variables.
 """
 import contextlib
+import functools
 import itertools
 import numbers
 import operator
@@ -19,6 +20,7 @@ from lowering.blocks import check_block_references, drop_unused_blocks
 from lowering.desc import FORWARD_OP, fill_op_desc, read_attrs, slot_map
 from lowering.errors import FormatError, OperandError, ProgdescError, ProgramError
 from lowering.lower import PRECISIONS, RNG_VAR, precision_of, precision_value
+from progdesc import limits
 
 FORMAT_VERSION = 1
 _PACKAGE_DIRS = tuple(os.path.dirname(os.path.abspath(m)) + os.sep for m in (
@@ -95,15 +97,28 @@ class NameGenerator:
     def __init__(self, taken):
         self._counts = {}
         self._taken = taken
+        self.journal = None   # inside `appended_whole`: a list of what to undo
 
     def __call__(self, prefix):
         """The next unused name starting with `prefix`."""
         n = self._counts.get(prefix, 0)
         while f"{prefix}_{n}" in self._taken:
             n += 1
+        if self.journal is not None:
+            self.journal.append((self, prefix, self._counts.get(prefix), f"{prefix}_{n}"))
         self._counts[prefix] = n + 1
         self._taken.add(f"{prefix}_{n}")
         return f"{prefix}_{n}"
+
+    @staticmethod
+    def undo(entries):
+        """Take back the names handed out as `entries` (journal entries) recorded."""
+        for generator, prefix, count, name in reversed(entries):
+            if count is None:
+                generator._counts.pop(prefix, None)
+            else:
+                generator._counts[prefix] = count
+            generator._taken.discard(name)
 
 
 class Variable:
@@ -897,6 +912,7 @@ class Program:
     def _checked(cls, desc):
         if not desc.blocks:
             raise FormatError("program has no blocks")
+        limits.check_and_clean(desc)   # bounded counts and sizes, printable callsites
         if desc.format_version > FORMAT_VERSION or desc.format_version < 1:
             raise FormatError(f"format version {desc.format_version} is not supported "
                               f"(this progdesc reads 1..{FORMAT_VERSION})")
@@ -909,7 +925,7 @@ class Program:
                                   "blocks must be numbered in order, each after its parent")
             _check_var_descs(block)
             for j, op in enumerate(block.ops):
-                if op.role not in pb.OpRole.values():
+                if op.role not in _ROLES:
                     raise FormatError(f"unknown op role {op.role}", op_type=op.type, op_index=j,
                                       block_idx=i)
         bad_reference = check_block_references(desc)
@@ -950,6 +966,8 @@ class Program:
 
 
 _UNTYPED_KINDS = (pb.FEED_LIST, pb.FETCH_LIST, pb.STEP_SCOPES)
+_VAR_KINDS, _DTYPES = frozenset(pb.VarKind.values()), frozenset(pb.DataType.values())
+_ROLES = frozenset(pb.OpRole.values())
 
 
 def _declared_dims(shape, name):
@@ -974,10 +992,10 @@ def _check_var_descs(block):
             raise FormatError("is declared twice in its block" if var.name else
                               "has an empty name", **where)
         seen.add(var.name)
-        if var.kind == pb.KIND_INVALID or var.kind not in pb.VarKind.values():
+        if var.kind == pb.KIND_INVALID or var.kind not in _VAR_KINDS:
             raise FormatError(f"has unknown kind {var.kind}", **where)
         if var.kind not in _UNTYPED_KINDS and (var.dtype == pb.DT_INVALID
-                                               or var.dtype not in pb.DataType.values()):
+                                               or var.dtype not in _DTYPES):
             raise FormatError(f"has unknown dtype {var.dtype}", **where)
         if any(d < -1 for d in var.dims):
             raise FormatError(f"has dims {list(var.dims)}: each must be -1 (unknown) or a size",
@@ -1040,6 +1058,79 @@ def program_guard(main_program, startup_program=None):
         yield
     finally:
         _main_program, _startup_program = saved
+
+
+@contextlib.contextmanager
+def appended_whole():
+    """Inside, what is added to the current main and startup programs is added whole or
+    not at all: if the block raises, their blocks, ops, variables, generated names and
+    eager values (and, in eager mode, the Scope's values) are taken back to what they were
+    before it, so a retry gets the same names. Every layer runs inside one. Only additions
+    are taken back: what the block changes in place (an existing variable) stays."""
+    programs = list({id(p): p for p in (default_main_program(),
+                                         default_startup_program())}.values())
+    marks = [_ProgramMark(p) for p in programs]
+    from progdesc.recording.mode import eager   # (recording imports this module)
+    eager_undo = None
+    if eager.active:
+        from progdesc.recording.runner import snapshot_eager_state
+        eager_undo = snapshot_eager_state(programs)
+    try:
+        yield
+    except BaseException:
+        for mark in marks:
+            mark.restore()
+        if eager_undo is not None:
+            eager_undo()
+        raise
+    finally:
+        for mark in marks:
+            mark.close()
+
+
+def append_whole(fn):
+    """`fn`, running inside `appended_whole` (the decorator of layers and builders)."""
+    @functools.wraps(fn)
+    def whole(*args, **kwargs):
+        with appended_whole():
+            return fn(*args, **kwargs)
+    return whole
+
+
+class _ProgramMark:
+    """How much of a program existed when `appended_whole` began (see there)."""
+
+    def __init__(self, program):
+        self.program = program
+        self.n_blocks, self.current = len(program.desc.blocks), program._current
+        self.sizes = [(len(b.desc.vars), len(b.desc.ops)) for b in program.blocks]
+        generators = (program._names, program._op_names)
+        self.owner = program._names.journal is None   # the outermost mark keeps the journal
+        if self.owner:
+            for generator in generators:
+                generator.journal = []
+        self.journal_starts = [len(g.journal) for g in generators]
+
+    def restore(self):
+        program = self.program
+        del program.desc.blocks[self.n_blocks:]
+        del program.blocks[self.n_blocks:]
+        program._current = self.current
+        for block, (n_vars, n_ops) in zip(program.blocks, self.sizes):
+            if len(block.desc.ops) > n_ops:
+                del block.desc.ops[n_ops:]
+            for var in block.desc.vars[n_vars:]:
+                program._values.pop(var.name, None)   # its eager value
+            if len(block.desc.vars) > n_vars:
+                block._take_back((), n_vars)
+        for generator, start in zip((program._names, program._op_names), self.journal_starts):
+            NameGenerator.undo(generator.journal[start:])
+            del generator.journal[start:]
+        program._touch()
+
+    def close(self):
+        if self.owner:
+            self.program._names.journal = self.program._op_names.journal = None
 
 
 def data(name, shape, dtype="float32", *, stop_gradient=True, value=None):

@@ -13,26 +13,28 @@ Nothing here uses pickle: files may come from strangers.
   to), it stores bfloat16 natively, and other tools (PyTorch, Hugging Face)
   read the files. The file's ``__metadata__`` names the format and version,
   and ``tensor_checksums`` gives each tensor's dtype, shape and CRC-32,
-  checked on load (files written before checksums existed load unchecked).
+  checked on load. Version 2 files must carry checksums (one without them is
+  refused as corrupted); version 1 files, written before checksums existed,
+  load unchecked.
   Variable names are only keys inside that one file, so no name can make a
   save write anywhere else.
 - **Inference models** are a directory: ``model.pb`` (the pruned, test-mode
   program), ``params.safetensors`` (its persistables) and ``model.json``
   (format version, feed and fetch names, SHA-256 of the other two files and
-  of the manifest itself). Every file must lie inside the directory.
+  of the manifest itself, required from version 2 on). Every file must lie inside the directory.
 
-Every write is atomic: the bytes go to a temporary file beside the target,
-are flushed and fsynced, renamed over the target with `os.replace`, and the
-directory is fsynced. An exception or a crash part-way through leaves the
-previous file as it was. Loading validates everything (names, shapes against
+Every write is atomic (progdesc.atomic): a file goes to a temporary beside the
+target and is renamed over it; an inference model directory is written whole
+beside the old one and swapped in. A failure (disk full, read-only) raises
+`SaveError` naming the path, and it or a crash part-way through leaves the
+previous file or model as it was; temporaries of killed writers are removed by
+the next save of the same target. Loading validates everything (names, shapes against
 the program's VarDescs with -1 matching any size, dtypes) before it writes a
 single value to the Scope.
 """
-import contextlib
 import hashlib
 import json
 import os
-import secrets
 import stat
 import zlib
 
@@ -43,14 +45,16 @@ from lowering import dtypes
 from lowering import progdesc_pb2 as pb
 from lowering.errors import FeedError, FormatError, ProgdescError, ScopeError
 from lowering.lower import RNG_VAR
+from progdesc.atomic import atomic_write, write_directory
 from progdesc.framework import Program, Variable, default_main_program, dims_compatible
+from progdesc.limits import MAX_NAME_CHARS, clean_text
 from progdesc.prune import prune
 from progdesc.scope import global_scope
 
 CHECKPOINT_FORMAT = "progdesc.checkpoint"
-CHECKPOINT_VERSION = 1
+CHECKPOINT_VERSION = 2      # 2: tensor_checksums required; 1: optional (files before them)
 MODEL_FORMAT = "progdesc.inference_model"
-MODEL_VERSION = 1
+MODEL_VERSION = 2      # 2: manifest_sha256 required; 1: optional (manifests before it)
 MODEL_PROGRAM, MODEL_PARAMS, MODEL_MANIFEST = "model.pb", "params.safetensors", "model.json"
 TEXT_SUFFIXES = (".pbtxt", ".prototxt", ".txt")
 
@@ -67,49 +71,11 @@ _PERSISTED_KINDS = (pb.DENSE_TENSOR, pb.RNG_STATE)
 # so a corrupted key name cannot pass for an old file.
 CHECKSUMS_KEY = "tensor_checksums"
 _CHECKPOINT_META = {"format", "format_version", CHECKSUMS_KEY}
+_CHECKPOINT_VERSIONS = {str(v) for v in range(1, CHECKPOINT_VERSION + 1)}
 _MANIFEST_KEYS = {"format", "format_version", "feed", "fetch", "sha256", "manifest_sha256"}
 
 
 # --- files ---
-
-def _write_all(f, data):
-    """Write `data` to the open file `f` in pieces (a seam for crash tests)."""
-    view = memoryview(data)
-    for start in range(0, len(view), 1 << 20):
-        f.write(view[start:start + (1 << 20)])
-
-
-def _fsync_dir(directory):
-    with contextlib.suppress(OSError):
-        fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
-def atomic_write(path, data):
-    """Replace the file `path` by `data` (bytes or str) atomically; see the module docstring."""
-    path = os.fspath(path)
-    if isinstance(data, str):
-        data = data.encode("utf-8")
-    directory = os.path.dirname(os.path.abspath(path))
-    tmp = os.path.join(directory, f".{os.path.basename(path)}.{secrets.token_hex(6)}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-    try:
-        with contextlib.suppress(FileNotFoundError):   # a replaced file keeps its permissions
-            os.fchmod(fd, os.stat(path).st_mode & 0o7777)
-        with os.fdopen(fd, "wb") as f:
-            _write_all(f, data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    _fsync_dir(directory)
-
 
 def read_file(path, what="file"):
     """The bytes of the regular file `path`; FormatError naming the path if it cannot be read.
@@ -138,6 +104,11 @@ def parse_json(data, where):
         return json.loads(bytes(data).decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as e:
         raise FormatError(f"{where} is not valid JSON: {type(e).__name__}: {e}") from None
+
+
+def _shown(name):
+    """A name read from a file, as an error message may show it (see progdesc.limits)."""
+    return clean_text(name, MAX_NAME_CHARS)
 
 
 def _with_path(err, path):
@@ -254,12 +225,16 @@ def checkpoint_from_bytes(data, path="<bytes>"):
     meta = parse_json(data[8:8 + n], where).get("__metadata__") or {}
     if meta.get("format") != CHECKPOINT_FORMAT:
         raise FormatError(f"{where} is a safetensors file but not a progdesc checkpoint")
-    if meta.get("format_version") != str(CHECKPOINT_VERSION):
-        raise FormatError(f"{where} has checkpoint format version {meta.get('format_version')!r}; "
-                          f"this progdesc reads {CHECKPOINT_VERSION}")
+    version = meta.get("format_version")
+    if version not in _CHECKPOINT_VERSIONS:
+        raise FormatError(f"{where} has checkpoint format version {version!r}; "
+                          f"this progdesc reads 1 to {CHECKPOINT_VERSION}")
     unknown = sorted(set(meta) - _CHECKPOINT_META)
     if unknown:
         raise FormatError(f"{where} has unknown metadata {unknown[0]!r} (corrupted?)")
+    if CHECKSUMS_KEY not in meta and version != "1":
+        raise FormatError(f"{where} is corrupted: it has no tensor checksums, which format "
+                          f"version {version} requires")
     if CHECKSUMS_KEY in meta:
         _verify_checksums(parse_json(meta[CHECKSUMS_KEY].encode(), f"{where} checksums"),
                           entries, where)
@@ -267,7 +242,8 @@ def checkpoint_from_bytes(data, path="<bytes>"):
     for name, entry in entries:
         dtype = _ST_DTYPES.get(entry["dtype"])
         if dtype is None:
-            raise FormatError(f"{where} stores unsupported dtype {entry['dtype']}", var=name)
+            raise FormatError(f"{where} stores unsupported dtype {entry['dtype']}",
+                              var=_shown(name))
         values[name] = np.frombuffer(entry["data"], dtypes.to_numpy(dtype)).reshape(
             entry["shape"]).copy()
     return values
@@ -280,11 +256,11 @@ def _verify_checksums(checksums, entries, where):
     for name, entry in entries:
         if checksums.get(name) != _checksum(entry["dtype"], entry["shape"], entry["data"]):
             raise FormatError(f"{where} is corrupted: the tensor's dtype, shape or bytes do not "
-                              "match its checksum", var=name)
+                              "match its checksum", var=_shown(name))
     extra = sorted(set(checksums) - {name for name, _ in entries})
     if extra:
         raise FormatError(f"{where} is corrupted: a checksum names a tensor the file lacks",
-                          var=extra[0])
+                          var=_shown(extra[0]))
 
 
 def read_checkpoint(path):
@@ -347,8 +323,10 @@ def save_inference_model(dirname, feed_vars, fetch_vars, executor=None, program=
                          scope=None):
     """Prune `program` to `feed_vars` -> `fetch_vars` in test mode; save it and its parameters.
 
-    Writes `model.pb`, `params.safetensors` and, last, `model.json` into
-    `dirname` (created if needed), each atomically. Returns the pruned program.
+    Writes `model.pb`, `params.safetensors` and `model.json` as the directory
+    `dirname`, whole or not at all (see progdesc.atomic): a failure raises
+    SaveError and leaves a model saved there before as it was. Returns the pruned
+    program.
     `executor` is accepted for API compatibility; values come from `scope`.
     """
     program = program or default_main_program()
@@ -361,15 +339,13 @@ def save_inference_model(dirname, feed_vars, fetch_vars, executor=None, program=
     pruned = prune(program, feed_names, fetch_names)
     program_data = pruned.to_bytes()
     params_data = checkpoint_bytes(pruned, scope)
-    os.makedirs(dirname, exist_ok=True)
     manifest = {"format": MODEL_FORMAT, "format_version": MODEL_VERSION,
                 "feed": feed_names, "fetch": fetch_names,
                 "sha256": {MODEL_PROGRAM: hashlib.sha256(program_data).hexdigest(),
                            MODEL_PARAMS: hashlib.sha256(params_data).hexdigest()}}
     manifest["manifest_sha256"] = json_digest(manifest)
-    atomic_write(os.path.join(dirname, MODEL_PROGRAM), program_data)
-    atomic_write(os.path.join(dirname, MODEL_PARAMS), params_data)
-    atomic_write(os.path.join(dirname, MODEL_MANIFEST), json.dumps(manifest, indent=1) + "\n")
+    write_directory(dirname, {MODEL_PROGRAM: program_data, MODEL_PARAMS: params_data,
+                              MODEL_MANIFEST: json.dumps(manifest, indent=1) + "\n"})
     return pruned
 
 
@@ -391,13 +367,17 @@ def read_manifest(dirname):
     manifest = parse_json(read_file(path, "model manifest"), f"'{path}'")
     if not isinstance(manifest, dict) or manifest.get("format") != MODEL_FORMAT:
         raise FormatError(f"'{path}' is not a progdesc inference model manifest")
-    if manifest.get("format_version") != MODEL_VERSION:
-        raise FormatError(f"'{path}' has format version {manifest.get('format_version')!r}; "
-                          f"this progdesc reads {MODEL_VERSION}")
+    version = manifest.get("format_version")
+    if type(version) is not int or not 1 <= version <= MODEL_VERSION:
+        raise FormatError(f"'{path}' has format version {version!r}; "
+                          f"this progdesc reads 1 to {MODEL_VERSION}")
     unknown = sorted(set(manifest) - _MANIFEST_KEYS)
     if unknown:
         raise FormatError(f"'{path}' has unknown key {unknown[0]!r} (corrupted?)")
-    own = manifest.get("manifest_sha256")      # absent in manifests written before it existed
+    own = manifest.get("manifest_sha256")      # absent in version 1, written before it existed
+    if own is None and version > 1:
+        raise FormatError(f"'{path}' is corrupted: it has no manifest_sha256, which format "
+                          f"version {version} requires")
     if own is not None and own != json_digest(
             {k: v for k, v in manifest.items() if k != "manifest_sha256"}):
         raise FormatError(f"'{path}' is corrupted (its manifest_sha256 does not match)")
@@ -431,7 +411,7 @@ def read_inference_model(dirname):
     for name in manifest["feed"] + manifest["fetch"]:
         if block.find_var(name) is None:
             raise FormatError(f"the manifest of '{os.fspath(dirname)}' names a variable the "
-                              "program does not declare", var=name)
+                              "program does not declare", var=_shown(name))
     try:
         check_values(program, values, where="parameter file")
     except FormatError as e:

@@ -9,6 +9,7 @@ ParamAttr, a name, an Initializer, or False for no bias.
 """
 import contextlib
 import dataclasses
+import inspect
 import math
 import numbers
 
@@ -17,7 +18,7 @@ from lowering.errors import ProgramError
 from progdesc import control_flow
 from progdesc import initializer as init
 from progdesc import ops
-from progdesc.framework import _user_callsite, default_main_program
+from progdesc.framework import _user_callsite, append_whole, default_main_program
 from progdesc.param import ParamAttr, create_global_var, create_parameter
 
 
@@ -463,3 +464,11 @@ def accuracy(input, label):
         pred = ops.argmax(input, axis=-1, dtype=label.dtype)
         ids = ops.squeeze(label, axes=[-1]) if label.shape[-1:] == (1,) else label
         return _output(ops.mean(ops.cast(ops.equal(pred, ids), dtype="float32")), prefix)
+
+
+# Every layer of this module: one that fails leaves no parameter, op, name or value behind.
+for _name, _layer_fn in list(globals().items()):
+    if inspect.isfunction(_layer_fn) and _layer_fn.__module__ == __name__ \
+            and not _name.startswith("_"):
+        globals()[_name] = append_whole(_layer_fn)
+del _name, _layer_fn

@@ -12,7 +12,7 @@ from safetensors.numpy import save as st_save
 import progdesc as pd
 from lowering import progdesc_pb2 as pb
 from lowering.lower import RNG_VAR
-from progdesc import io, layers
+from progdesc import atomic, io, layers
 from progdesc.optimizer import Adam
 
 
@@ -215,7 +215,7 @@ def _hostile_files(tmp_path, good):
     yield "random bytes", lambda p: p.write_bytes(os.urandom(1000))
     yield "empty", lambda p: p.write_bytes(b"")
     yield "truncated", lambda p: p.write_bytes(st_save(values)[:-10])
-    yield "wrong version", lambda p: _write_checkpoint(p, values, version="2")
+    yield "wrong version", lambda p: _write_checkpoint(p, values, version="3")
     yield "foreign safetensors", lambda p: _write_checkpoint(p, values, fmt="other")
     shape = dict(values, **{"fc_0.w_0": np.zeros((4, 8), np.float32)})
     yield "mismatched shape", lambda p: _write_checkpoint(p, shape)
@@ -355,7 +355,7 @@ def test_a_failed_save_leaves_the_previous_checkpoint_loadable(tmp_path, monkeyp
     if where == "at the rename":
         monkeypatch.setattr(io.os, "replace", crash)
     else:
-        monkeypatch.setattr(io, "_write_all", half_then_crash)
+        monkeypatch.setattr(atomic, "_write_all", half_then_crash)
     with pytest.raises(OSError):
         io.save_checkpoint(path, model[0], scope)
     monkeypatch.undo()
@@ -414,7 +414,8 @@ def test_tampered_inference_models_are_refused(tmp_path):
     fields = json.loads(manifest)
     for text, match in (
             ("{not json", "JSON"),
-            (manifest.replace('"format_version": 1', '"format_version": 7'), "version 7"),
+            (manifest.replace(f'"format_version": {io.MODEL_VERSION}', '"format_version": 7'),
+             "version 7"),
             (json.dumps({**fields, "fetch": ["nope"]}), "manifest_sha256"),
             (_sign({**fields, "fetch": ["nope"]}), "nope"),
             (_sign({**fields, "extra": 1}), "unknown key 'extra'"),
@@ -458,6 +459,7 @@ def test_manifests_without_their_own_digest_still_load(tmp_path):
     io.save_inference_model(tmp_path / "m", ["x"], [out], exe, main, scope)
     fields = json.loads((tmp_path / "m" / "model.json").read_text())
     del fields["manifest_sha256"]                    # as written before it existed
+    fields["format_version"] = 1
     (tmp_path / "m" / "model.json").write_text(json.dumps(fields))
     fresh = pd.Scope()
     program, feeds, fetches = io.load_inference_model(tmp_path / "m", None, fresh)

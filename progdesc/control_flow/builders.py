@@ -13,7 +13,7 @@ import contextlib
 
 from lowering.blocks import free_reads
 from lowering.errors import ProgramError
-from progdesc.framework import Variable, default_main_program
+from progdesc.framework import Variable, append_whole, default_main_program
 
 
 @contextlib.contextmanager
@@ -111,6 +111,7 @@ def _outputs(program, out_map, rebuild):
     return rebuild([block.var(n) for n in out_map["Out"]])
 
 
+@append_whole   # a builder that fails leaves no sub-block behind
 def cond(pred, true_fn, false_fn, name=None):
     """`true_fn()` if the bool scalar `pred` is true, else `false_fn()` (lowered to lax.cond).
 
@@ -126,6 +127,7 @@ def cond(pred, true_fn, false_fn, name=None):
     return _outputs(program, out_map, rebuild)
 
 
+@append_whole   # a builder that fails leaves no sub-block behind
 def switch(index, branch_fns, name=None):
     """`branch_fns[index]()` for the int scalar `index` (lowered to lax.switch, which clamps an
     index out of range to the first or last branch).
@@ -148,6 +150,7 @@ def _as_list(value, what):
     return _flatten(value, what)
 
 
+@append_whole   # a builder that fails leaves no sub-block behind
 def scan(step_fn, init, xs=None, *, length=None, reverse=False, name=None):
     """Apply `step_fn(carry, x) -> (carry, y)` along axis 0 of `xs` (lowered to lax.scan).
 
@@ -205,6 +208,7 @@ def scan_op(program, block, carries, sequences, y_out, reverse=False, length=Non
             [outer.var(n) for n in out_map.get("Y", [])])
 
 
+@append_whole   # a builder that fails leaves no sub-block behind
 def while_loop(cond_fn, body_fn, loop_vars, max_iters=None, name=None):
     """Run `loop_vars = body_fn(*loop_vars)` while `cond_fn(*loop_vars)` holds.
 

@@ -30,7 +30,7 @@ from jax._src import xla_bridge as _xla_bridge
 from jax.experimental import multihost_utils
 
 from lowering.errors import DistributedError, FormatError
-from progdesc import io
+from progdesc import atomic, io
 from progdesc.distributed import peers
 from progdesc.framework import default_main_program
 from progdesc.scope import global_scope
@@ -251,7 +251,7 @@ def save_checkpoint_shards(dirname, program=None, scope=None):
             if shard.replica_id == 0:
                 box = _box(shard.index, value.shape)
                 pieces[_shard_key(name, box, value.shape)] = np.asarray(shard.data)
-    os.makedirs(dirname, exist_ok=True)
+    atomic.makedirs(dirname)
     index, count = jax.process_index(), jax.process_count()
     io.atomic_write(os.path.join(dirname, _SHARD_FILE.format(index, count)),
                     io.tensors_bytes(pieces))

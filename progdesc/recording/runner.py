@@ -67,6 +67,24 @@ def run_op(block, index, opdef, in_map, out_map, encoded_attrs):
         scope._write(persistable)
 
 
+def snapshot_eager_state(programs):
+    """A function that puts back what eager mode keeps outside `programs` for them as it is
+    now: the current Scope's variables and values, and which of `programs` have fixed their
+    RNG state in it (`framework.appended_whole` takes a failed layer back with it)."""
+    scope = global_scope()
+    held = scope.snapshot()
+    states = _run_states.get(scope)
+    fixed = {id(p) for p in programs if states is not None and p in states}
+
+    def undo():
+        scope.restore(held)
+        states_now = _run_states.get(scope)
+        for program in programs:
+            if id(program) not in fixed and states_now is not None:
+                states_now.pop(program, None)
+    return undo
+
+
 def _stored_value(block, scope, name, opdef, index):
     """The value of input `name` that is not among the program's values: a persistable's
     from the Scope; otherwise an error naming what is missing."""
