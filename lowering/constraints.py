@@ -11,7 +11,7 @@ On a list attribute a range applies to each element.
 """
 from dataclasses import dataclass
 
-from lowering import limits
+from lowering import sizes
 
 
 @dataclass(frozen=True)
@@ -78,7 +78,7 @@ def one_of(*choices):
 @dataclass(frozen=True)
 class Dims:
     """A shape: each dim a size >= `least` (-1 where a dim may be unknown or inferred), and
-    the array it describes small enough to hold (lowering.limits): its elements are of the
+    the array it describes small enough to hold (lowering.sizes): its elements are of the
     op's `dtype` attribute, or taken as one byte each when the op declares none."""
     least: int = 0
 
@@ -86,5 +86,5 @@ class Dims:
         """Why `value` is not such a shape, or None."""
         if any(d < self.least for d in value):
             return f"must hold dims >= {self.least}"
-        too_big = limits.oversized(value, attrs.get("dtype"))
+        too_big = sizes.oversized(value, attrs.get("dtype"))
         return None if too_big is None else f"is too large: {too_big}"

@@ -134,7 +134,8 @@ class NumericsError(ProgdescError, FloatingPointError):
 
 
 class DistributedError(ProgdescError, RuntimeError):
-    """A multi-process run that cannot start: bad arguments, or peers that do not join."""
+    """A multi-process run that cannot start (bad arguments, peers that do not join) or that
+    lost a process: names the lost process where it is known."""
 
 
 class CompiledCallError(ProgdescError, RuntimeError):

@@ -10,7 +10,7 @@ import jax
 import numpy as np
 from jax import export
 
-from lowering import dtypes, limits
+from lowering import dtypes, sizes
 from lowering.errors import ProgdescError, ShapeError
 
 RNG_KEY_AVAL = jax.ShapeDtypeStruct((2,), np.uint32)
@@ -50,7 +50,7 @@ def infer(opdef, inputs, attrs, program_desc=None, block_idx=0):
     if opdef.has_blocks and opdef.infer is not None:
         try:
             result = opdef.infer(inputs, attrs, program_desc, block_idx)
-            limits.check_results(result)
+            sizes.check_results(result)
             return result
         except ProgdescError as e:
             raise type(e)(e.detail, op_type=opdef.type, var=e.var, slot=e.slot) from None
@@ -69,7 +69,7 @@ def infer(opdef, inputs, attrs, program_desc=None, block_idx=0):
         if len(_CACHE) > 65536:
             _CACHE.clear()
         result = _infer(opdef, inputs, attrs)
-        limits.check_results(result)
+        sizes.check_results(result)
         _CACHE[key] = result
     return result
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import jax
 
-from lowering import limits, registry
+from lowering import registry, sizes
 from lowering import progdesc_pb2 as pb
 from lowering.blocks import block_attrs
 from lowering.desc import read_attrs, slot_map
@@ -360,7 +360,7 @@ def _run_step(step, env, rng, fetches, block_idx, program_desc, plans):
     try:
         result = opdef.lower(**args, **attrs)
         produced = split_outputs(opdef, result)
-        limits.check_results(produced)   # before XLA sees it: sizes fed for -1 dims too
+        sizes.check_results(produced)   # before XLA sees it: sizes fed for -1 dims too
     except ProgdescError as e:
         if e.op_type is not None and e.op_index is not None:   # an op of a sub-block
             raise

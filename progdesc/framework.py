@@ -14,7 +14,7 @@ import sys
 from google.protobuf import message as _pb_message
 from google.protobuf import text_format
 
-from lowering import dtypes, infer, limits, registry
+from lowering import dtypes, infer, registry, sizes
 from lowering import progdesc_pb2 as pb
 from lowering.blocks import check_block_references, drop_unused_blocks
 from lowering.desc import FORWARD_OP, fill_op_desc, read_attrs, slot_map
@@ -326,7 +326,7 @@ class Block:
             return self._vars[name]
         dims = _declared_dims(shape, name)
         dtype = dtypes.name_of(dtype)
-        too_big = limits.oversized(dims, dtype)
+        too_big = sizes.oversized(dims, dtype)
         if too_big:
             raise ProgramError(f"cannot be declared: {too_big}", var=name)
         desc = self.desc.vars.add(
@@ -1000,7 +1000,7 @@ def _check_var_descs(block):
         if any(d < -1 for d in var.dims):
             raise FormatError(f"has dims {list(var.dims)}: each must be -1 (unknown) or a size",
                               **where)
-        too_big = var.kind not in _UNTYPED_KINDS and limits.oversized(var.dims, var.dtype)
+        too_big = var.kind not in _UNTYPED_KINDS and sizes.oversized(var.dims, var.dtype)
         if too_big:
             raise FormatError(f"is too large: {too_big}", **where)
 

@@ -15,7 +15,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 SCRIPT = """
 import numpy as np
 import progdesc as pd
-from lowering import limits
+from lowering import sizes
 from lowering import progdesc_pb2 as pb
 from progdesc import ops
 
@@ -69,7 +69,7 @@ report("variable loaded", big_var)
 
 # Known dims that fit, a batch dim (-1) that makes the result too large only once fed:
 # each row is half the machine's memory, four rows are twice it.
-row = limits.max_buffer_bytes() // 4 // 2 // 1024
+row = sizes.max_buffer_bytes() // 4 // 2 // 1024
 main = pd.Program()
 with pd.program_guard(main):
     x = pd.data("x", [None, 1, 1])
