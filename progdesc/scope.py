@@ -203,11 +203,10 @@ class Scope:
         return read, write
 
     def _store(self, holders, values):
-        """Store a run's results (the Scope's own values) into resolved holders, under one
-        lock."""
-        with self.lock:
-            for holder, value in zip(holders, values):
-                holder._value = value
+        """Store a run's results (the Scope's own values) into resolved holders; call with
+        the lock held."""
+        for holder, value in zip(holders, values):
+            holder._value = value
 
     def _write(self, values, private=False):
         """Store {name: value} at once, under one lock (where each name is found, else here).
