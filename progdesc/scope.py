@@ -104,7 +104,8 @@ class ScopeVariable:
 
     def __repr__(self):
         v = self._value
-        return f"<ScopeVariable {self.name}: {'unset' if v is None else f'{v.dtype}{list(v.shape)}'}>"
+        shown = 'unset' if v is None else f'{v.dtype}{list(v.shape)}'
+        return f"<ScopeVariable {self.name}: {shown}>"
 
 
 class Scope:
