@@ -220,7 +220,9 @@ class Executor:
             else:
                 values = [v if cast is None else v.astype(cast)
                           for v, cast in zip(feed.values(), casts)]
-        with scope.lock:   # runs on one scope tree take turns: from reading state to writing
+        lock = scope.lock   # runs on one scope tree take turns: from reading state to writing
+        lock.acquire()
+        try:
             bound = entry.bound
             if bound[0] is scope and bound[1] == Scope.generation:
                 reads, writes = bound[3], bound[4]
@@ -236,6 +238,8 @@ class Executor:
             if writes:
                 scope._store(writes, outs[entry.n_fetched:])
                 outs = outs[:entry.n_fetched]
+        finally:
+            lock.release()
         if return_numpy:
             if self.mesh is not None:   # gathered where other processes hold parts
                 from progdesc.distributed.multihost import to_host
