@@ -43,12 +43,9 @@ class _Compiled:
     n_fetched: int
     call: object = None        # the executable's call, made on the first run
     needs_x64: bool = True     # whether calls need 64-bit types enabled (a 64-bit feed)
-    scope: object = None       # the scope the holders were found in (they reference it anyway)
-    generation: int = -1       # Scope.generation when they were found
-    read_holders: tuple = ()
-    write_holders: tuple = ()
-    checked: bool = False      # whether a run checked what the holders hold
-    hot_scope: object = None   # `scope`, once a run checked what its holders hold
+    bound: tuple = (None, -1, -1, (), ())
+    """(scope, Scope.generation, Scope.changes, read holders, write holders) of the last run:
+    the holders found in that scope and checked, valid until the counters move."""
     feeds: tuple = ()          # (name, shape of one step's value) per feed, for error messages
     place: object = None       # on a mesh: puts the flat args where the executable wants them
     compiled: object = None    # the jax Compiled, after the first call (memory_analysis, ...)
@@ -77,19 +74,16 @@ class _Compiled:
                 return self.call(*args)
         return self.call(*args)
 
-    def resolve(self, scope):
-        """Find the read and write holders in `scope`; they stay until Scope.generation moves."""
-        read, write = scope._holders(self.reads, self.writes)
-        self.read_holders, self.write_holders = tuple(h or _ABSENT for h in read), tuple(write)
-        self.scope, self.generation = scope, Scope.generation
-        self.checked, self.hot_scope = False, None
-
 
 class _Absent:
-    value = None   # stands for a persistable the scope does not hold
+    """Stands for a persistable the scope does not hold."""
+    _value = None
+
+    def own_value(self):
+        return None
 
 
-_VALUE = operator.attrgetter("value")
+_VALUE = operator.attrgetter("_value")
 _SHAPE_DTYPE = operator.attrgetter("shape", "dtype")
 _REGISTRY_GENERATION = registry.GENERATION
 
@@ -229,19 +223,26 @@ class Executor:
             else:
                 values = [v if cast is None else v.astype(cast)
                           for v, cast in zip(feed.values(), casts)]
-        if entry.hot_scope is scope and entry.generation == Scope.generation:
-            if entry.needs_x64:
-                with jax.enable_x64(True):
-                    outs = entry.call(*values, *map(_VALUE, entry.read_holders))
-            elif entry.read_holders:
-                outs = entry.call(*values, *map(_VALUE, entry.read_holders))
+        lock = scope.lock   # runs on one scope tree take turns: from reading state to writing
+        lock.acquire()
+        try:
+            bound = entry.bound
+            if bound[0] is scope and bound[1] == Scope.generation:
+                reads, writes = bound[3], bound[4]
+                if entry.needs_x64:
+                    with jax.enable_x64(True):
+                        outs = entry.call(*values, *map(_VALUE, reads))
+                elif reads:
+                    outs = entry.call(*values, *map(_VALUE, reads))
+                else:
+                    outs = entry.call(*values)
             else:
-                outs = entry.call(*values)
-        else:
-            outs = self._run_cold(program, entry, tuple(values), scope)
-        if entry.write_holders:
-            scope._store(entry.write_holders, outs[entry.n_fetched:])
-            outs = outs[:entry.n_fetched]
+                outs, writes = self._run_cold(program, entry, tuple(values), scope)
+            if writes:
+                scope._store(writes, outs[entry.n_fetched:])
+                outs = outs[:entry.n_fetched]
+        finally:
+            lock.release()
         if return_numpy:
             if self.mesh is not None:   # gathered where other processes hold parts
                 from progdesc.distributed.multihost import to_host
@@ -252,13 +253,22 @@ class Executor:
         return list(outs)
 
     def _run_cold(self, program, entry, values, scope):
-        """Call `entry`, first finding and checking the persistables it reads when needed."""
-        if entry.scope is not scope or entry.generation != Scope.generation:
-            entry.resolve(scope)
-        if entry.checked:
-            state = tuple(map(_VALUE, entry.read_holders))
+        """(outputs, write holders) of a call of `entry`, first finding and checking the
+        persistables it reads where the Scope changed, and copying the ones it donates that
+        may be held outside the Scope. Called with the scope's lock held."""
+        generation, changes = Scope.generation, Scope.changes
+        bound = entry.bound
+        if bound[0] is scope and bound[2] == changes:   # only values were handed out
+            reads, writes = bound[3], bound[4]
+            state = tuple(h.own_value() for h in reads[:entry.n_mutable]) + tuple(
+                map(_VALUE, reads[entry.n_mutable:]))
+            if any(v is None for v in state):   # the RNG state, absent: seeded afresh
+                state = self._check_state(program, entry.reads, reads, entry.n_mutable)
         else:
-            state = self._check_state(program, entry)
+            found_reads, writes = scope._holders(entry.reads, entry.writes)
+            reads = tuple(h or _ABSENT for h in found_reads)
+            writes = tuple(writes)
+            state = self._check_state(program, entry.reads, reads, entry.n_mutable)
         try:
             outs = entry(values + state, self.device, self.compiler_options)
         except ProgramError as e:   # tracing with the fed sizes failed: feeds that disagree?
@@ -266,8 +276,8 @@ class Executor:
             if mismatch is None:
                 raise
             raise _in_run(mismatch) from None
-        entry.checked, entry.hot_scope = True, scope
-        return outs
+        entry.bound = (scope, generation, changes, reads, writes)
+        return outs, writes
 
     def _prepare(self, program, feed, fetch_names, steps):
         """Validate and convert the feeds; find or compile their entry.
@@ -321,11 +331,13 @@ class Executor:
             casts.append(None if raw_dtype == arr.dtype else arr.dtype)
         return names, values, casts
 
-    def _check_state(self, program, entry):
-        """The persistables' values, the RNG state filled in if absent; refuses missing or
-        ill-fitting ones."""
-        state = [h.value for h in entry.read_holders]
-        for i, name in enumerate(entry.reads):
+    def _check_state(self, program, names, holders, n_mutable):
+        """The values of the persistables `names` held by `holders` (the first `n_mutable`
+        donated: made the Scope's own first), the RNG state filled in if absent; refuses
+        missing or ill-fitting ones."""
+        state = [h.own_value() for h in holders[:n_mutable]] + [
+            h._value for h in holders[n_mutable:]]
+        for i, name in enumerate(names):
             if state[i] is None:
                 if name != RNG_VAR:
                     raise ScopeError("has no value in the scope: run the startup program first "
@@ -333,11 +345,13 @@ class Executor:
                 with compile_cache.compiling():      # compiles, once per process
                     state[i] = jax.random.PRNGKey(program.random_seed)
         seen = set()
-        for i, value in enumerate(state):   # one buffer in two donated places: donate a copy
+        for i, value in enumerate(state):   # one buffer in two places, one donated: copy it
             if id(value) in seen:
-                state[i] = jax.numpy.array(value, copy=True)
+                state[i] = jax.device_put(value, value.sharding, may_alias=False)
+                if holders[i] is not _ABSENT:
+                    holders[i]._value = state[i]
             seen.add(id(state[i]))
-        for name, value in zip(entry.reads, state):
+        for name, value in zip(names, state):
             var = program.global_block().find_var(name)
             if var is not None and (
                     not dims_compatible(tuple(var.desc.dims), value.shape)

@@ -4,6 +4,7 @@ Appending an op validates it against its registered definition and writes
 the inferred shapes and dtypes into its output variables.
 """
 import contextlib
+import contextvars
 import functools
 import itertools
 import numbers
@@ -1032,32 +1033,36 @@ def validate(program):
 
 _main_program = Program()
 _startup_program = Program()
+_guarded = contextvars.ContextVar("progdesc_programs", default=None)   # (main, startup)
 
 
 def default_main_program():
-    """The program ops are appended to outside any program_guard."""
-    return _main_program
+    """The program ops are appended to: the innermost program_guard's in this thread (or
+    asyncio task), else the process's default main program, shared by every thread."""
+    guarded = _guarded.get()
+    return _main_program if guarded is None else guarded[0]
 
 
 def default_startup_program():
-    """The program initializer ops are appended to outside any program_guard."""
-    return _startup_program
+    """The program initializer ops are appended to: the innermost program_guard's in this
+    thread (or asyncio task), else the process's default startup program."""
+    guarded = _guarded.get()
+    return _startup_program if guarded is None else guarded[1]
 
 
 @contextlib.contextmanager
 def program_guard(main_program, startup_program=None):
-    """Make `main_program` (and `startup_program`) the defaults inside the block."""
-    global _main_program, _startup_program
+    """Make `main_program` (and `startup_program`) the defaults inside the block.
+
+    The guard holds for this thread (or asyncio task) only: threads building programs at
+    once each use their own guard. A thread starts outside any guard."""
     if not isinstance(main_program, Program):
         raise TypeError("program_guard expects a Program")
-    saved = _main_program, _startup_program
-    _main_program = main_program
-    if startup_program is not None:
-        _startup_program = startup_program
+    token = _guarded.set((main_program, startup_program or default_startup_program()))
     try:
         yield
     finally:
-        _main_program, _startup_program = saved
+        _guarded.reset(token)
 
 
 @contextlib.contextmanager

@@ -30,7 +30,7 @@ from progdesc.executor import (_default_device, _disagreeing_feeds, _fetch_names
                                with_feed_fetch)
 from progdesc.framework import Program
 
-_UNSET = types.SimpleNamespace(value=None)   # a scope holder for a name the scope lacks
+_UNSET = types.SimpleNamespace(_value=None)   # a scope holder for a name the scope lacks
 
 
 def run_checked(executor, program, feed, fetch_list, scope, return_numpy, steps):
@@ -46,10 +46,18 @@ def run_checked(executor, program, feed, fetch_list, scope, return_numpy, steps)
         lowered = lower_block(desc, 0, precision)
     except FeedError as e:
         raise _in_run(e) from None
-    # what the compiled run checks, on what it reads (an entry's names and scope holders)
-    reads = types.SimpleNamespace(reads=lowered.reads, read_holders=tuple(
-        scope.find_var(n) or _UNSET for n in lowered.reads))
-    state = dict(zip(lowered.reads, executor._check_state(program, reads)))
+    with scope.lock:   # runs on one scope tree take turns
+        # what the compiled run checks, on what it reads (an entry's names and scope holders)
+        holders = tuple(scope.find_var(n) or _UNSET for n in lowered.reads)
+        checked = executor._check_state(program, lowered.reads, holders, 0)
+        state = dict(zip(lowered.reads, checked))
+        return _run(executor, program, desc, lowered, names, values, steps, precision, scope,
+                    state, return_numpy)
+
+
+def _run(executor, program, desc, lowered, names, values, steps, precision, scope, state,
+         return_numpy):
+    """What `run_checked` returns, computed op by op from `state` (the scope's values)."""
     kept = set(lowered.kept_ops)
     run = _Run(program, desc, [s for s in steps_of(desc) if s.desc_index in kept], lowered,
                tuple((n, v.shape if steps is None else v.shape[1:])

@@ -205,7 +205,7 @@ def _scope_table(scope, kids, depth):
     names = scope.local_var_names()
     for name in names:
         var = scope.find_var(name)
-        value = None if var is None else var.value
+        value = None if var is None else var.current()   # not handed out: shown only
         if value is None:
             rows.append(f'<tr><td class="pd-var">{_e(name)}</td><td colspan="4">unset</td></tr>')
             continue

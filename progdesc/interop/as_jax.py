@@ -32,8 +32,9 @@ def as_jax(program, feed, fetch, scope=None, *, mutable=False):
 
     `feed` is a list of Variables or names, in the order `fn` takes them; `fetch` is a list
     of Variables or names (`fn` returns a tuple in that order) or one of them (`fn` returns
-    that value). `params` holds a copy of the value, taken from `scope` (default: the
-    global scope), of every persistable the fetches need; `fn(params, *feeds, rng=None)`
+    that value). `params` holds the value, taken from `scope` (default: the global scope;
+    later runs leave it valid), of every persistable the fetches need; `fn(params, *feeds,
+    rng=None)`
     reads them from its first argument, which may be any dict with those keys.
 
     With `mutable=True` every op that writes a persistable runs too (batch-norm statistics
@@ -103,11 +104,11 @@ def _names(targets):
 
 
 def _scope_value(scope, name):
-    """A copy of `name`'s value in `scope`: the Executor may donate the scope's own buffer."""
+    """`name`'s value in `scope` (handed out: later runs copy it before donating it)."""
     if name not in scope:
         raise ScopeError("has no value in the scope: run the startup program first (or load "
                          "a checkpoint)", var=name)
-    return jax.numpy.array(scope.get(name), copy=True)
+    return scope.get(name)
 
 
 def _check_param(name, value, desc, source):

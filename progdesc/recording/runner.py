@@ -43,6 +43,12 @@ def run_op(block, index, opdef, in_map, out_map, encoded_attrs):
         return
     program = block.program
     scope = global_scope()
+    with scope.lock:   # as a run: no other run on this scope donates what the op reads
+        _run_locked(block, index, opdef, in_map, out_map, encoded_attrs, program, scope)
+
+
+def _run_locked(block, index, opdef, in_map, out_map, encoded_attrs, program, scope):
+    """`run_op`'s work, with the scope's lock held."""
     values = program._values
     args = []
     for slot in opdef.inputs:
@@ -63,8 +69,8 @@ def run_op(block, index, opdef, in_map, out_map, encoded_attrs):
             persistable[name] = value
         else:
             values[name] = value
-    if persistable:
-        scope._write(persistable)
+    if persistable:   # a kernel's outputs are new arrays; an unjitted op may pass inputs on
+        scope._write(persistable, private=not opdef.has_blocks)
 
 
 def snapshot_eager_state(programs):
@@ -93,10 +99,12 @@ def _stored_value(block, scope, name, opdef, index):
                  callsite=block.desc.ops[index].callsite)
     if var is not None and var.desc.persistable:
         holder = scope.find_var(name)
-        if holder is None or holder.value is None:
+        value = None if holder is None else (
+            holder.value if opdef.has_blocks else holder.current())   # an unjitted op may
+        if value is None:                                           # keep it in its outputs
             raise ScopeError("has no value in the current scope: run the startup program "
                              "first, or create the parameter in eager mode", **where)
-        return holder.value
+        return value
     if var is not None and var.desc.need_check_feed:
         raise FeedError("has no value to run ops on in eager mode: declare it with "
                         "pd.data(..., value=array)", **where)
@@ -112,10 +120,10 @@ def _rng_state(program, scope):
     state = states.get(program)
     if state is None:
         holder = scope.find_var(RNG_VAR)
-        current = None if holder is None else holder.value
+        current = None if holder is None else holder.value   # kept for later ops
         state = states[program] = (current if current is not None
                                    else jax.random.PRNGKey(program.random_seed))
-        scope._write({RNG_VAR: jax.random.fold_in(state, 0)})
+        scope._write({RNG_VAR: jax.random.fold_in(state, 0)}, private=True)
     return state
 
 
