@@ -187,24 +187,24 @@ class Scope:
 
     def snapshot(self):
         """What this scope and its ancestors hold now, for `restore` (values are not copied:
-        a Scope's arrays are never changed in place)."""
-        with self._lock:
+        a Scope's arrays are never changed in place, and none is handed out by this)."""
+        with self.lock:
             chain, scope = [], self
             while scope is not None:
-                chain.append((scope, {n: (v, v.value) for n, v in scope._vars.items()}))
+                chain.append((scope, {n: (v, v._value, v._given) for n, v in scope._vars.items()}))
                 scope = scope.parent
             return chain
 
     def restore(self, snapshot):
         """Make this scope and its ancestors hold exactly what `snapshot` recorded: variables
         created since are removed, values set since are put back."""
-        with self._lock:
+        with self.lock:
             for scope, held in snapshot:
                 scope._vars.clear()
-                scope._vars.update((n, holder) for n, (holder, _) in held.items())
-                for holder, value in held.values():
-                    holder.value = value
-            Scope.generation += 1
+                scope._vars.update((n, holder) for n, (holder, _, _) in held.items())
+                for holder, value, given in held.values():
+                    holder._value, holder._given = value, given
+            _moved()
 
     def _repr_html_(self):
         from progdesc.display import scope_html

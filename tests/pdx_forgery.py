@@ -88,7 +88,7 @@ def forge(data, seed=0):
     mod_at = payload.find(mod)
     assert mod_at > 0, "the module's bytes are not found in the flatbuffer"
     ins, outs = exp.in_avals, exp.out_avals
-    f32, i32 = np.dtype(np.float32), np.dtype(np.int32)
+    i32 = np.dtype(np.int32)
     platforms = tuple(exp.platforms)
 
     payloads = {

@@ -6,7 +6,6 @@ import threading
 import subprocess
 import sys
 import textwrap
-import warnings
 
 import jax
 import numpy as np

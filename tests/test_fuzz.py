@@ -118,55 +118,17 @@ def _findings(soak, name, case=None):
     return [f for f in soak.findings if f[0] == name and (case is None or f[3] == repr(case))]
 
 
-_FIXED_ON = {
-    "program_run": "huge shape attributes abort XLA: fixed on branch attrs",
-    "checkpoint_resigned": "checksum downgrade: fixed on branch files",
-    "inference_model_resigned": "checksum downgrade, huge shapes: fixed on branches files, attrs",
-    "compiled_resigned": "forged .pdx crash or untyped errors at call: fixed on branch pdx",
-    "interrupted_save": "bare OSError on a full disk, temporaries of killed saves: branch files",
-    "threads": "program_guard per thread, concurrent runs on one Scope: fixed on branch state",
-}
-
-
-@pytest.mark.parametrize("name", [
-    pytest.param(n, marks=pytest.mark.xfail(strict=False, reason=_FIXED_ON[n]))
-    if n in _FIXED_ON else n for n in ISOLATED])
+@pytest.mark.parametrize("name", ISOLATED)
 def test_deeper_cases_are_refused_with_a_typed_error_and_change_nothing(deep_soak, name):
     tried = sum(deep_soak.counts[name].values())
     assert tried >= DEEP_CASES_PER_TARGET
     assert not _findings(deep_soak, name), _findings(deep_soak, name)
 
 
-_KNOWN_FIXED_ON = {"huge random shape": "attrs", "huge gaussian shape": "attrs",
-                   "huge fill_constant": "attrs", "checksum downgrade": "files",
-                   "checksum downgrade of a model": "files"}
-
-
-def _known_params(labels):
-    return [pytest.param(label, marks=pytest.mark.xfail(
-        strict=False, reason=f"issue 22: fixed on branch {_KNOWN_FIXED_ON[label]}"))
-        for label in labels]
-
-
-@pytest.mark.parametrize("label", _known_params(FAST_KNOWN))
+@pytest.mark.parametrize("label", FAST_KNOWN)
 def test_cases_of_issue_22_are_refused(deep_soak, label):
     name, case = fuzz_deep.KNOWN[label]
     assert not _findings(deep_soak, name, case)
-
-
-def test_the_deeper_kinds_report_what_issue_22_found(deep_soak):
-    """Today's failures are seen as what they are: an abort a crash, a downgrade undetected.
-
-    Once those are fixed these cases are refused, which the tests above check.
-    """
-    seen = {f[3]: f for f in deep_soak.findings}
-    for label, outcome in (("huge random shape", "crash"), ("checksum downgrade", "undetected")):
-        finding = seen.get(repr(fuzz_deep.KNOWN[label][1]))
-        if finding is None:
-            continue                            # fixed: refused
-        assert finding[1] == outcome, finding
-        if outcome == "crash":
-            assert "SIGABRT" in finding[2], finding
 
 
 def test_a_worker_killed_by_a_signal_is_a_crash_and_the_run_goes_on(deep_soak):
@@ -178,7 +140,7 @@ def test_a_worker_killed_by_a_signal_is_a_crash_and_the_run_goes_on(deep_soak):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("label", _known_params(["huge gaussian shape", "huge fill_constant"]))
+@pytest.mark.parametrize("label", ["huge gaussian shape", "huge fill_constant"])
 def test_slower_cases_of_issue_22_are_refused(label):
     soak = _soak([], 0, _given([label]), jobs=1)
     assert not soak.findings, soak.findings
