@@ -101,6 +101,21 @@ def _death(exitcode):
     return f"worker exited with status {exitcode}"
 
 
+def _split(targets, cases):
+    """{name: cases} for a run of `cases` in all: a finite target gets one chunk (all of its
+    cases), the others share the rest in proportion to their `share`, and the total is exact."""
+    if cases <= 0:
+        return dict.fromkeys(targets, 0)
+    finite = [n for n, t in targets.items() if t.finite]
+    rest = max(0, cases - CHUNK * len(finite))
+    weights = {n: t.share for n, t in targets.items() if not t.finite}
+    total = sum(weights.values()) or 1.0
+    split = {n: int(rest * w / total) for n, w in weights.items()}
+    for name in list(split)[:rest - sum(split.values())]:   # what rounding down left over
+        split[name] += 1
+    return {n: CHUNK if n in finite else split[n] for n in targets}
+
+
 class Soak:
     """The job queue, the workers and the tallies."""
 
@@ -110,12 +125,9 @@ class Soak:
         names = list(targets)
         self.targets = list(targets)
         self.finite = {n for n in names if targets[n].finite}   # all their cases fit one chunk
-        per_target, extra = divmod(max(0, cases - CHUNK * len(self.finite)),
-                                   max(1, len(names) - len(self.finite)))
         self.queue = collections.deque()
         self.seeds = iter(range(base_seed * 1_000_003, sys.maxsize))   # seed per job: reproducible
-        for i, name in enumerate(names):
-            left = 0 if cases <= 0 else CHUNK if name in self.finite else per_target + (i < extra)
+        for name, left in _split(targets, cases).items():
             while left > 0:
                 self.queue.append([name, min(CHUNK, left), next(self.seeds)])
                 left -= CHUNK

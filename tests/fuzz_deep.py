@@ -48,8 +48,11 @@ from progdesc import export, io, layers
 from progdesc.optimizer import Adam
 
 class DeepTarget(ft.Target):
-    """A target of this module: its cases may crash the process (run them in a worker)."""
+    """A target of this module: its cases may crash the process (run them in a worker), and
+    each builds, saves, runs or calls programs, so it gets a tenth of a byte mutation's share
+    of a run's cases (a case here takes tens of times as long)."""
     isolated = True
+    share = 0.1
 
 
 # Sizes for shape-like attributes and dims: small ones, and ones no machine can hold (256 GiB

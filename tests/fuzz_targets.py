@@ -169,10 +169,12 @@ class Trial:
 
 class Target:
     """A loader and the inputs it is fuzzed with (`finite`: few enough cases to try them all;
-    `isolated`: a case may end the process, so run it only in a worker process)."""
+    `isolated`: a case may end the process, so run it only in a worker process; `share`: its
+    part of a run's cases, relative to a byte-mutation target's 1)."""
     name = ""
     finite = False
     isolated = False
+    share = 1.0
 
     def strategy(self):
         """Hypothesis strategy of this target's cases."""
