@@ -53,7 +53,8 @@ def initialize(coordinator, num_processes, process_id, timeout=300, local_device
     `heartbeat_timeout` seconds: the survivors' next step (or fetch, checkpoint, batch)
     raises DistributedError naming the lost process, and they exit with status 1 without
     waiting for it at exit. A survivor that does not reach such a call ends the same way
-    `heartbeat_timeout` seconds later, with the error printed.
+    `heartbeat_timeout` seconds later, with the error printed. Losing process 0 (the
+    coordinator's host) ends the others at once, with the error printed and status 1.
     """
     _check_arguments(coordinator, num_processes, process_id, timeout, heartbeat_timeout)
     if jax.distributed.is_initialized():

@@ -12,12 +12,15 @@ heartbeat timeout). When one is lost, or the coordinator itself is gone:
 - a survivor that has not raised the error a heartbeat timeout after the loss was
   noticed (busy elsewhere, or blocked) prints it and ends with status 1.
 
-Not handled: losing process 0, whose process serves the coordinator. jaxlib's client then
-ends the others from its own thread at once (an abort: with no error callback JAX logs a
-fatal error; with the one `initialize` installs, jaxlib fails to call it).
+Losing process 0, whose process serves the coordinator, is noticed by jaxlib's client
+first: it ends the process from its own thread at once, through `std::terminate` (with
+the error callback `initialize` installs, jaxlib fails to call it and throws). A terminate
+handler installed by `watch` turns that into the same message and status 1 (no abort).
 """
 import atexit
 import contextlib
+import ctypes
+import ctypes.util
 import os
 import sys
 import threading
@@ -71,7 +74,40 @@ def watch(client, count, me, heartbeat_timeout):
     global _run
     _run = _Run(client, count, me, heartbeat_timeout)
     atexit.register(_exit_if_failed)   # runs before JAX's shutdown (atexit runs LIFO)
+    _end_on_terminate(_run)
     threading.Thread(target=_watch, args=(_run,), name="progdesc-peers", daemon=True).start()
+
+
+_TERMINATE_HANDLER = ctypes.CFUNCTYPE(None)
+_on_terminate = None     # the installed handler (kept alive: C++ holds a pointer to it)
+
+
+def _end_on_terminate(run):
+    """Make `std::terminate` (how jaxlib ends a process whose coordinator is gone) print the
+    DistributedError and end with status EXIT_STATUS instead of aborting. Where the C++
+    runtime cannot be found, the abort stays."""
+    global _on_terminate
+    library = ctypes.util.find_library("stdc++")
+    try:
+        set_terminate = getattr(ctypes.CDLL(library), "_ZSt13set_terminatePFvvE")
+    except (OSError, AttributeError, TypeError):
+        return
+
+    def terminated():
+        if run.lost is None and run.me != 0:
+            run.lost = [0]
+        if run.lost:
+            error = run.error("jaxlib stopped the run: the coordinator cannot be reached")
+        else:
+            error = "the C++ runtime ended the run (std::terminate)"
+        with contextlib.suppress(OSError):
+            os.write(2, f"progdesc.DistributedError: {error}\n".encode())
+        os._exit(EXIT_STATUS)
+
+    _on_terminate = _TERMINATE_HANDLER(terminated)
+    set_terminate.restype = ctypes.c_void_p
+    set_terminate.argtypes = [_TERMINATE_HANDLER]
+    set_terminate(_on_terminate)
 
 
 def _watch(run):
