@@ -281,8 +281,12 @@ class OpDef:
 
 
 def _shown(value):
-    """An attribute value as a message shows it: lists as lists."""
-    return list(value) if isinstance(value, tuple) else repr(value)
+    """An attribute value as a message shows it: lists as lists, long ones cut."""
+    if not isinstance(value, tuple):
+        return repr(value)
+    if len(value) <= 16:
+        return str(list(value))
+    return f"[{', '.join(map(repr, value[:8]))}, ... ({len(value)} values)]"
 
 
 def _typed(value):

@@ -28,27 +28,43 @@ def _shown(n):
     return f"{n:,} bytes" if n < 2**30 else f"{n / 2**30:.3g} GiB"
 
 
+def _shape(dims):
+    if len(dims) <= 8:
+        return checks.dims(dims)
+    return f"[{', '.join(map(str, dims[:6]))}, ... ({len(dims)} dims)]"
+
+
+_COUNTED = 2**128   # element counts are exact up to here (a product of many dims stops)
+
+
 def oversized(dims, dtype=None):
     """Why an array of `dims` and `dtype` (in any spelling lowering.dtypes reads; None:
     unknown, one byte per element at least) cannot be held, or None when it can."""
-    elements = 1
+    extent, empty = 1, False   # the product of the dims other than 0
     for d in dims:
         if isinstance(d, int) and d >= 0:   # unknown (-1) and symbolic dims left out
-            elements *= d
+            empty = empty or d == 0
+            extent = min(extent * max(d, 1), _COUNTED)
+    limit = max_buffer_bytes()
+    where = f"more than one array may take on this machine ({_shown(limit)}, its physical memory)"
+    if empty:   # no element, but XLA aborts or hangs on such extents
+        if extent <= limit:
+            return None
+        return f"shape {_shape(dims)} holds no element, but its other dims span {where}"
     if dtype is None:
-        name, itemsize = "an array of shape ", 1
+        name, itemsize, at_least = "an array of shape ", 1, "at least "
     else:
         try:
-            name, itemsize = dtypes.name_of(dtype), dtypes.to_numpy(dtype).itemsize
+            name, itemsize, at_least = dtypes.name_of(dtype), dtypes.to_numpy(dtype).itemsize, ""
         except ProgramError:   # a dtype no variable declares (a PRNG key's, while tracing)
-            name, itemsize = str(dtype), getattr(dtype, "itemsize", 1)
-    size = elements * itemsize
-    if size <= max_buffer_bytes():
+            name, itemsize, at_least = str(dtype), getattr(dtype, "itemsize", 1), ""
+    size = extent * itemsize
+    if size <= limit:
         return None
-    at_least = "at least " if dtype is None else ""
-    return (f"{name}{checks.dims(dims)} holds {elements:,} elements, {at_least}{_shown(size)}: "
-            f"more than one array may take on this machine ({_shown(max_buffer_bytes())}, "
-            "its physical memory)")
+    if extent >= _COUNTED:
+        return f"{name}{_shape(dims)} holds more than 2^128 elements: {where}"
+    return (f"{name}{_shape(dims)} holds {extent:,} elements, {at_least}{_shown(size)}: "
+            f"{where}")
 
 
 def check_results(produced):

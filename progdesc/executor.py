@@ -348,8 +348,6 @@ class Executor:
         for i, value in enumerate(state):   # one buffer in two places, one donated: copy it
             if id(value) in seen:
                 state[i] = jax.device_put(value, value.sharding, may_alias=False)
-                if holders[i] is not _ABSENT:
-                    holders[i]._value = state[i]
             seen.add(id(state[i]))
         for name, value in zip(names, state):
             var = program.global_block().find_var(name)

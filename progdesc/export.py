@@ -206,7 +206,13 @@ def read_compiled(data, path="<bytes>"):
     try:
         feeds, fetches, params = header["feeds"], header["fetches"], header["params"]
         for spec in feeds + fetches + params:
-            dtypes.to_numpy(spec["dtype"]), str(spec["name"]), list(spec["shape"])
+            dtypes.to_numpy(spec["dtype"])
+            if not isinstance(spec["name"], str) or not isinstance(spec["shape"], list):
+                raise TypeError("each input and output has a name (a string) and a shape "
+                                f"(a list), got {spec['name']!r} and {spec['shape']!r}")
+        names = [spec["name"] for spec in feeds + params]
+        if len(set(names)) != len(names):
+            raise ValueError(f"input names must differ, got {names}")
         if not all(isinstance(p, str) for p in header["platforms"]):
             raise TypeError("platforms must be names")
         if not isinstance(header["x64"], bool) or header["format_version"] != FORMAT_VERSION:

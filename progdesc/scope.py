@@ -94,12 +94,12 @@ class ScopeVariable:
         return value is not None and self._given == id(value)
 
     def own_value(self):
-        """The stored value, made the Scope's own first (copied if it may be held outside),
-        so a run may donate it; call with the scope's lock held."""
+        """The stored value, or a copy of it where it may be held outside the Scope, for a
+        run to donate; the Scope keeps the stored one until the run writes its result back
+        (a failed run leaves it as it was)."""
         value = self._value
         if value is not None and self._given == id(value):
-            value = self._value = jax.device_put(value, value.sharding, may_alias=False)
-            self._given = None
+            return jax.device_put(value, value.sharding, may_alias=False)
         return value
 
     def __repr__(self):

@@ -57,15 +57,17 @@ for op_type in ("uniform_random", "gaussian_random", "fill_constant"):
     report(f"{op_type} loaded", lambda: pd.io.load_program(path))
 
 
-def big_var():
+def big_var(dims):
     main = pd.Program()
     with pd.program_guard(main):
         pd.data("x", [2, 3])
     desc = pb.ProgramDesc()
     desc.CopyFrom(main.desc)
-    desc.blocks[0].vars[0].dims[:] = HUGE
+    desc.blocks[0].vars[0].dims[:] = dims
     pd.Program.from_bytes(desc.SerializeToString())
-report("variable loaded", big_var)
+report("variable loaded", lambda: big_var(HUGE))
+# no elements, but an extent XLA aborts on (its static extent product overflows)
+report("zero-size variable loaded", lambda: big_var([2**63 - 1, 0]))
 
 # Known dims that fit, a batch dim (-1) that makes the result too large only once fed:
 # each row is half the machine's memory, four rows are twice it.
@@ -98,6 +100,8 @@ def test_shapes_too_large_for_the_machine_raise_typed_errors(tmp_path):
             assert "physical memory" in said, said
     assert lines["variable loaded"].startswith("FormatError: "), lines["variable loaded"]
     assert "variable 'x'" in lines["variable loaded"], lines["variable loaded"]
+    said = lines["zero-size variable loaded"]
+    assert said.startswith("FormatError: ") and "holds no element, but its other dims span more than" in said, said
     said = lines["batch dim at run"]
     assert said.startswith("ShapeError: op #0 'expand'") and "output Out float32[4, " in said, said
     assert done.stdout.splitlines()[-1] == "0.0"   # the same program runs where it fits
