@@ -276,6 +276,10 @@ class Executor:
             if mismatch is None:
                 raise
             raise _in_run(mismatch) from None
+        n_mutable = entry.n_mutable
+        for holder, value in zip(reads[n_mutable:], state[n_mutable:]):
+            if holder is not _ABSENT and holder._value is not value:   # a copy of a donated one
+                holder._value = value
         entry.bound = (scope, generation, changes, reads, writes)
         return outs, writes
 
@@ -346,6 +350,7 @@ class Executor:
                     state[i] = jax.random.PRNGKey(program.random_seed)
         seen = set()
         for i, value in enumerate(state):   # one buffer in two places, one donated: copy it
+            # (the Scope keeps the copy of a read-only one once the run succeeded)
             if id(value) in seen:
                 state[i] = jax.device_put(value, value.sharding, may_alias=False)
             seen.add(id(state[i]))
