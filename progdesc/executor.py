@@ -239,7 +239,7 @@ class Executor:
             else:
                 outs, writes = self._run_cold(program, entry, tuple(values), scope)
             if writes:
-                scope._store(writes, outs[entry.n_fetched:])
+                scope.store(writes, outs[entry.n_fetched:])
                 outs = outs[:entry.n_fetched]
         finally:
             lock.release()
@@ -265,7 +265,7 @@ class Executor:
             if any(v is None for v in state):   # the RNG state, absent: seeded afresh
                 state = self._check_state(program, entry.reads, reads, entry.n_mutable)
         else:
-            found_reads, writes = scope._holders(entry.reads, entry.writes)
+            found_reads, writes = scope.holders(entry.reads, entry.writes)
             reads = tuple(h or _ABSENT for h in found_reads)
             writes = tuple(writes)
             state = self._check_state(program, entry.reads, reads, entry.n_mutable)

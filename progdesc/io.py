@@ -292,7 +292,7 @@ def set_values(program, values, scope=None):
     names = [n for n in persistable_vars(program) if n in values]
     with jax.enable_x64(True):        # int64/float64 state stays 64-bit, as the program says
         arrays = {n: jax.device_put(values[n]) for n in names}
-    scope._write(arrays)
+    scope.write_many(arrays)
     return names
 
 

@@ -214,7 +214,7 @@ class Scope:
         v = self.find_var(name)
         return v is not None and v._value is not None
 
-    def _holders(self, read_names, write_names):
+    def holders(self, read_names, write_names):
         """ScopeVariables for names read (found through parents, or None) and written.
 
         A written name that exists nowhere is created in this scope.
@@ -224,13 +224,13 @@ class Scope:
             read = [self.find_var(n) for n in read_names]
         return read, write
 
-    def _store(self, holders, values):
+    def store(self, holders, values):
         """Store a run's results (the Scope's own values) into resolved holders; call with
         the lock held."""
         for holder, value in zip(holders, values):
             holder._value = value
 
-    def _write(self, values, private=False):
+    def write_many(self, values, private=False):
         """Store {name: value} at once, under one lock (where each name is found, else here).
 
         Unless `private` (values no one else holds), they count as handed in: a run

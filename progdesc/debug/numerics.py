@@ -75,7 +75,7 @@ def _run(executor, program, desc, lowered, names, values, steps, precision, scop
                 per_step.append(fetched)
             fetched = [jnp.stack(column) for column in zip(*per_step)]
     if written:
-        scope._write(written)
+        scope.write_many(written)
     return [np.asarray(v) for v in fetched] if return_numpy else list(fetched)
 
 

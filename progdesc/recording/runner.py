@@ -70,7 +70,7 @@ def _run_locked(block, index, opdef, in_map, out_map, encoded_attrs, program, sc
         else:
             values[name] = value
     if persistable:   # a kernel's outputs are new arrays; an unjitted op may pass inputs on
-        scope._write(persistable, private=not opdef.has_blocks)
+        scope.write_many(persistable, private=not opdef.has_blocks)
 
 
 def snapshot_eager_state(programs):
@@ -123,7 +123,7 @@ def _rng_state(program, scope):
         current = None if holder is None else holder.value   # kept for later ops
         state = states[program] = (current if current is not None
                                    else jax.random.PRNGKey(program.random_seed))
-        scope._write({RNG_VAR: jax.random.fold_in(state, 0)}, private=True)
+        scope.write_many({RNG_VAR: jax.random.fold_in(state, 0)}, private=True)
     return state
 
 
