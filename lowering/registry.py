@@ -329,13 +329,25 @@ def is_registered(op_type):
     return op_type in _REGISTRY
 
 
+def unregister(op_type, previous=None):
+    """Remove `op_type`'s definition, or put `previous` (an OpDef) back in its place."""
+    _ensure_loaded()
+    if previous is None:
+        _REGISTRY.pop(op_type, None)
+    else:
+        _REGISTRY[op_type] = previous
+    GENERATION[0] += 1
+
+
 def all_ops():
     """Every registered `OpDef`, sorted by type."""
     _ensure_loaded()
     return [_REGISTRY[k] for k in sorted(_REGISTRY)]
 
 
-def _attr_from_default(name, default):
+def attr_from_default(name, default):
+    """`default` if it is an Attr, else the Attr named `name` whose type is that of the
+    Python value `default` (bool, int, float or str) and whose default it is."""
     if isinstance(default, Attr):
         return default
     for py, kind in ((bool, "bool"), (int, "int"), (float, "float"), (str, "string")):
@@ -354,7 +366,7 @@ def op(op_type, inputs, outputs, attrs=None, *, random=False, differentiable=Tru
     """
     def wrap(fn):
         attr_defs = tuple(
-            (a if isinstance(a, Attr) and a.name == name else _attr_from_default(name, a))
+            (a if isinstance(a, Attr) and a.name == name else attr_from_default(name, a))
             for name, a in (attrs or {}).items())
         opdef = OpDef(
             type=op_type,

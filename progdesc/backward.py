@@ -12,6 +12,7 @@ from lowering.desc import FORWARD_OP, read_attrs, slot_map
 from lowering.errors import BackwardError, ProgdescError
 from lowering.gc_pause import gc_paused
 from lowering.gradients import GradContext, OpSpec, grad_name
+from progdesc.callsites import user_call
 
 
 def emit_grad_ops(block, op_desc, op_index, in_grad_targets, out_grads, aliasable=frozenset(),
@@ -34,7 +35,7 @@ def emit_grad_ops(block, op_desc, op_index, in_grad_targets, out_grads, aliasabl
     inputs, outputs = slots or (slot_map(op_desc.inputs), slot_map(op_desc.outputs))
     g = GradContext(opdef, inputs, outputs, lambda: read_attrs(opdef, op_desc),
                     in_grad_targets=in_grad_targets, out_grads=out_grads,
-                    var=block._shape_dtype, new_name=block.program._names, aliasable=aliasable,
+                    var=block.var_type, new_name=block.program.unique_name, aliasable=aliasable,
                     sub_blocks=_SubBlocks(block) if opdef.has_blocks else None)
     try:
         opdef.grad(g)
@@ -64,9 +65,7 @@ class _SubBlocks:
         `block_idx` (but its ops that only write names in `given`) followed by the ops
         `then` and the gradient ops of `targets` w.r.t. `wrt`, {name in wrt: gradient name})."""
         program = self.block.program
-        saved = program._current
-        try:
-            new = program.create_block(parent_idx=self.block.idx)
+        with program.sub_block(self.block.idx) as new:
             for name, dims, dtype in declare:
                 new.create_var(name, dims, dtype)
             _copy_block(program, program.blocks[block_idx], new)
@@ -75,7 +74,7 @@ class _SubBlocks:
             grads = _grad_ops(new, list(targets), list(seeds), list(wrt), set())
             for n in wrt:
                 if grads[n] is None:
-                    grads[n] = program._names(f"{grad_name(n)}@ZERO")
+                    grads[n] = program.unique_name(f"{grad_name(n)}@ZERO")
                     _append(new, OpSpec("fill_zeros_like", {"X": [n]}, {"Out": [grads[n]]}))
             given = set(given)
             kept = [i for i, d in enumerate(new.desc.ops)
@@ -84,8 +83,6 @@ class _SubBlocks:
             del new.desc.ops[:]
             new.desc.ops.extend(ops)
             _relink(program, new.idx, block_idx, len(program.blocks[block_idx].desc.ops), kept)
-        finally:
-            program._current = saved
         return new.idx, grads
 
     def append(self, block_idx, spec):
@@ -129,8 +126,7 @@ def _copy_block(program, source, target):
             elif which == "blocks_idx":
                 attribute.blocks_idx.values[:] = [_copy_sub_block(program, i, target)
                                                   for i in attribute.blocks_idx.values]
-    target._reindex()
-    program._touch()
+    target.sync()
 
 
 def _copy_sub_block(program, block_idx, parent):
@@ -142,8 +138,8 @@ def _copy_sub_block(program, block_idx, parent):
 def _append(block, spec, callsite="", forward_op=None):
     """Append the gradient op `spec`; `forward_op` is the (block, index) of the op it is a
     gradient of."""
-    desc, _ = block._add_op(spec.type, spec.inputs, spec.outputs, spec.attrs,
-                            role=pb.BACKWARD, callsite=callsite)
+    desc = block.append_op(spec.type, spec.inputs, spec.outputs, spec.attrs,
+                           role=pb.BACKWARD, callsite=callsite).desc
     if forward_op is not None:
         desc.attrs[FORWARD_OP].ints.values[:] = forward_op
 
@@ -219,7 +215,7 @@ def _append_grad_ops(block, targets, target_grads, inputs, no_grad_set):
     def contribution_name(var):
         if consumers.get(var, 0) <= 1:
             return _unique_grad_name(block, var)
-        return block.program._names(f"{grad_name(var)}@RENAME")
+        return block.program.unique_name(f"{grad_name(var)}@RENAME")
 
     def finalize(var):
         if var in final:
@@ -278,7 +274,7 @@ def _ones_like(block, name, appended):
         appended.append(OpSpec("fill_constant", {}, {"Out": [out]},
                                {"shape": list(var.shape), "dtype": var.dtype, "value": 1.0}))
     else:
-        zeros = block.program._names("fill_zeros_like.grad")
+        zeros = block.program.unique_name("fill_zeros_like.grad")
         appended.append(OpSpec("fill_zeros_like", {"X": [name]}, {"Out": [zeros]}))
         _append(block, appended[-1])
         appended.append(OpSpec("scale", {"X": [zeros]}, {"Out": [out]},
@@ -308,8 +304,7 @@ def _prune(block, start, appended, keep):
     for idx in range(len(block.desc.vars) - 1, -1, -1):
         if block.desc.vars[idx].name in dead:
             del block.desc.vars[idx]
-    block._reindex()
-    block.program._touch()
+    block.sync()
 
 
 def _var_name(block, target, what):
@@ -332,7 +327,6 @@ def _names_the_call(fn):
         except BackwardError as e:
             if e.callsite or e.during:
                 raise
-            from progdesc.framework import user_call
             raise BackwardError(e.detail, op_type=e.op_type, op_index=e.op_index,
                                 block_idx=e.block_idx, var=e.var, slot=e.slot,
                                 during=user_call() or None) from None

@@ -124,7 +124,7 @@ def register(opdef, replace=False):
         raise TypeError(f"register expects an OpDef, got {type(opdef).__name__}")
     _check_name(opdef.type)
     _check_parameter_names(opdef)
-    existing = registry._REGISTRY.get(opdef.type) if registry.is_registered(opdef.type) else None
+    existing = registry.get(opdef.type) if registry.is_registered(opdef.type) else None
     registry.register(opdef, replace=replace)   # raises ProgramError on a duplicate
     if opdef.type not in _custom:
         _custom[opdef.type] = existing
@@ -153,7 +153,7 @@ def op(op_type, inputs, outputs, attrs=None, *, random=False, differentiable=Tru
             raise TypeError("@op decorates the op's lowering function")
         attr_defs = tuple(
             (a if isinstance(a, Attr) and a.name == name
-             else registry._attr_from_default(name, a))
+             else registry.attr_from_default(name, a))
             for name, a in (attrs or {}).items())
         opdef = OpDef(
             type=op_type,
@@ -174,11 +174,7 @@ def unregister(op_type):
     if op_type not in _custom:
         raise ProgramError(f"op type '{op_type}' was not registered through "
                            "progdesc.custom_op", op_type=op_type)
-    previous = _custom.pop(op_type)
-    if previous is None:
-        registry._REGISTRY.pop(op_type, None)
-    else:
-        registry._REGISTRY[op_type] = previous
+    registry.unregister(op_type, _custom.pop(op_type))
     _forget_op_function(op_type)
 
 
@@ -198,5 +194,5 @@ def custom_ops():
 
 
 def _forget_op_function(op_type):
-    import progdesc.ops as ops_module
-    ops_module._made.pop(op_type, None)
+    import progdesc.ops as ops_module   # (progdesc.ops finds custom ops through this module)
+    ops_module.forget(op_type)

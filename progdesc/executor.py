@@ -21,9 +21,9 @@ from lowering.errors import (DistributedError, FeedError, FetchError, ProgramErr
                              did_you_mean)
 from lowering.lower import FEED_VAR, FETCH_VAR, RNG_VAR, check_precision, lower_block
 from progdesc import compile_cache
-from progdesc.framework import (Program, Variable, _user_callsite, default_main_program,
-                                dims_compatible, user_call)
-from progdesc.scope import Scope, global_scope
+from progdesc.callsites import user_call, user_callsite
+from progdesc.framework import Program, Variable, default_main_program, dims_compatible
+from progdesc.scope import ABSENT, Scope, global_scope, held_value
 
 _CACHE_SIZE = 64
 
@@ -75,20 +75,10 @@ class _Compiled:
         return self.call(*args)
 
 
-class _Absent:
-    """Stands for a persistable the scope does not hold."""
-    _value = None
-
-    def own_value(self):
-        return None
-
-
-_VALUE = operator.attrgetter("_value")
 _SHAPE_DTYPE = operator.attrgetter("shape", "dtype")
 _REGISTRY_GENERATION = registry.GENERATION
 
 
-_ABSENT = _Absent()
 
 
 def _device(device):
@@ -201,7 +191,7 @@ class Executor:
             from progdesc.debug import run_checked
             return run_checked(self, program, feed, fetch_list, scope, return_numpy, steps)
         try:   # feed and fetch Variables stand for themselves in the key: no name lookups
-            key = (program._serial, program._version, _REGISTRY_GENERATION[0], steps,
+            key = (program.serial, program.version, _REGISTRY_GENERATION[0], steps,
                    *fetch_list, None, *feed, *map(_SHAPE_DTYPE, feed.values()))
             cached = self._cache.get(key)
         except (AttributeError, TypeError):   # lists or scalars fed: converted every run
@@ -231,9 +221,9 @@ class Executor:
                 reads, writes = bound[3], bound[4]
                 if entry.needs_x64:
                     with jax.enable_x64(True):
-                        outs = entry.call(*values, *map(_VALUE, reads))
+                        outs = entry.call(*values, *map(held_value, reads))
                 elif reads:
-                    outs = entry.call(*values, *map(_VALUE, reads))
+                    outs = entry.call(*values, *map(held_value, reads))
                 else:
                     outs = entry.call(*values)
             else:
@@ -261,12 +251,12 @@ class Executor:
         if bound[0] is scope and bound[2] == changes:   # only values were handed out
             reads, writes = bound[3], bound[4]
             state = tuple(h.own_value() for h in reads[:entry.n_mutable]) + tuple(
-                map(_VALUE, reads[entry.n_mutable:]))
+                map(held_value, reads[entry.n_mutable:]))
             if any(v is None for v in state):   # the RNG state, absent: seeded afresh
                 state = self._check_state(program, entry.reads, reads, entry.n_mutable)
         else:
             found_reads, writes = scope.holders(entry.reads, entry.writes)
-            reads = tuple(h or _ABSENT for h in found_reads)
+            reads = tuple(h or ABSENT for h in found_reads)
             writes = tuple(writes)
             state = self._check_state(program, entry.reads, reads, entry.n_mutable)
         try:
@@ -278,8 +268,8 @@ class Executor:
             raise _in_run(mismatch) from None
         n_mutable = entry.n_mutable
         for holder, value in zip(reads[n_mutable:], state[n_mutable:]):
-            if holder is not _ABSENT and holder._value is not value:   # a copy of a donated one
-                holder._value = value
+            if holder is not ABSENT and held_value(holder) is not value:   # a copy of a
+                scope.store((holder,), (value,))                           # donated one
         entry.bound = (scope, generation, changes, reads, writes)
         return outs, writes
 
@@ -290,7 +280,7 @@ class Executor:
         feed already has its variable's dtype).
         """
         names, values, casts = self._convert_feeds(program, feed, steps)
-        key = (program._serial, program.version, registry.GENERATION[0],
+        key = (program.serial, program.version, registry.GENERATION[0],
                tuple((n, v.shape, v.dtype) for n, v in zip(names, values)), fetch_names, steps,
                self._precision or program.precision)
         entry = self._entries.get(key)
@@ -340,7 +330,7 @@ class Executor:
         donated: made the Scope's own first), the RNG state filled in if absent; refuses
         missing or ill-fitting ones."""
         state = [h.own_value() for h in holders[:n_mutable]] + [
-            h._value for h in holders[n_mutable:]]
+            held_value(h) for h in holders[n_mutable:]]
         for i, name in enumerate(names):
             if state[i] is None:
                 if name != RNG_VAR:
@@ -409,7 +399,7 @@ class Executor:
 
 def _in_run(error):
     """`error` again, naming the line of the user's code that called `run`."""
-    site = _user_callsite()
+    site = user_callsite()
     return type(error)(error.detail, op_type=error.op_type, op_index=error.op_index,
                        block_idx=error.block_idx, var=error.var, callsite=error.callsite,
                        slot=error.slot, during=f"run called at {site}" if site else None)

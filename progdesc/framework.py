@@ -9,8 +9,6 @@ import functools
 import itertools
 import numbers
 import operator
-import os
-import sys
 
 from google.protobuf import message as _pb_message
 from google.protobuf import text_format
@@ -22,104 +20,48 @@ from lowering.desc import FORWARD_OP, fill_op_desc, read_attrs, slot_map
 from lowering.errors import FormatError, OperandError, ProgdescError, ProgramError
 from lowering.lower import PRECISIONS, RNG_VAR, precision_of, precision_value
 from progdesc import limits
+from progdesc.callsites import user_callsite
+from progdesc.constants import constant
+from progdesc.naming import NameGenerator
 
 FORMAT_VERSION = 1
-_PACKAGE_DIRS = tuple(os.path.dirname(os.path.abspath(m)) + os.sep for m in (
-    __file__, registry.__file__))
 ROLE_NAMES = {pb.FORWARD: "forward", pb.BACKWARD: "backward", pb.OPTIMIZE: "optimize",
               pb.LR_SCHED: "lr_sched", pb.LOSS: "loss"}
 
 
-_op_hook = None
-"""While eager mode is on (progdesc.recording), called after every op `Block._add_op` adds as
-`_op_hook(block, index, opdef, inputs, outputs, encoded_attrs)`; an error it raises takes
-the op back out."""
+class ProgramListener:
+    """What a listener added with `add_listener` is told of; each method does nothing here.
 
-_USER_FILES = {}   # code file name -> its base name, "" (progdesc's or lowering's code) or _CELL
-_CELL = object()   # an IPython cell: named by its execution count, which a rerun changes
-_GENERATED_PREFIX = "<progdesc."   # code compiled by progdesc itself (the functions in progdesc.ops)
-
-
-def _user_callsite():
-    """'file:line' of the innermost frame outside progdesc and lowering ('In[3]:2' in a cell)."""
-    frame = sys._getframe(1)
-    while frame is not None:
-        site = _user_callsite_of(frame)
-        if site:
-            return site
-        frame = frame.f_back
-    return ""
-
-
-def user_call():
-    """'minimize called at train.py:7': the progdesc function the user's code called, and the
-    line of that call (as `_user_callsite` names it); '' when no frame is the user's."""
-    frame, called = sys._getframe(1), None
-    while frame is not None:
-        site = _user_callsite_of(frame)
-        if site:
-            return f"{called} called at {site}" if called else site
-        called = frame.f_code.co_qualname.removesuffix(".__init__")   # a class: its name
-        frame = frame.f_back
-    return ""
-
-
-def _user_callsite_of(frame):
-    """'file:line' of `frame` if its code is the user's, else ''."""
-    path = frame.f_code.co_filename
-    shown = _USER_FILES.get(path)
-    if shown is None:
-        internal = (path.startswith(_GENERATED_PREFIX)
-                    or os.path.abspath(path).startswith(_PACKAGE_DIRS))
-        shown = "" if internal else _CELL if _cell_name(path) else os.path.basename(path)
-        _USER_FILES[path] = shown
-    if shown is _CELL:
-        shown = _cell_name(path) or os.path.basename(path)
-    return f"{shown}:{frame.f_lineno}" if shown else ""
-
-
-def _cell_name(path):
-    """'In[3]' for code compiled from an IPython cell, as IPython's tracebacks name it."""
-    ipython = sys.modules.get("IPython")
-    shell = ipython.get_ipython() if ipython is not None else None
-    named = getattr(getattr(shell, "compile", None), "format_code_name", None)
-    label = named(path) if named is not None else None
-    return label[1] if label else None
-
-
-class NameGenerator:
-    """Unique, readable names ('fc_0', 'fc_1', ...) counted per program.
-
-    `taken` holds names (and name prefixes before the first '.') already in
-    use, e.g. by a loaded program; generated names skip them and join them,
-    so generators sharing one `taken` set never hand out the same name.
+    Eager mode (progdesc.recording) is such a listener: it runs each op as it is appended
+    and keeps the values of the variables in step with the program.
     """
 
-    def __init__(self, taken):
-        self._counts = {}
-        self._taken = taken
-        self.journal = None   # inside `appended_whole`: a list of what to undo
+    def op_appended(self, block, index, opdef, inputs, outputs, attrs):
+        """After an op was put at `index` of `block` (`inputs`/`outputs`: {slot: [names]},
+        `attrs` as stored); an error raised here takes the op back out."""
 
-    def __call__(self, prefix):
-        """The next unused name starting with `prefix`."""
-        n = self._counts.get(prefix, 0)
-        while f"{prefix}_{n}" in self._taken:
-            n += 1
-        if self.journal is not None:
-            self.journal.append((self, prefix, self._counts.get(prefix), f"{prefix}_{n}"))
-        self._counts[prefix] = n + 1
-        self._taken.add(f"{prefix}_{n}")
-        return f"{prefix}_{n}"
+    def vars_renamed(self, block, renames):
+        """After `Block.rename_output` renamed variables of `block` ({old: new})."""
 
-    @staticmethod
-    def undo(entries):
-        """Take back the names handed out as `entries` (journal entries) recorded."""
-        for generator, prefix, count, name in reversed(entries):
-            if count is None:
-                generator._counts.pop(prefix, None)
-            else:
-                generator._counts[prefix] = count
-            generator._taken.discard(name)
+    def vars_removed(self, program, names):
+        """After the variables `names` were taken out of `program` (a failed layer)."""
+
+    def data_value(self, var, value):
+        """`data(..., value=array)` declared `var` with `value`; an error taken back."""
+
+    def appending_whole(self, programs):
+        """`appended_whole` begins on `programs`; returns a function that takes back what the
+        listener keeps for them outside the programs, or None."""
+
+
+_listeners = []
+
+
+def add_listener(listener):
+    """Tell `listener` (a ProgramListener) what happens to every program, from now on;
+    returns a function that stops it."""
+    _listeners.append(listener)
+    return lambda: _listeners.remove(listener)
 
 
 class Variable:
@@ -160,7 +102,7 @@ class Variable:
     @stop_gradient.setter
     def stop_gradient(self, value):
         self.desc.stop_gradient = bool(value)
-        self.block.program._touch()
+        self.block.program.mark_changed()
 
     def __repr__(self):
         from progdesc.recording.values import preview
@@ -192,13 +134,12 @@ class Variable:
     def _binary(self, op_type, other, reverse=False):
         from progdesc import ops
         if _is_array(other) and other.ndim:   # an array: a constant of the program, this dtype
-            from progdesc.recording.values import constant
             other = constant(self.block.program.current_block(), other, like=self.dtype)
         elif not isinstance(other, Variable):   # a Python scalar: a shape [] constant
             if not isinstance(other, numbers.Real) and not _is_array(other):
                 raise OperandError(f"'{op_type}' takes a Variable, an array or a number, got "
                                    f"{type(other).__name__} {other!r}", var=self.name,
-                                   op_type=op_type, callsite=_user_callsite())
+                                   op_type=op_type, callsite=user_callsite())
             other = ops.fill_constant(shape=[], dtype=self.dtype, value=float(other))
         a, b = (other, self) if reverse else (self, other)
         return getattr(ops, op_type)(a, b)
@@ -278,8 +219,16 @@ class Block:
         self._reindex()
 
     def _reindex(self):
-        """Rebuild the name -> Variable map after variables were removed from the desc."""
-        self._vars = {v.name: Variable(self, v) for v in self.desc.vars}
+        """Rebuild the name -> Variable map from the desc; a Variable of a name still
+        declared stays the same object, reading its (maybe edited) VarDesc afresh."""
+        old, self._vars = getattr(self, "_vars", {}), {}
+        for desc in self.desc.vars:
+            var = old.get(desc.name)
+            if var is None:
+                var = Variable(self, desc)
+            else:
+                var.desc, var._type = desc, None
+            self._vars[desc.name] = var
 
     idx = property(lambda self: self.desc.idx, doc="Index of the block in its program.")
     parent_idx = property(lambda self: self.desc.parent_idx, doc="Parent block index, -1 for root.")
@@ -335,7 +284,7 @@ class Block:
             persistable=persistable, stop_gradient=stop_gradient, is_parameter=is_parameter,
             need_check_feed=need_check_feed)
         var = self._vars[name] = Variable(self, desc, (tuple(dims), dtype))
-        self.program._touch()
+        self.program.mark_changed()
         return var
 
     def create_parameter(self, name, shape, dtype="float32", *, trainable=True):
@@ -347,20 +296,45 @@ class Block:
                   name=None, callsite=None):
         """Validate and append an op; returns its Operator view.
 
-        `inputs`/`outputs` map slot names to a Variable, a name, or a list of
-        them. Output variables that do not exist yet are created; when
-        `outputs` is None every output slot gets fresh variables named after
-        `name` (or the op type). Shapes and dtypes of outputs are inferred.
+        `inputs`/`outputs` map slot names to a Variable, a name, a NumPy array (made a
+        constant of the program) or a list of them. Output variables that do not exist yet
+        are created; when `outputs` is None every output slot gets fresh variables named
+        after `name` (or the layer being built, or the op type). Shapes and dtypes of
+        outputs are inferred. `callsite` ('file:line') defaults to the user's line. An op
+        that does not fit raises a ProgdescError naming it and leaves the block as it was.
         """
-        desc, _ = self._add_op(type, inputs, outputs, attrs, role=role, name=name,
-                               callsite=callsite)
-        return Operator(self, desc)
+        return Operator(self, self._add_op(type, inputs, outputs, attrs, role=role, name=name,
+                                           callsite=callsite))
+
+    def insert_op(self, index, type, inputs=None, outputs=None, attrs=None, *, role=pb.FORWARD,
+                  name=None, callsite=None):
+        """`append_op`, inserting the op before the op at `index`."""
+        return Operator(self, self._add_op(type, inputs, outputs, attrs, role=role, name=name,
+                                           callsite=callsite, index=index))
+
+    def remove_op(self, index):
+        """Remove the op at `index` (its output variables stay declared)."""
+        del self.desc.ops[index]
+        self.program.mark_changed()
+
+    def sync(self):
+        """Read the block's variables again after `desc` was edited directly (variables
+        added, removed, retyped); the program counts as changed. Variables held elsewhere
+        stay valid while their name is declared."""
+        self._reindex()
+        self.program.mark_changed()
+
+    def unused_name(self, base):
+        """`base`, or `base_1`, `base_2`, ...: the first no variable visible here has."""
+        name, k = base, 1
+        while self.find_var(name) is not None:
+            name, k = f"{base}_{k}", k + 1
+        return name
 
     def _add_op(self, op_type, inputs=None, outputs=None, attrs=None, *, role=pb.FORWARD,
                 name=None, callsite=None, index=None):
-        """Validate and insert an op at `index` (default: the end); returns its desc and
-        its {output slot: [names]}."""
-        callsite = _user_callsite() if callsite is None else callsite
+        """Validate and insert an op at `index` (default: the end); returns its desc."""
+        callsite = user_callsite() if callsite is None else callsite
         at_end = index is None
         n_ops, n_vars = len(self.desc.ops), len(self.desc.vars)
         index = n_ops if at_end else index
@@ -398,15 +372,16 @@ class Block:
             desc = self.desc.ops[index]
         if opdef.random:
             self.program._ensure_rng_var()
-        self.program._touch()
-        if _op_hook is not None:
+        self.program.mark_changed()
+        if _listeners:
             try:
-                _op_hook(self, index, opdef, in_map, out_map, encoded_attrs)
+                for listener in tuple(_listeners):
+                    listener.op_appended(self, index, opdef, in_map, out_map, encoded_attrs)
             except BaseException:
                 self._take_back(range(n_ops, len(self.desc.ops)) if at_end else [index],
                                 n_vars)
                 raise
-        return desc, out_map
+        return desc
 
     def _take_back(self, indices, n_vars):
         """Remove the ops at `indices` and the variables declared after the first `n_vars`
@@ -416,7 +391,7 @@ class Block:
         for var in self.desc.vars[n_vars:]:
             self._vars.pop(var.name, None)
         del self.desc.vars[n_vars:]
-        self.program._touch()
+        self.program.mark_changed()
 
     def _bind_inputs(self, opdef, inputs):
         """({slot: [names]}, {slot: [(dims, dtype name)]}) of an op's `inputs`, checked like
@@ -428,14 +403,14 @@ class Block:
                 continue
             name = _single_name(value)
             if name is not None and slot_name in declared:
-                names, types = [name], [self._shape_dtype(name)]
+                names, types = [name], [self.var_type(name)]
             else:
                 value = self._constants_for(value)
                 names = _bind_slots(declared, {slot_name: value}, "input", required=False)
                 names = names.get(slot_name)
                 if names is None:
                     continue
-                types = [self._shape_dtype(n) for n in names]
+                types = [self.var_type(n) for n in names]
             accepted = accepted_dtypes.get(slot_name)
             if accepted is not None:
                 for name, (_, dtype) in zip(names, types):
@@ -455,14 +430,14 @@ class Block:
     def _constants_for(self, value):
         """`value` (a slot's binding) with each NumPy or JAX array in it made a constant."""
         if _is_array(value):
-            from progdesc.recording.values import constant
             return constant(self, value)
         if isinstance(value, (list, tuple)) and any(_is_array(v) for v in value):
             return [self._constants_for(v) for v in value]
         return value
 
-    def _shape_dtype(self, name):
-        """(dims, dtype name) of a variable an op reads; ProgramError if it is not declared."""
+    def var_type(self, name):
+        """(dims, dtype name) of variable `name`, declared here or in an enclosing block;
+        ProgramError if it is not."""
         var = self.find_var(name)
         if var is None:
             raise ProgramError("is used before it is defined in this block", var=name)
@@ -505,7 +480,7 @@ class Block:
         var.desc.dims.extend(dims)
         var._type = (tuple(dims), dtype)
 
-    def _rename_output(self, var, base):
+    def rename_output(self, var, base):
         """Name `var` '<base>.out', and the other outputs of the block's last op that
         share its generated prefix '<base>.<slot>'. `var` must be an output of that op,
         which has no readers yet: a layer names its result this way."""
@@ -526,18 +501,13 @@ class Block:
                                    "another name", var=new)
         for slot in op.outputs:
             slot.arguments[:] = [renames.get(a, a) for a in slot.arguments]
-        values = self.program._values
         for old, new in renames.items():
             v = self._vars.pop(old)
             v.name = v.desc.name = new
             self._vars[new] = v
-            if old in values:
-                values[new] = values.pop(old)
-        self.program._touch()
-
-    def _remove_op(self, index):
-        del self.desc.ops[index]
-        self.program._touch()
+        self.program.mark_changed()
+        for listener in tuple(_listeners):
+            listener.vars_renamed(self, renames)
 
     def __str__(self):
         return block_text(self)
@@ -757,10 +727,22 @@ class Program:
         self._names = NameGenerator(taken)       # layers, parameters, user-given names
         self._op_names = NameGenerator(taken)    # default names of op outputs
         self._layers = []                        # prefixes of the layers being built
-        self._values = {}                        # eager mode: {variable name: its value}
 
-    def _touch(self):
+    def mark_changed(self):
+        """Count the program as changed (`version`), so that executors compile it again:
+        every method of the API does this; call it after editing `desc` directly."""
         self._version += 1
+
+    @property
+    def serial(self):
+        """A number no other Program of this process has; with `version` it names what an
+        executor compiled."""
+        return self._serial
+
+    def unique_name(self, base):
+        """'base_0', 'base_1', ...: a name no variable of the program has, nor will be given
+        by another call (a loaded program's names are known)."""
+        return self._names(base)
 
     @property
     def version(self):
@@ -780,7 +762,7 @@ class Program:
     @random_seed.setter
     def random_seed(self, seed):
         self.desc.random_seed = int(seed)
-        self._touch()
+        self.mark_changed()
 
     @property
     def precision(self):
@@ -797,7 +779,7 @@ class Program:
     @precision.setter
     def precision(self, precision):
         self.desc.precision = precision_value(precision)
-        self._touch()
+        self.mark_changed()
 
     def global_block(self):
         """Block 0."""
@@ -817,7 +799,7 @@ class Program:
         desc = self.desc.blocks.add(idx=len(self.desc.blocks), parent_idx=parent)
         self.blocks.append(Block(self, desc))
         self._current = desc.idx
-        self._touch()
+        self.mark_changed()
         return self.blocks[-1]
 
     def rollback(self):
@@ -833,11 +815,25 @@ class Program:
         return [v for v in self.list_vars() if v.is_parameter]
 
     @contextlib.contextmanager
-    def _layer_scope(self, prefix):
-        """Inside, ops appended without a name are named after the layer `prefix`."""
+    def sub_block(self, parent_idx=None):
+        """Inside, ops are appended to a new sub-block of the current block (or of block
+        `parent_idx`); yields the new Block. The current block is restored afterwards."""
+        saved = self._current
+        block = self.create_block(parent_idx)
+        try:
+            yield block
+        finally:
+            self._current = saved
+
+    @contextlib.contextmanager
+    def layer_scope(self, kind, name=None):
+        """Inside, ops appended without a name are named after one layer; yields the
+        layer's prefix: `name`, else 'fc_0', 'fc_1', ... for kind 'fc' (inside another
+        layer 'multi_head_attention_0.dropout_0')."""
+        prefix = name or self._names(".".join(self._layers[-1:] + [kind]))
         self._layers.append(prefix)
         try:
-            yield
+            yield prefix
         finally:
             self._layers.pop()
 
@@ -859,9 +855,9 @@ class Program:
                         d.attrs["is_test"].b = True
             if drop_unused_blocks(p.desc):   # the gradient sub-blocks
                 p._rebuild()
-            p._touch()
-        p._names._counts = dict(self._names._counts)
-        p._op_names._counts = dict(self._op_names._counts)
+            p.mark_changed()
+        p._names.count_on_from(self._names)
+        p._op_names.count_on_from(self._op_names)
         return p
 
     @classmethod
@@ -1075,18 +1071,15 @@ def appended_whole():
     programs = list({id(p): p for p in (default_main_program(),
                                          default_startup_program())}.values())
     marks = [_ProgramMark(p) for p in programs]
-    from progdesc.recording.mode import eager   # (recording imports this module)
-    eager_undo = None
-    if eager.active:
-        from progdesc.recording.runner import snapshot_eager_state
-        eager_undo = snapshot_eager_state(programs)
+    undos = [undo for undo in (listener.appending_whole(programs)
+                               for listener in tuple(_listeners)) if undo is not None]
     try:
         yield
     except BaseException:
         for mark in marks:
             mark.restore()
-        if eager_undo is not None:
-            eager_undo()
+        for undo in undos:
+            undo()
         raise
     finally:
         for mark in marks:
@@ -1121,17 +1114,19 @@ class _ProgramMark:
         del program.desc.blocks[self.n_blocks:]
         del program.blocks[self.n_blocks:]
         program._current = self.current
+        removed = []
         for block, (n_vars, n_ops) in zip(program.blocks, self.sizes):
             if len(block.desc.ops) > n_ops:
                 del block.desc.ops[n_ops:]
-            for var in block.desc.vars[n_vars:]:
-                program._values.pop(var.name, None)   # its eager value
+            removed += [var.name for var in block.desc.vars[n_vars:]]
             if len(block.desc.vars) > n_vars:
                 block._take_back((), n_vars)
         for generator, start in zip((program._names, program._op_names), self.journal_starts):
             NameGenerator.undo(generator.journal[start:])
             del generator.journal[start:]
-        program._touch()
+        program.mark_changed()
+        for listener in tuple(_listeners):
+            listener.vars_removed(program, removed)
 
     def close(self):
         if self.owner:
@@ -1151,13 +1146,13 @@ def data(name, shape, dtype="float32", *, stop_gradient=True, value=None):
         var = block.create_var(name, shape, dtype, stop_gradient=stop_gradient,
                                need_check_feed=True)
     except ProgdescError as e:
-        raise type(e)(e.detail, var=name, callsite=_user_callsite()) from None
+        raise type(e)(e.detail, var=name, callsite=user_callsite()) from None
     if value is not None:
-        from progdesc.recording.values import set_data_value
         try:
-            set_data_value(var, value)
+            for listener in tuple(_listeners):
+                listener.data_value(var, value)
         except ProgdescError as e:
             del block.desc.vars[-1]   # the declaration is taken back with its bad value
             del block._vars[name]
-            raise type(e)(e.detail, var=name, callsite=_user_callsite()) from None
+            raise type(e)(e.detail, var=name, callsite=user_callsite()) from None
     return var

@@ -18,7 +18,8 @@ from lowering.errors import ProgramError
 from progdesc import control_flow
 from progdesc import initializer as init
 from progdesc import ops
-from progdesc.framework import _user_callsite, append_whole, default_main_program
+from progdesc.callsites import user_callsite
+from progdesc.framework import append_whole, default_main_program
 from progdesc.param import ParamAttr, create_global_var, create_parameter
 
 
@@ -27,15 +28,13 @@ def _layer(kind, name):
     """Build one layer: yields its prefix (`name`, else 'fc_0', 'fc_1', ... for kind 'fc',
     inside another layer 'multi_head_attention_0.dropout_0'); the ops appended inside are
     named after it."""
-    program = default_main_program()
-    prefix = name or program._names(".".join(program._layers[-1:] + [kind]))
-    with program._layer_scope(prefix):
+    with default_main_program().layer_scope(kind, name) as prefix:
         yield prefix
 
 
 def _output(var, prefix):
     """`var`, the result of the layer's last op, renamed '<prefix>.out'."""
-    var.block._rename_output(var, prefix)
+    var.block.rename_output(var, prefix)
     return var
 
 
@@ -62,13 +61,13 @@ def _activation(act, layer):
                    if o.lower.__module__ == "lowering.ops.activation" and _takes_one_input(o))
     raise ProgramError(f"unknown activation {act!r} for {layer}; the activations are "
                        f"{', '.join(known)} (or any other op with one input and one output)",
-                       callsite=_user_callsite())
+                       callsite=user_callsite())
 
 
 def _known(dims, what, var):
     if any(d < 0 for d in dims):
         raise ProgramError(f"{what} must be known when the layer is built, got {list(dims)}",
-                           var=var.name, callsite=_user_callsite())
+                           var=var.name, callsite=user_callsite())
     return dims
 
 
@@ -79,7 +78,7 @@ def _positive_ints(layer, **sizes):
         for v in value if isinstance(value, (list, tuple)) else (value,):
             if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v <= 0:
                 raise ProgramError(f"{layer}'s {arg} must be a positive int (or ints), got "
-                                   f"{value!r}", callsite=_user_callsite())
+                                   f"{value!r}", callsite=user_callsite())
 
 
 def _pair(v):
@@ -119,7 +118,7 @@ def conv2d(input, num_filters, filter_size, stride=1, padding=0, dilation=1, gro
     channels = _known(input.shape[1:2], "input channels of conv2d", input)[0]
     if channels % groups:
         raise ProgramError(f"{channels} input channels do not split into {groups} groups",
-                           var=input.name, callsite=_user_callsite())
+                           var=input.name, callsite=user_callsite())
     kh, kw = _pair(filter_size)
     with _layer("conv2d", name) as prefix:
         w = _param(prefix, "w_0", [num_filters, channels // groups, kh, kw], param_attr,
@@ -248,7 +247,7 @@ def multi_head_attention(queries, keys=None, values=None, num_heads=1, d_model=N
     d_model = d_model or _known(queries.shape[-1:], "model dim", queries)[0]
     if d_model % num_heads:
         raise ProgramError(f"d_model {d_model} is not divisible by {num_heads} heads",
-                           var=queries.name, callsite=_user_callsite())
+                           var=queries.name, callsite=user_callsite())
     head_dim = d_model // num_heads
 
     def tagged(attr, tag):   # one named ParamAttr serves four projections: suffix the name
@@ -344,7 +343,7 @@ def _check_sequence(input, layer):
     """Refuse, before `layer` appends anything, an input that is not [batch, time, features]."""
     if len(input.shape) != 3:
         raise ProgramError(f"{layer} takes a [batch, time, features] input, got shape "
-                           f"{list(input.shape)}", var=input.name, callsite=_user_callsite())
+                           f"{list(input.shape)}", var=input.name, callsite=user_callsite())
 
 
 def _time_major_projection(input, w_x, bias):

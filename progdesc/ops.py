@@ -8,6 +8,7 @@ are found through the module's `__getattr__`.
 import inspect
 
 from lowering import registry
+from lowering.desc import slot_map
 from progdesc.framework import default_main_program
 
 _INTERNAL = {"feed", "fetch"}
@@ -56,9 +57,9 @@ def make_op_function(opdef):
 
     def _append(input_values, attr_values, name):
         block = default_main_program().current_block()
-        _, out_map = block._add_op(opdef.type, dict(zip(slots, input_values)),
-                                   attrs=dict(zip(attrs, attr_values)), name=name)
-        return _outputs_of(opdef, block, out_map)
+        op = block.append_op(opdef.type, dict(zip(slots, input_values)),
+                             attrs=dict(zip(attrs, attr_values)), name=name)
+        return _outputs_of(opdef, block, op.desc)
 
     namespace = {"_append": _append}
     exec(compile(source, f"<progdesc.ops.{opdef.type}>", "exec"), namespace)  # noqa: S102
@@ -83,8 +84,9 @@ def _parameter_list(signature):
     return ", ".join(parts)
 
 
-def _outputs_of(opdef, block, out_map):
+def _outputs_of(opdef, block, op_desc):
     """The op's output Variable, or a tuple of them (a list for a many slot)."""
+    out_map = slot_map(op_desc.outputs)
     outs = []
     for slot in opdef.outputs:
         vars_ = [block.var(n) for n in out_map.get(slot.name, ())]
@@ -96,6 +98,11 @@ def _outputs_of(opdef, block, out_map):
 
 
 _made = {}
+
+
+def forget(op_type):
+    """Make the function of `op_type` again on its next use (its definition changed)."""
+    _made.pop(op_type, None)
 
 
 def __getattr__(name):

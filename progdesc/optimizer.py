@@ -33,7 +33,7 @@ class ClipGradByGlobalNorm:
 
     def append(self, block, params_grads):
         """Append the clipping op; returns [(param, clipped gradient)]."""
-        outs = [_fresh(block, f"{g.name}.clipped") for _, g in params_grads]
+        outs = [block.unused_name(f"{g.name}.clipped") for _, g in params_grads]
         block.append_op("clip_by_global_norm", {"X": [g for _, g in params_grads]},
                         {"Out": outs}, {"max_norm": self.clip_norm}, role=pb.OPTIMIZE)
         return [(p, block.var(n)) for (p, _), n in zip(params_grads, outs)]
@@ -119,7 +119,7 @@ class Optimizer:
         if isinstance(self.learning_rate, Variable):
             return self.learning_rate
         if isinstance(self.learning_rate, lr_sched.Constant):
-            return create_global_var(block.program._names("learning_rate"), [1],
+            return create_global_var(block.program.unique_name("learning_rate"), [1],
                                      self.learning_rate.learning_rate, "float32")
         return self.learning_rate.append(block, step)
 
@@ -164,8 +164,7 @@ def _take_out_appended(block, sizes):
     """Remove the ops and variables appended to `block` since it held `sizes` (ops, vars)."""
     del block.desc.ops[sizes[0]:]
     del block.desc.vars[sizes[1]:]
-    block._reindex()
-    block.program._touch()
+    block.sync()
 
 
 def _check_not_updated(block, params_grads):
@@ -183,17 +182,9 @@ def _check_not_updated(block, params_grads):
 
 def _op(block, op_type, inputs, attrs, name):
     """Append one OPTIMIZE-role op with a single output named after `name`; returns it."""
-    out = _fresh(block, name)
+    out = block.unused_name(name)
     block.append_op(op_type, inputs, {"Out": [out]}, attrs, role=pb.OPTIMIZE)
     return block.var(out)
-
-
-def _fresh(block, base):
-    """`base`, or `base_1`, `base_2`, ... if that name is taken."""
-    name, k = base, 1
-    while block.find_var(name) is not None:
-        name, k = f"{base}_{k}", k + 1
-    return name
 
 
 def _take_step_counter(block):
@@ -202,7 +193,7 @@ def _take_step_counter(block):
     for i, op_desc in enumerate(block.desc.ops):
         if op_desc.type == "increment" and any(
                 STEP_VAR in s.arguments for s in op_desc.outputs):
-            block._remove_op(i)
+            block.remove_op(i)
             break
     return step
 

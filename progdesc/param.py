@@ -11,7 +11,8 @@ from lowering import progdesc_pb2 as pb
 from lowering.errors import ProgramError
 from progdesc import initializer as init
 from progdesc.distributed.sharding import set_sharding, sharding_of
-from progdesc.framework import _user_callsite, default_main_program, default_startup_program
+from progdesc.callsites import user_callsite
+from progdesc.framework import default_main_program, default_startup_program
 
 
 @dataclass
@@ -77,12 +78,12 @@ def create_parameter(shape, dtype="float32", *, attr=None, default_name="param",
     attr = ParamAttr.of(attr)
     if any(d is None or d < 0 for d in shape):
         raise ProgramError(f"parameter shape {list(shape)} must be fully known",
-                           var=attr.name or default_name, callsite=_user_callsite())
+                           var=attr.name or default_name, callsite=user_callsite())
     main, startup = default_main_program(), default_startup_program()
     name = attr.name or default_name
     if main.global_block().find_var(name) is not None:
         raise ProgramError("a variable of this name already exists; give the parameter "
-                           "another name", var=name, callsite=_user_callsite())
+                           "another name", var=name, callsite=user_callsite())
     if attr.sharding is not None:   # a spec that does not fit refuses before anything is added
         set_sharding(pb.VarDesc(name=name, dims=shape), attr.sharding)
     var = main.global_block().create_parameter(name, shape, dtype, trainable=attr.trainable)

@@ -7,7 +7,8 @@ their op's inputs) are kept whole, the others dropped.
 """
 from lowering.blocks import drop_unused_blocks
 from lowering.errors import FetchError, did_you_mean
-from progdesc.framework import Program, Variable, user_call
+from progdesc.callsites import user_call
+from progdesc.framework import Program, Variable
 
 
 def _name(v):
@@ -50,7 +51,6 @@ def prune(program, feed_names, fetch_targets):
             del block.desc.vars[idx]
         elif var.name in feeds:
             var.need_check_feed = True
-    block._reindex()
+    block.sync()
     drop_unused_blocks(pruned.desc)
-    pruned._touch()
     return Program.from_desc(pruned.desc)

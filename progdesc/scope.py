@@ -17,6 +17,7 @@ writes back is the Scope's own again.
 """
 import contextlib
 import contextvars
+import operator
 import threading
 
 import jax
@@ -241,6 +242,21 @@ class Scope:
                 holder._value, holder._given = value, (None if private else id(value))
             _moved()
 
+
+class _Absent:
+    """Stands for a persistable the scope does not hold."""
+    _value = None
+
+    def own_value(self):
+        return None
+
+
+ABSENT = _Absent()
+"""A holder with no value, standing for a name the scope does not hold (`held_value` and
+`own_value` give None)."""
+held_value = operator.attrgetter("_value")
+"""The value a holder (ScopeVariable or ABSENT) stores, as `ScopeVariable.current()` gives
+it: for a run's inputs, read with the lock held (fast: one attribute read)."""
 
 _global_scope = Scope()
 _current = contextvars.ContextVar("progdesc_scope", default=None)

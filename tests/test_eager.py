@@ -81,7 +81,7 @@ def test_forward_and_gradients_equal_the_compiled_program(model):
 
     main, startup, out, eager = record(with_grads, feeds, scope)
     for name, value in feeds.items():   # data values keep the program's dtypes (int64 labels)
-        assert main._values[name].dtype == value.dtype
+        assert main.global_block().var(name).numpy().dtype == value.dtype
     names = list(out)
     (fetched,), _ = compiled_steps(main, startup, feeds, [out[n] for n in names])
     for name, value in zip(names, fetched):

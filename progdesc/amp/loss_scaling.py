@@ -9,7 +9,6 @@ from dataclasses import dataclass
 
 from lowering import progdesc_pb2 as pb
 from lowering.errors import ProgramError
-from progdesc.optimizer import _fresh
 from progdesc.param import create_global_var
 
 
@@ -56,7 +55,7 @@ class LossScaler:
     def __init__(self, settings, block):
         self.settings = settings
         self.block = block
-        names = block.program._names
+        names = block.program.unique_name
         self.scale = create_global_var(names("loss_scaling"), [1], settings.init_loss_scaling)
         self.good_steps = create_global_var(names("num_good_steps"), [1], 0, "int32")
         self.bad_steps = create_global_var(names("num_bad_steps"), [1], 0, "int32")
@@ -72,8 +71,8 @@ class LossScaler:
     def unscale(self, params_grads):
         """Append check_finite_and_unscale; returns (its op, [(param, unscaled gradient)])."""
         block = self.block
-        outs = [_fresh(block, f"{g.name}.unscaled") for _, g in params_grads]
-        found_inf = _fresh(block, "found_inf")
+        outs = [block.unused_name(f"{g.name}.unscaled") for _, g in params_grads]
+        found_inf = block.unused_name("found_inf")
         op = block.append_op("check_finite_and_unscale",
                              {"X": [g for _, g in params_grads], "Scale": self.scale},
                              {"Out": outs, "FoundInfinite": found_inf}, role=pb.OPTIMIZE)
@@ -115,15 +114,15 @@ class LossScaler:
                 for i, name in enumerate(slot.arguments):
                     var = block.var(name)
                     if var.persistable:
-                        new = _fresh(block, f"{name}.new")
+                        new = block.unused_name(f"{name}.new")
                         block.create_var(new, var.shape, var.dtype, stop_gradient=True)
                         slot.arguments[i] = latest[name] = new
-        block.program._touch()
+        block.program.mark_changed()
         return [block.append_op("where", {"Condition": self.found_inf, "X": name, "Y": new},
                                 {"Out": name}, role=pb.OPTIMIZE)
                 for name, new in latest.items()]
 
     def _append(self, op_type, inputs, attrs, name, role=pb.BACKWARD):
-        out = _fresh(self.block, name)
+        out = self.block.unused_name(name)
         self.block.append_op(op_type, inputs, {"Out": out}, attrs, role=role)
         return self.block.var(out)

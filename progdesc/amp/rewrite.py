@@ -27,8 +27,7 @@ from lowering import progdesc_pb2 as pb
 from lowering.desc import read_attrs, slot_map
 from lowering.errors import ProgramError
 from progdesc.amp.lists import AmpLists
-from progdesc.framework import Program, Variable
-from progdesc.optimizer import _fresh
+from progdesc.framework import Program
 
 LOW_DTYPES = ("bfloat16", "float16")
 _SUFFIX = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
@@ -85,8 +84,8 @@ def _rewrite_ops(block, ops, low, lists):
             for slot, i, name in values:
                 if block.var(name).dtype != target:
                     inputs[slot][i] = _cast(block, name, target, casts, neutral, op_desc)
-        block._add_op(op_desc.type, inputs, outputs, read_attrs(opdef, op_desc),
-                      role=op_desc.role, callsite=op_desc.callsite)
+        block.append_op(op_desc.type, inputs, outputs, read_attrs(opdef, op_desc),
+                        role=op_desc.role, callsite=op_desc.callsite)
         derived = all(n in neutral for names in inputs.values() for n in names)
         for name in writes:
             casts.pop(name, None)
@@ -127,9 +126,9 @@ def _cast(block, name, dtype, casts, neutral, reader):
     """The name of `name` cast to `dtype`, appending the cast before `reader` if needed."""
     copies = casts.setdefault(name, {})
     if dtype not in copies:
-        out = _fresh(block, f"{name}.cast_{_SUFFIX[dtype]}")
-        block._add_op("cast", {"X": name}, {"Out": out}, {"dtype": dtype}, role=reader.role,
-                      callsite=reader.callsite)
+        out = block.unused_name(f"{name}.cast_{_SUFFIX[dtype]}")
+        block.append_op("cast", {"X": name}, {"Out": out}, {"dtype": dtype}, role=reader.role,
+                        callsite=reader.callsite)
         block.var(out).desc.stop_gradient = block.var(name).stop_gradient
         if name in neutral:
             neutral.add(out)
@@ -142,17 +141,15 @@ def _adopt(block, rewritten):
 
     Existing VarDescs are updated in place, so the Variables users hold stay valid.
     """
+    declared = {desc.name: desc for desc in block.desc.vars}
     for desc in rewritten.desc.vars:
-        var = block._vars.get(desc.name)
-        if var is None:
-            new = block.desc.vars.add()
-            new.CopyFrom(desc)
-            block._vars[desc.name] = Variable(block, new)
-        elif var.desc.dtype != desc.dtype or list(var.desc.dims) != list(desc.dims):
-            var.desc.dtype = desc.dtype
-            del var.desc.dims[:]
-            var.desc.dims.extend(desc.dims)
-            var._type = None
+        old = declared.get(desc.name)
+        if old is None:
+            block.desc.vars.add().CopyFrom(desc)
+        elif old.dtype != desc.dtype or list(old.dims) != list(desc.dims):
+            old.dtype = desc.dtype
+            del old.dims[:]
+            old.dims.extend(desc.dims)
     del block.desc.ops[:]
     block.desc.ops.extend(rewritten.desc.ops)
-    block.program._touch()
+    block.sync()

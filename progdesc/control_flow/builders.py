@@ -20,12 +20,8 @@ from progdesc.framework import Variable, append_whole, default_main_program
 def block_guard(program=None):
     """Inside, ops are appended to a new sub-block of the current block; yields the Block."""
     program = program or default_main_program()
-    parent = program._current
-    block = program.create_block(parent_idx=parent)
-    try:
+    with program.sub_block() as block:
         yield block
-    finally:
-        program._current = parent
 
 
 def _flatten(value, what):
@@ -69,7 +65,7 @@ def _carry_persistables(program, block):
     carried = []
     for name, v in found.items():
         def version(hint):
-            return block.create_var(program._names(f"{name}.{hint}"), v.shape, v.dtype,
+            return block.create_var(program.unique_name(f"{name}.{hint}"), v.shape, v.dtype,
                                     stop_gradient=v.stop_gradient).name
         first = current = version("loop")
         for op_desc in block.desc.ops:
@@ -94,7 +90,7 @@ def _write_back(block, op_desc, carried):
     for i in reversed(range(len(block.desc.vars))):
         if block.desc.vars[i].name in made:
             del block.desc.vars[i]
-    block._reindex()
+    block.sync()
 
 
 def _branches(fns):
@@ -120,11 +116,11 @@ def cond(pred, true_fn, false_fn, name=None):
     """
     program, built, captures = _branches([true_fn, false_fn])
     (tb, touts, rebuild), (fb, fouts, _) = built
-    _, out_map = program.current_block()._add_op(
+    op = program.current_block().append_op(
         "cond", {"Cond": pred, "Input": captures}, None,
         {"true_block": tb.idx, "false_block": fb.idx, "true_outputs": touts,
          "false_outputs": fouts}, name=name)
-    return _outputs(program, out_map, rebuild)
+    return _outputs(program, op.outputs, rebuild)
 
 
 @append_whole   # a builder that fails leaves no sub-block behind
@@ -136,11 +132,11 @@ def switch(index, branch_fns, name=None):
     of the same shapes and dtypes across branches; `switch` returns the same structure.
     """
     program, built, captures = _branches(list(branch_fns))
-    _, out_map = program.current_block()._add_op(
+    op = program.current_block().append_op(
         "switch", {"Index": index, "Input": captures}, None,
         {"blocks": [b.idx for b, _, _ in built],
          "branch_outputs": [n for _, results, _ in built for n in results]}, name=name)
-    return _outputs(program, out_map, built[0][2])
+    return _outputs(program, op.outputs, built[0][2])
 
 
 def _as_list(value, what):
@@ -167,9 +163,9 @@ def scan(step_fn, init, xs=None, *, length=None, reverse=False, name=None):
     init_vars, rebuild_carry = _as_list(init, "scan's init")
     seq_vars, rebuild_x = _as_list(xs, "scan's xs")
     with block_guard(program) as block:
-        carry_in = [block.create_var(program._names(f"{v.name}.carry"), v.shape, v.dtype)
+        carry_in = [block.create_var(program.unique_name(f"{v.name}.carry"), v.shape, v.dtype)
                     for v in init_vars]
-        x_in = [block.create_var(program._names(f"{v.name}.step"), v.shape[1:], v.dtype)
+        x_in = [block.create_var(program.unique_name(f"{v.name}.step"), v.shape[1:], v.dtype)
                 for v in seq_vars]
         result = step_fn(rebuild_carry(carry_in), rebuild_x(x_in))
         if not isinstance(result, tuple) or len(result) != 2:
@@ -197,13 +193,14 @@ def scan_op(program, block, carries, sequences, y_out, reverse=False, length=Non
     saved = list(dict.fromkeys(n for op_desc in block.desc.ops for s in op_desc.outputs
                                for n in s.arguments if n in block.vars))
     outer = program.current_block()
-    op_desc, out_map = outer._add_op(
+    op = outer.append_op(
         "scan", {"Init": [v for v, _, _ in carries] + [v for v, _, _ in state],
                  "X": [v for v, _ in sequences], "Input": _captures(program, [(block, results)])},
         None, {"block": block.idx, "carry_in": carry_in, "x_in": [v.name for _, v in sequences],
                "carry_out": carry_out, "y_out": [v.name for v in y_out], "saved": saved,
                "reverse": reverse, "length": -1 if length is None else length}, name=name)
-    _write_back(outer, op_desc, state)
+    _write_back(outer, op.desc, state)
+    out_map = op.outputs
     return ([outer.var(n) for n in out_map.get("Carry", [])[:len(carries)]],
             [outer.var(n) for n in out_map.get("Y", [])])
 
@@ -223,7 +220,7 @@ def while_loop(cond_fn, body_fn, loop_vars, max_iters=None, name=None):
     program = default_main_program()
     init_vars, rebuild = _flatten(loop_vars, "while_loop's loop_vars")
     with block_guard(program) as block:
-        carry_in = [block.create_var(program._names(f"{v.name}.loop"), v.shape, v.dtype)
+        carry_in = [block.create_var(program.unique_name(f"{v.name}.loop"), v.shape, v.dtype)
                     for v in init_vars]
         holds = cond_fn(*carry_in)
         if not isinstance(holds, Variable):
@@ -237,10 +234,10 @@ def while_loop(cond_fn, body_fn, loop_vars, max_iters=None, name=None):
     carry_in = [v.name for v in carry_in] + [first for _, first, _ in state]
     carry_out = [v.name for v in carry_out] + [last for _, _, last in state]
     outer = program.current_block()
-    op_desc, out_map = outer._add_op(
+    op = outer.append_op(
         "while", {"Init": init_vars + [v for v, _, _ in state],
                   "Input": _captures(program, [(block, [holds.name] + carry_out)])}, None,
         {"block": block.idx, "carry_in": carry_in, "carry_out": carry_out, "cond": holds.name,
          "max_iters": -1 if max_iters is None else max_iters}, name=name)
-    _write_back(outer, op_desc, state)
-    return rebuild([outer.var(n) for n in out_map["Carry"][:len(init_vars)]])
+    _write_back(outer, op.desc, state)
+    return rebuild([outer.var(n) for n in op.outputs["Carry"][:len(init_vars)]])

@@ -49,7 +49,7 @@ class StaticRNN:
     def step_input(self, x):
         """The slice x[t] of the sequence `x` (scanned along axis 0) at the current step."""
         block = self._step_block("step_input")
-        var = block.create_var(self._program._names(f"{x.name}.step"), x.shape[1:], x.dtype)
+        var = block.create_var(self._program.unique_name(f"{x.name}.step"), x.shape[1:], x.dtype)
         self._inputs.append((x, var))
         return var
 
@@ -57,7 +57,7 @@ class StaticRNN:
         """A value carried from step to step: `init` at the first step, then what
         `update_memory` names."""
         block = self._step_block("memory")
-        var = block.create_var(self._program._names(f"{init.name}.mem"), init.shape, init.dtype)
+        var = block.create_var(self._program.unique_name(f"{init.name}.mem"), init.shape, init.dtype)
         self._memories.append((init, var))
         return var
 

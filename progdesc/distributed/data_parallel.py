@@ -34,9 +34,9 @@ def all_reduce_gradients(block, params_grads, axis_name="data"):
                            var=missing[0])
     at = max(last_writer.values()) + 1
     for k, g in enumerate(grads):
-        block._add_op("c_allreduce", {"X": g}, {"Out": g},
-                      {"reduce_type": "mean", "axis_name": axis_name}, role=pb.BACKWARD,
-                      index=at + k, callsite="")
+        block.insert_op(at + k, "c_allreduce", {"X": g}, {"Out": g},
+                        {"reduce_type": "mean", "axis_name": axis_name}, role=pb.BACKWARD,
+                        callsite="")
     return list(range(at, at + len(grads)))
 
 

@@ -41,12 +41,12 @@ def shard(var, spec):
     program too if that declares a variable of the same name (a parameter or optimizer
     state initialized there), so both lay it out alike."""
     set_sharding(var.desc, spec)
-    var.block.program._touch()
+    var.block.program.mark_changed()
     startup = default_startup_program()
     twin = startup.global_block().find_var(var.name)
     if twin is not None and twin is not var:
         set_sharding(twin.desc, spec)
-        startup._touch()
+        startup.mark_changed()
 
 
 def named_sharding(mesh, var_desc, shape=None):

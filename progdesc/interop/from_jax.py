@@ -50,7 +50,8 @@ from jax.extend import core as jcore
 from lowering import dtypes, registry
 from lowering.errors import BatchPolymorphismError, ProgramError, UnsupportedPrimitiveError
 from progdesc import io
-from progdesc.framework import _PACKAGE_DIRS, Program, _cell_name, program_guard
+from progdesc.callsites import PACKAGE_DIRS, cell_name
+from progdesc.framework import Program, program_guard
 from progdesc.interop.jax_rules import RULES, BatchDependent, Unsupported, is_batch_dim
 
 
@@ -93,15 +94,15 @@ class Translator:
                                      "on the batch size")
         inputs = {slot.name: arg for slot, arg in zip(opdef.inputs, args) if arg is not None}
         name = f"{self._scope}.{op_type}" if self._scope else None
-        _, out_map = self.block._add_op(op_type, inputs, attrs=attrs, name=name,
-                                        callsite=self._callsite)
+        out_map = self.block.append_op(op_type, inputs, attrs=attrs, name=name,
+                                       callsite=self._callsite).outputs
         outs = [out_map.get(s.name, []) if s.many else out_map[s.name][0]
                 for s in opdef.outputs if s.name in out_map]
         return outs[0] if len(outs) == 1 else tuple(outs)
 
     def var(self, name):
         """(dims, dtype name) of a program variable."""
-        return self.block._shape_dtype(name)
+        return self.block.var_type(name)
 
     def constant(self, value):
         """The name of a variable holding the array `value` (see the module's docstring)."""
@@ -239,7 +240,7 @@ def _source_line(source_info):
     frames = source_info.traceback.frames if source_info.traceback is not None else ()
     for frame in frames:
         if not os.path.abspath(frame.file_name).startswith(_library_dirs()):
-            name = _cell_name(frame.file_name) or os.path.basename(frame.file_name)
+            name = cell_name(frame.file_name) or os.path.basename(frame.file_name)
             return f"{name}:{frame.line_num}"
     return ""
 
@@ -248,7 +249,7 @@ def _source_line(source_info):
 def _library_dirs():
     """The directories of the code that is not the user's: JAX's, Flax's and ours."""
     import importlib.util
-    dirs = list(_PACKAGE_DIRS)
+    dirs = list(PACKAGE_DIRS)
     for package in ("jax", "jaxlib", "flax"):
         spec = importlib.util.find_spec(package)
         if spec is not None and spec.origin:
@@ -317,7 +318,7 @@ def build(flat_fn, inputs, writes=(), strip_names=0, scope=None, batch_polymorph
     n_fetch = len(outs) - len(writes)
     for target, out in zip(writes, outs[n_fetch:]):
         if out != target:
-            block._add_op("assign", {"X": out}, {"Out": target}, callsite="")
+            block.append_op("assign", {"X": out}, {"Out": target}, callsite="")
     state = {name: value for name, value, kind in inputs if kind != "feed"}
     state.update(translator.values)
     io.set_values(program, {k: np.asarray(v) for k, v in state.items()}, scope)
@@ -374,7 +375,7 @@ def _failed_call(flat_fn, specs):
         if not _is_library(frame) and _is_library(inner):
             path = frame.f_code.co_filename
             called = inner.f_code.co_name
-            line = f"{_cell_name(path) or os.path.basename(path)}:{frame.f_lineno}"
+            line = f"{cell_name(path) or os.path.basename(path)}:{frame.f_lineno}"
     for frame in reversed(frames):   # the innermost primitive being bound or checked
         found = [v for k, v in frame.f_locals.items()
                  if k in ("prim", "primitive", "self") and isinstance(v, jcore.Primitive)]

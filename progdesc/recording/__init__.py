@@ -7,6 +7,7 @@ train, save or export it.
 """
 from progdesc.recording.capture import Captured, capture
 from progdesc.recording.mode import eager
-from progdesc.recording.values import LargeConstantWarning, RecordingWarning
+from progdesc.constants import LargeConstantWarning
+from progdesc.recording.values import RecordingWarning
 
 __all__ = ["Captured", "capture", "eager", "LargeConstantWarning", "RecordingWarning"]

@@ -5,7 +5,8 @@ import numpy as np
 
 from lowering import dtypes
 from lowering.errors import ProgramError
-from progdesc.framework import Program, Variable, _user_callsite, data, program_guard
+from progdesc.callsites import user_callsite
+from progdesc.framework import Program, Variable, data, program_guard
 from progdesc.recording.mode import eager
 
 
@@ -41,7 +42,7 @@ def capture(fn, *example_inputs, program=None, startup_program=None):
     program = Program() if program is None else program
     startup_program = Program() if startup_program is None else startup_program
     names = _input_names(fn, len(example_inputs))
-    with program_guard(program, startup_program), eager._capturing():
+    with program_guard(program, startup_program), eager.capturing():
         inputs = []
         for name, example in zip(names, example_inputs):
             array = np.asarray(example)
@@ -74,5 +75,5 @@ def _fetch_vars(result):
     for v in values:
         if not isinstance(v, Variable):
             raise ProgramError(f"the captured function must return Variables, got "
-                               f"{type(v).__name__}", callsite=_user_callsite())
+                               f"{type(v).__name__}", callsite=user_callsite())
     return values

@@ -1,8 +1,8 @@
 """Whether ops run as they are appended: the `pd.eager` switch, and whether `capture` records.
 
-`progdesc.framework` calls its `_op_hook` after every op it appends; this module sets
-that hook while eager mode is on in some thread and back to None when it is off
-everywhere, so building programs outside eager mode pays nothing for it.
+This module adds eager mode's listener to `progdesc.framework` (`add_listener`): told of
+every op appended to any program, it runs the op when eager mode is on in the thread
+that appends it, and keeps the values it computed in step with the program.
 
 Eager mode belongs to the thread: `enable()` holds for the thread that calls it (every
 later statement of a notebook), `with pd.eager():` and `capture` for the block's thread or
@@ -13,26 +13,32 @@ import contextvars
 import threading
 
 from progdesc import framework
-from progdesc.recording.runner import run_op
+from progdesc.recording.runner import (drop_values, rename_values, run_op, set_data_value,
+                                       snapshot_eager_state)
 
 _depth = contextvars.ContextVar("progdesc_eager_depth", default=0)   # nested `with` blocks
 _recording = contextvars.ContextVar("progdesc_eager_recording", default=0)   # `capture`s
 _enabled = threading.local()        # .on: `enable()` in this thread
-_users = [0]                        # threads and blocks with eager mode on, in the process
-_users_lock = threading.Lock()
 
 
-def _use(delta):
-    """Count eager mode turned on (+1) or off (-1) somewhere; the hook runs while any is on."""
-    with _users_lock:
-        _users[0] += delta
-        framework._op_hook = _run_if_eager if _users[0] > 0 else None
+class _EagerListener(framework.ProgramListener):
+    """Runs each appended op while eager mode is on (in the appending thread or task)."""
 
+    def op_appended(self, *args):
+        if eager.active:
+            run_op(*args)
 
-def _run_if_eager(*args):
-    """framework's op hook: run the op if eager mode is on in this thread or task."""
-    if eager.active:
-        run_op(*args)
+    def vars_renamed(self, block, renames):
+        rename_values(block.program, renames)
+
+    def vars_removed(self, program, names):
+        drop_values(program, names)
+
+    def data_value(self, var, value):
+        set_data_value(var, value)
+
+    def appending_whole(self, programs):
+        return snapshot_eager_state(programs) if eager.active else None
 
 
 class EagerMode:
@@ -54,26 +60,20 @@ class EagerMode:
     @contextlib.contextmanager
     def _on(self):
         token = _depth.set(_depth.get() + 1)
-        _use(+1)
         try:
             yield self
         finally:
             _depth.reset(token)
-            _use(-1)
 
     def enable(self):
         """Turn eager mode on in this thread until `disable()` (for a whole notebook or
         script)."""
-        if not getattr(_enabled, "on", False):
-            _enabled.on = True
-            _use(+1)
+        _enabled.on = True
 
     def disable(self):
         """Turn off what `enable()` turned on in this thread (`with pd.eager():` blocks still
         apply)."""
-        if getattr(_enabled, "on", False):
-            _enabled.on = False
-            _use(-1)
+        _enabled.on = False
 
     @property
     def active(self):
@@ -86,7 +86,8 @@ class EagerMode:
         return _recording.get() > 0
 
     @contextlib.contextmanager
-    def _capturing(self):
+    def capturing(self):
+        """Inside, eager mode is on and `recording` is True (`capture` records in one)."""
         token = _recording.set(_recording.get() + 1)
         try:
             with self._on():
@@ -99,3 +100,5 @@ class EagerMode:
 
 
 eager = EagerMode()
+
+framework.add_listener(_EagerListener())

@@ -7,7 +7,7 @@ executable called directly afterwards: a call costs what a jitted call costs, an
 `jax.enable_x64` context is needed around it (the program's 64-bit types are fixed when
 it compiles). Ops with sub-blocks (cond, scan, while) run unjitted, op by op inside.
 
-Where values live: those of a program's ordinary variables in `program._values` (by
+Where values live: those of a program's ordinary variables in `values_of(program)` (by
 name), those of persistables (parameters, optimizer state, the RNG state) in the current
 Scope, where a compiled run of the same program finds them.
 
@@ -29,16 +29,47 @@ from lowering import registry
 from lowering.errors import FeedError, ProgramError, ScopeError
 from lowering.lower import RNG_VAR, precision_of, run_step, steps_of
 from progdesc import compile_cache
+from progdesc.executor import convert_feed
 from progdesc.scope import global_scope
 
+_values = weakref.WeakKeyDictionary()    # program -> {variable name: its eager value}
 _KERNELS = {}
 _MAX_KERNELS = 4096
 _run_states = weakref.WeakKeyDictionary()   # scope -> {program: RNG state its ops draw from}
 
 
+def values_of(program):
+    """{variable name: value} of `program`'s ordinary variables that eager mode computed."""
+    values = _values.get(program)
+    if values is None:
+        values = _values[program] = {}
+    return values
+
+
+def rename_values(program, renames):
+    """Move the values of renamed variables ({old: new}) to their new names."""
+    values = _values.get(program)
+    for old, new in renames.items() if values else ():
+        if old in values:
+            values[new] = values.pop(old)
+
+
+def drop_values(program, names):
+    """Forget the values of variables taken out of `program`."""
+    values = _values.get(program)
+    for name in names if values else ():
+        values.pop(name, None)
+
+
+def set_data_value(var, value):
+    """Give data variable `var` its value (checked like a feed) for eager mode."""
+    with jax.enable_x64(True):   # an int64 or float64 value stays 64-bit on the device
+        values_of(var.block.program)[var.name] = jax.device_put(convert_feed(var, value))
+
+
 def run_op(block, index, opdef, in_map, out_map, encoded_attrs):
     """Run the op just appended at `index` of `block` (root blocks only) and store its
-    outputs: in `program._values`, persistables in the current Scope."""
+    outputs: in `values_of(program)`, persistables in the current Scope."""
     if block.idx != 0:   # an op of a sub-block runs when its control-flow op does
         return
     program = block.program
@@ -49,7 +80,7 @@ def run_op(block, index, opdef, in_map, out_map, encoded_attrs):
 
 def _run_locked(block, index, opdef, in_map, out_map, encoded_attrs, program, scope):
     """`run_op`'s work, with the scope's lock held."""
-    values = program._values
+    values = values_of(program)
     args = []
     for slot in opdef.inputs:
         for name in in_map.get(slot.name, ()):
@@ -64,7 +95,7 @@ def _run_locked(block, index, opdef, in_map, out_map, encoded_attrs, program, sc
                                       args, rng)
     persistable = {}
     for name, value in zip(names, produced):
-        var = block._vars.get(name)
+        var = block.find_var(name)
         if var is not None and var.desc.persistable:
             persistable[name] = value
         else:

@@ -1,5 +1,5 @@
 """What a Variable's value is, outside the compiled path: reading it, turning it into a
-Python number, previewing it, and NumPy arrays turned into constants of the program.
+Python number, previewing it.
 
 Reading a value (`var.numpy()`, `repr`) never changes the program. Turning one into a
 Python `bool`, `int` or `float` lets Python decide something the program cannot see:
@@ -7,30 +7,20 @@ inside `capture` that is a `RecordingError` naming the line; in plain eager mode
 and `int` give the value with a `RecordingWarning` (the recorded program keeps the branch
 this value took), `float` gives it silently (it is what printing a loss does).
 """
-import os
-import sys
 import warnings
 
-import jax
 import numpy as np
 
 from lowering import dtypes
 from lowering.errors import RecordingError
-from lowering.ops.constant import constant_attrs
-from progdesc.framework import _GENERATED_PREFIX, _PACKAGE_DIRS, _user_callsite
+from progdesc.callsites import user_callsite, user_stacklevel
 from progdesc.recording.mode import eager
+from progdesc.recording.runner import values_of
 from progdesc.scope import global_scope
-
-LARGE_CONSTANT = 4096
-"""NumPy arrays with more elements than this recorded as constants get a warning."""
 
 
 class RecordingWarning(UserWarning):
     """A Python decision taken on a value in eager mode: the program keeps only its outcome."""
-
-
-class LargeConstantWarning(UserWarning):
-    """A large NumPy array written into a program as a constant."""
 
 
 def value_of(var):
@@ -39,7 +29,7 @@ def value_of(var):
     if var.desc.persistable:
         holder = global_scope().find_var(var.name)
         return None if holder is None else holder.value
-    return var.block.program._values.get(var.name)
+    return values_of(var.block.program).get(var.name)
 
 
 def numpy_of(var):
@@ -68,35 +58,22 @@ def to_python(var, convert):
     what, how = _HOW[convert]
     if eager.recording:
         raise RecordingError(f"{what}() of a value while capture records: {how}",
-                             var=var.name, callsite=_user_callsite())
+                             var=var.name, callsite=user_callsite())
     array = numpy_of(var)
     if array.size != 1:
         raise RecordingError(f"{what}() needs a value of one element, this one has shape "
-                             f"{list(array.shape)}", var=var.name, callsite=_user_callsite())
+                             f"{list(array.shape)}", var=var.name, callsite=user_callsite())
     if convert is not float and eager.active:
-        _warn(f"{what}() of variable '{var.name}' in eager mode at {_user_callsite()}: {how}",
-              RecordingWarning)
+        warnings.warn(f"{what}() of variable '{var.name}' in eager mode at {user_callsite()}: "
+                      f"{how}", RecordingWarning, stacklevel=user_stacklevel())
     return convert(array.reshape(()).item())
-
-
-def _warn(message, category):
-    """warnings.warn attributed to the user's line (the first frame outside progdesc), so
-    Python's once-per-line filter applies to the user's lines."""
-    frame, level = sys._getframe(1), 2   # stacklevel 2: the caller of _warn
-    while frame is not None:
-        path = frame.f_code.co_filename
-        if not (path.startswith(_GENERATED_PREFIX)
-                or os.path.abspath(path).startswith(_PACKAGE_DIRS)):
-            break
-        frame, level = frame.f_back, level + 1
-    warnings.warn(message, category, stacklevel=level)
 
 
 def _no_value(var):
     return RecordingError(
         "has no value: it stands for a value computed when the program runs. Fetch it with "
         "Executor.run(..., fetch_list=[...]), or build the program under pd.eager() to see "
-        "values as you go", var=var.name, callsite=_user_callsite())
+        "values as you go", var=var.name, callsite=user_callsite())
 
 
 def preview(var):
@@ -117,32 +94,3 @@ def preview(var):
 
 
 _PREVIEW = 6
-
-
-def set_data_value(var, value):
-    """Give data variable `var` its value (checked like a feed) for eager mode."""
-    from progdesc.executor import convert_feed
-    with jax.enable_x64(True):   # an int64 or float64 value stays 64-bit on the device
-        var.block.program._values[var.name] = jax.device_put(convert_feed(var, value))
-
-
-def constant(block, array, like=None):
-    """A Variable of `block` holding NumPy/JAX `array` as an `assign_value` op.
-
-    Float64 arrays become float32 (as JAX does by default); `like` (a dtype name) gives
-    the constant that dtype instead when it is of the same kind, as a Python scalar
-    takes the dtype of the Variable it meets. Arrays of more than LARGE_CONSTANT elements
-    get a LargeConstantWarning: the program stores every element.
-    """
-    array = np.asarray(array)
-    if array.dtype == np.float64:
-        array = array.astype(np.float32)
-    if like is not None and dtypes.kind_of(like) == dtypes.kind_of(array.dtype):
-        array = array.astype(dtypes.to_numpy(like))
-    if array.size > LARGE_CONSTANT:
-        _warn(f"a NumPy array of shape {list(array.shape)} ({array.size} elements) is written "
-              f"into the program as a constant at {_user_callsite()}; feed it instead "
-              "(pd.data(name, shape, value=array)) or make it a parameter",
-              LargeConstantWarning)
-    _, out_map = block._add_op("assign_value", attrs=constant_attrs(array))
-    return block.var(out_map["Out"][0])

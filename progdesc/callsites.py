@@ -1,0 +1,80 @@
+"""Which line of the user's code made something: 'train.py:12', 'In[3]:2' in a notebook.
+
+Errors, warnings and every OpDesc name the user's line, not progdesc's: the innermost
+frame whose code is outside progdesc and lowering (and outside the functions progdesc
+compiles itself, those of `progdesc.ops`).
+"""
+import os
+import sys
+
+from lowering import registry
+
+PACKAGE_DIRS = tuple(os.path.dirname(os.path.abspath(m)) + os.sep for m in (
+    __file__, registry.__file__))
+"""The directories of progdesc's and lowering's code (with a trailing separator)."""
+GENERATED_PREFIX = "<progdesc."
+"""How the file names of code progdesc compiles itself begin (the functions of progdesc.ops)."""
+
+_USER_FILES = {}   # code file name -> its base name, "" (progdesc's or lowering's code) or _CELL
+_CELL = object()   # an IPython cell: named by its execution count, which a rerun changes
+
+
+def is_internal(path):
+    """Whether code file `path` is progdesc's or lowering's (or code progdesc generated)."""
+    return path.startswith(GENERATED_PREFIX) or os.path.abspath(path).startswith(PACKAGE_DIRS)
+
+
+def user_callsite():
+    """'file:line' of the innermost frame outside progdesc and lowering ('In[3]:2' in a cell)."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        site = _site_of(frame)
+        if site:
+            return site
+        frame = frame.f_back
+    return ""
+
+
+def user_call():
+    """'minimize called at train.py:7': the progdesc function the user's code called, and the
+    line of that call (as `user_callsite` names it); '' when no frame is the user's."""
+    frame, called = sys._getframe(1), None
+    while frame is not None:
+        site = _site_of(frame)
+        if site:
+            return f"{called} called at {site}" if called else site
+        called = frame.f_code.co_qualname.removesuffix(".__init__")   # a class: its name
+        frame = frame.f_back
+    return ""
+
+
+def user_stacklevel():
+    """The `stacklevel` that makes `warnings.warn`, called by the caller of this function,
+    name the user's line (the first frame outside progdesc), so that Python's
+    once-per-line filter applies to the user's lines."""
+    frame, level = sys._getframe(2), 2
+    while frame is not None and is_internal(frame.f_code.co_filename):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
+def _site_of(frame):
+    """'file:line' of `frame` if its code is the user's, else ''."""
+    path = frame.f_code.co_filename
+    shown = _USER_FILES.get(path)
+    if shown is None:
+        shown = "" if is_internal(path) else _CELL if cell_name(path) else os.path.basename(path)
+        _USER_FILES[path] = shown
+    if shown is _CELL:
+        shown = cell_name(path) or os.path.basename(path)
+    return f"{shown}:{frame.f_lineno}" if shown else ""
+
+
+def cell_name(path):
+    """'In[3]' for code compiled from an IPython cell, as IPython's tracebacks name it;
+    None for any other file."""
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None else None
+    named = getattr(getattr(shell, "compile", None), "format_code_name", None)
+    label = named(path) if named is not None else None
+    return label[1] if label else None

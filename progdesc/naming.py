@@ -1,0 +1,40 @@
+"""Unique, readable names for the variables a program's builders make."""
+
+
+class NameGenerator:
+    """Unique, readable names ('fc_0', 'fc_1', ...) counted per program.
+
+    `taken` holds names (and name prefixes before the first '.') already in
+    use, e.g. by a loaded program; generated names skip them and join them,
+    so generators sharing one `taken` set never hand out the same name.
+    """
+
+    def __init__(self, taken):
+        self._counts = {}
+        self._taken = taken
+        self.journal = None   # inside `appended_whole`: a list of what to undo
+
+    def __call__(self, prefix):
+        """The next unused name starting with `prefix`."""
+        n = self._counts.get(prefix, 0)
+        while f"{prefix}_{n}" in self._taken:
+            n += 1
+        if self.journal is not None:
+            self.journal.append((self, prefix, self._counts.get(prefix), f"{prefix}_{n}"))
+        self._counts[prefix] = n + 1
+        self._taken.add(f"{prefix}_{n}")
+        return f"{prefix}_{n}"
+
+    def count_on_from(self, other):
+        """Hand out next what `other` (of a program this one is a copy of) would."""
+        self._counts = dict(other._counts)
+
+    @staticmethod
+    def undo(entries):
+        """Take back the names handed out as `entries` (journal entries) recorded."""
+        for generator, prefix, count, name in reversed(entries):
+            if count is None:
+                generator._counts.pop(prefix, None)
+            else:
+                generator._counts[prefix] = count
+            generator._taken.discard(name)
