@@ -15,19 +15,15 @@ from google.protobuf import text_format
 
 from lowering import dtypes, infer, registry, sizes
 from lowering import progdesc_pb2 as pb
-from lowering.blocks import check_block_references, drop_unused_blocks
+from lowering.blocks import drop_unused_blocks
 from lowering.desc import FORWARD_OP, fill_op_desc, read_attrs, slot_map
 from lowering.errors import FormatError, OperandError, ProgdescError, ProgramError
-from lowering.lower import PRECISIONS, RNG_VAR, precision_of, precision_value
-from progdesc import limits
+from lowering.lower import RNG_VAR, precision_of, precision_value
+from progdesc.display.text import ROLE_NAMES, block_text, op_line, program_text, type_str
 from progdesc.callsites import user_callsite
 from progdesc.constants import constant
 from progdesc.naming import NameGenerator
-
-FORMAT_VERSION = 1
-ROLE_NAMES = {pb.FORWARD: "forward", pb.BACKWARD: "backward", pb.OPTIMIZE: "optimize",
-              pb.LR_SCHED: "lr_sched", pb.LOSS: "loss"}
-
+from progdesc.validation import FORMAT_VERSION, check_desc
 
 class ProgramListener:
     """What a listener added with `add_listener` is told of; each method does nothing here.
@@ -105,7 +101,7 @@ class Variable:
         self.block.program.mark_changed()
 
     def __repr__(self):
-        from progdesc.recording.values import preview
+        from progdesc.recording.values import preview   # lazy: reading values (eager mode)
         return f"Variable({self.name}: {type_str(self.desc)}){preview(self)}"
 
     # Values, where there are some (eager mode; see progdesc.recording.values).
@@ -114,35 +110,36 @@ class Variable:
     def numpy(self):
         """The variable's value as a NumPy array (in eager mode, or a persistable's value in
         the current Scope); reading it does not change the program."""
-        from progdesc.recording.values import numpy_of
+        from progdesc.recording.values import numpy_of   # lazy: reading values (eager mode)
         return numpy_of(self)
 
     def __bool__(self):
-        from progdesc.recording.values import to_python
+        from progdesc.recording.values import to_python   # lazy: reading values (eager mode)
         return to_python(self, bool)
 
     def __int__(self):
-        from progdesc.recording.values import to_python
+        from progdesc.recording.values import to_python   # lazy: reading values (eager mode)
         return to_python(self, int)
 
     __index__ = __int__
 
     def __float__(self):
-        from progdesc.recording.values import to_python
+        from progdesc.recording.values import to_python   # lazy: reading values (eager mode)
         return to_python(self, float)
 
     def _binary(self, op_type, other, reverse=False):
-        from progdesc import ops
+        block = default_main_program().current_block()
         if _is_array(other) and other.ndim:   # an array: a constant of the program, this dtype
-            other = constant(self.block.program.current_block(), other, like=self.dtype)
+            other = constant(block, other, like=self.dtype)
         elif not isinstance(other, Variable):   # a Python scalar: a shape [] constant
             if not isinstance(other, numbers.Real) and not _is_array(other):
                 raise OperandError(f"'{op_type}' takes a Variable, an array or a number, got "
                                    f"{type(other).__name__} {other!r}", var=self.name,
                                    op_type=op_type, callsite=user_callsite())
-            other = ops.fill_constant(shape=[], dtype=self.dtype, value=float(other))
+            other = _result(block, "fill_constant", {}, {"shape": [], "dtype": self.dtype,
+                                                         "value": float(other)})
         a, b = (other, self) if reverse else (self, other)
-        return getattr(ops, op_type)(a, b)
+        return _result(block, op_type, {"X": a, "Y": b})
 
     __add__ = lambda self, o: self._binary("add", o)  # noqa: E731
     __radd__ = lambda self, o: self._binary("add", o, True)  # noqa: E731
@@ -158,12 +155,17 @@ class Variable:
     __ge__ = lambda self, o: self._binary("greater_equal", o)  # noqa: E731
 
     def __matmul__(self, other):
-        from progdesc import ops
-        return ops.matmul(self, other)
+        return _result(default_main_program().current_block(), "matmul", {"X": self, "Y": other})
 
     def __neg__(self):
-        from progdesc import ops
-        return ops.neg(self)
+        return _result(default_main_program().current_block(), "neg", {"X": self})
+
+
+def _result(block, op_type, inputs, attrs=None):
+    """The output Variable of a one-output op appended to `block` (the operators of
+    Variables: `a + b`, `a @ b`, `-a`)."""
+    op = block.append_op(op_type, inputs, attrs=attrs)
+    return block.var(op.desc.outputs[0].arguments[0])
 
 
 class Operator:
@@ -284,6 +286,7 @@ class Block:
             persistable=persistable, stop_gradient=stop_gradient, is_parameter=is_parameter,
             need_check_feed=need_check_feed)
         var = self._vars[name] = Variable(self, desc, (tuple(dims), dtype))
+        self.program._names.reserve(name)
         self.program.mark_changed()
         return var
 
@@ -596,115 +599,6 @@ def dims_compatible(a, b):
     return len(a) == len(b) and all(x == y or x < 0 or y < 0 for x, y in zip(a, b))
 
 
-def type_str(var_desc):
-    """'float32[-1, 10]' for a VarDesc."""
-    return f"{dtypes.name_of(var_desc.dtype)}[{', '.join(map(str, var_desc.dims))}]"
-
-
-def param_settings_text(var_desc):
-    """'{lr=0.5, l2=0.01}': the optimizer settings a parameter's VarDesc records, '' if none."""
-    settings = var_desc.param_settings
-    parts = []
-    if settings.HasField("learning_rate"):
-        parts.append(f"lr={settings.learning_rate:g}")
-    if settings.regularizer.l2:
-        parts.append(f"l2={settings.regularizer.l2:g}")
-    return "{" + ", ".join(parts) + "}" if parts else ""
-
-
-def sharding_text(var_desc):
-    """'sharding=[data, -]' ('-': a dim not split), 'sharding=replicated', or '' when the
-    VarDesc has no sharding annotation (progdesc.distributed)."""
-    if not var_desc.HasField("sharding"):
-        return ""
-    dims = [a or "-" for a in var_desc.sharding.dims]
-    if all(a == "-" for a in dims):
-        return "sharding=replicated"
-    return f"sharding=[{', '.join(dims)}]"
-
-
-def op_line(block, op_desc):
-    """One readable line: outputs = type(inputs) {non-default attrs}."""
-    def names(mapping, with_type):
-        parts = []
-        for slot, args in slot_map(mapping).items():
-            shown = []
-            for a in args:
-                v = block.find_var(a)
-                shown.append(f"{a}: {type_str(v.desc)}" if with_type and v is not None else a)
-            shown = shown[0] if len(shown) == 1 else "[" + ", ".join(shown) + "]"
-            parts.append(f"{slot}={shown}" if not with_type else shown)
-        return ", ".join(parts)
-
-    line = f"{names(op_desc.outputs, True)} = {op_desc.type}({names(op_desc.inputs, False)})"
-    shown = non_default_attrs(op_desc)
-    if shown:
-        line += " {" + ", ".join(f"{k}={format_value(v)}" for k, v, _ in shown) + "}"
-    return line
-
-
-def format_value(value):
-    """An attribute value as text: floats short, lists bracketed, strings quoted."""
-    if isinstance(value, float):
-        return f"{value:g}"
-    if isinstance(value, tuple):
-        return "[" + ", ".join(format_value(v) for v in value) + "]"
-    return repr(value) if isinstance(value, str) else str(value)
-
-
-def non_default_attrs(op_desc):
-    """[(name, value, attribute type)] of the attributes that differ from their defaults."""
-    if not registry.is_registered(op_desc.type):
-        return [(k, "?", "") for k in sorted(op_desc.attrs)]
-    opdef = registry.get(op_desc.type)
-    try:
-        values = read_attrs(opdef, op_desc)
-    except ProgdescError:
-        return [(k, "?", "") for k in sorted(op_desc.attrs)]
-    shown = []
-    for a in opdef.attrs:
-        v = values[a.name]
-        if a.type in ("block", "blocks"):
-            shown.append((a.name, v, a.type))
-            continue
-        try:
-            default = None if a.default is registry.REQUIRED else a.check(a.default)
-        except ProgdescError:
-            default = None
-        if a.default is registry.REQUIRED or v != default:
-            shown.append((a.name, v, a.type))
-    return shown
-
-
-def block_text(block):
-    """The readable listing of one block."""
-    lines = [f"block {block.idx} (parent {block.parent_idx}) {{"]
-    for v in block.desc.vars:
-        if v.need_check_feed:
-            lines.append(f"  data  {v.name}: {type_str(v)}")
-        elif v.persistable and v.kind == pb.DENSE_TENSOR:
-            what = "param" if v.is_parameter else "state"
-            settings = param_settings_text(v) if v.is_parameter else ""
-            notes = " ".join(t for t in (settings, sharding_text(v)) if t)
-            lines.append(f"  {what} {v.name}: {type_str(v)} {notes}".rstrip())
-    role = None
-    for op_desc in block.desc.ops:
-        if op_desc.role != role and role is not None:
-            lines.append(f"  # {ROLE_NAMES.get(op_desc.role, '')}")
-        role = op_desc.role
-        lines.append("  " + op_line(block, op_desc))
-    lines.append("}")
-    return "\n".join(lines)
-
-
-def _indented(text, block):
-    """`text` indented two spaces per enclosing block of `block` (sub-blocks show nested)."""
-    depth = 0
-    while block.idx != 0 and block.parent_idx >= 0:
-        depth, block = depth + 1, block.parent
-    return "\n".join("  " * depth + line for line in text.splitlines())
-
-
 _program_serials = itertools.count()
 
 
@@ -907,27 +801,7 @@ class Program:
 
     @classmethod
     def _checked(cls, desc):
-        if not desc.blocks:
-            raise FormatError("program has no blocks")
-        limits.check_and_clean(desc)   # bounded counts and sizes, printable callsites
-        if desc.format_version > FORMAT_VERSION or desc.format_version < 1:
-            raise FormatError(f"format version {desc.format_version} is not supported "
-                              f"(this progdesc reads 1..{FORMAT_VERSION})")
-        if not 0 <= desc.precision < len(PRECISIONS):
-            raise FormatError(f"precision {desc.precision} is not one of {list(PRECISIONS)}")
-        for i, block in enumerate(desc.blocks):
-            parent_ok = block.parent_idx == -1 if i == 0 else 0 <= block.parent_idx < i
-            if block.idx != i or not parent_ok:
-                raise FormatError(f"block {i} has idx {block.idx} and parent {block.parent_idx}: "
-                                  "blocks must be numbered in order, each after its parent")
-            _check_var_descs(block)
-            for j, op in enumerate(block.ops):
-                if op.role not in _ROLES:
-                    raise FormatError(f"unknown op role {op.role}", op_type=op.type, op_index=j,
-                                      block_idx=i)
-        bad_reference = check_block_references(desc)
-        if bad_reference:
-            raise FormatError(bad_reference)
+        check_desc(desc)
         return cls.from_desc(desc)
 
     def schedule(self, block=0):
@@ -938,9 +812,7 @@ class Program:
         return schedule(self, block)
 
     def __str__(self):
-        precision = "" if self.precision == "default" else f", precision {self.precision}"
-        head = f"program (format {self.desc.format_version}, seed {self.random_seed}{precision})"
-        return "\n".join([head] + [_indented(block_text(b), b) for b in self.blocks])
+        return program_text(self)
 
     def __repr__(self):
         n = sum(len(b.desc.ops) for b in self.blocks)
@@ -962,11 +834,6 @@ class Program:
         return render(self, path, format=format, **options)
 
 
-_UNTYPED_KINDS = (pb.FEED_LIST, pb.FETCH_LIST, pb.STEP_SCOPES)
-_VAR_KINDS, _DTYPES = frozenset(pb.VarKind.values()), frozenset(pb.DataType.values())
-_ROLES = frozenset(pb.OpRole.values())
-
-
 def _declared_dims(shape, name):
     """A variable's dims from `shape` (None or -1: unknown); ProgramError for anything but
     whole sizes."""
@@ -978,28 +845,6 @@ def _declared_dims(shape, name):
         raise ProgramError(f"shape must hold sizes (ints >= 0) or None / -1 for unknown dims, "
                            f"got {shape!r}", var=name)
     return dims
-
-
-def _check_var_descs(block):
-    """FormatError naming the first VarDesc of a parsed block that no API could have made."""
-    seen = set()
-    for var in block.vars:
-        where = dict(var=var.name, block_idx=block.idx)
-        if not var.name or var.name in seen:
-            raise FormatError("is declared twice in its block" if var.name else
-                              "has an empty name", **where)
-        seen.add(var.name)
-        if var.kind == pb.KIND_INVALID or var.kind not in _VAR_KINDS:
-            raise FormatError(f"has unknown kind {var.kind}", **where)
-        if var.kind not in _UNTYPED_KINDS and (var.dtype == pb.DT_INVALID
-                                               or var.dtype not in _DTYPES):
-            raise FormatError(f"has unknown dtype {var.dtype}", **where)
-        if any(d < -1 for d in var.dims):
-            raise FormatError(f"has dims {list(var.dims)}: each must be -1 (unknown) or a size",
-                              **where)
-        too_big = var.kind not in _UNTYPED_KINDS and sizes.oversized(var.dims, var.dtype)
-        if too_big:
-            raise FormatError(f"is too large: {too_big}", **where)
 
 
 def validate(program):

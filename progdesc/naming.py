@@ -25,6 +25,11 @@ class NameGenerator:
         self._taken.add(f"{prefix}_{n}")
         return f"{prefix}_{n}"
 
+    def reserve(self, name):
+        """Count `name` (a variable declared by its own name) and its prefix as taken."""
+        self._taken.add(name)
+        self._taken.add(name.split(".", 1)[0])
+
     def count_on_from(self, other):
         """Hand out next what `other` (of a program this one is a copy of) would."""
         self._counts = dict(other._counts)

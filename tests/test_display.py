@@ -1,7 +1,5 @@
 """progdesc.display: HTML tables (Program, Block, Scope), DOT graphs, and rendering."""
-import ast
 import html
-import pathlib
 import re
 import shutil
 import xml.etree.ElementTree as ET
@@ -424,42 +422,6 @@ def test_svg_nested_block_is_a_box_around_its_ops(op_with_block):
     dashed = [e for e in _svg_groups(root, "edge")
               if e.find(_NS + "path").get("stroke-dasharray")]
     assert [(e.get("data-src"), e.get("data-dst")) for e in dashed] == [("op_0_0", "op_1_0")]
-
-
-def test_display_is_imported_lazily_no_import_cycles():
-    """Module-level imports among progdesc and lowering modules form no cycle: framework
-    reaches progdesc.display only inside the methods that need it."""
-    root = pathlib.Path(pd.__file__).resolve().parent.parent
-    mods = {}
-    for path in sorted(root.glob("progdesc/**/*.py")) + sorted(root.glob("lowering/**/*.py")):
-        parts = list(path.relative_to(root).with_suffix("").parts)
-        mods[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
-    deps = {}
-    for mod, path in mods.items():
-        found = set()
-        for node in ast.parse(path.read_text(encoding="utf-8")).body:
-            for n in ast.walk(node) if isinstance(node, (ast.If, ast.Try)) else [node]:
-                if isinstance(n, ast.Import):
-                    found |= {a.name for a in n.names}
-                elif isinstance(n, ast.ImportFrom) and n.level == 0 and n.module:
-                    found |= {f"{n.module}.{a.name}" if f"{n.module}.{a.name}" in mods
-                              else n.module for a in n.names}
-        deps[mod] = {d for d in found if d in mods and d != mod}
-    assert not any(d.startswith("progdesc.display") for d in deps["progdesc.framework"])
-    state = {}
-
-    def visit(mod, stack):
-        state[mod] = "open"
-        for d in sorted(deps[mod]):
-            assert state.get(d) != "open", "import cycle: " + " -> ".join(
-                stack[stack.index(d):] + [mod, d])
-            if d not in state:
-                visit(d, stack + [mod])
-        state[mod] = "done"
-
-    for mod in mods:
-        if mod not in state:
-            visit(mod, [])
 
 
 # --- rendering ---

@@ -7,7 +7,7 @@ same `Graph`, so they show the same thing.
 """
 from dataclasses import dataclass, field
 
-from progdesc.framework import ROLE_NAMES, non_default_attrs, type_str
+from progdesc.display.text import ROLE_NAMES, non_default_attrs, type_str
 
 # role -> (table row background, node fill colour)
 ROLE_COLORS = {"forward": ("#ffffff", "#e7f0fd"), "loss": ("#fff8e6", "#fde9b8"),

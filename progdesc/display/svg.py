@@ -21,7 +21,6 @@ import html
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import isotonic_regression
 
 __all__ = ["graph_svg"]
 
@@ -121,6 +120,8 @@ def _place_rows(rows, width, up, down, weight):
         seps.append(sep)
         for k, s in zip(row, sep - sep[-1] / 2):
             x[k] = s
+
+    from scipy.optimize import isotonic_regression   # here: it takes 0.5 s to import
 
     def pull(row_ids, neighbour_maps):
         for r in row_ids:

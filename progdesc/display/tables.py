@@ -22,7 +22,7 @@ from lowering import dtypes
 from lowering import progdesc_pb2 as pb
 from lowering.desc import slot_map
 from progdesc.display.graph import ROLE_COLORS, role_of, sub_blocks
-from progdesc.framework import format_value, non_default_attrs, param_settings_text, type_str
+from progdesc.display.text import format_value, non_default_attrs, param_settings_text, type_str
 
 __all__ = ["block_html", "program_html", "scope_html"]
 
