@@ -6,7 +6,7 @@ N counts the forward ops of the main program. Phases:
 
 - build:    Program + program_guard + the layers (shape inference, startup init ops);
 - backward: progdesc.append_backward(loss);
-- lower:    progdesc.executor.with_feed_fetch + lowering.lower.lower_block (the Python
+- lower:    progdesc.feeding.with_feed_fetch + lowering.lower.lower_block (the Python
             pass that makes the function; no tracing, no XLA compile);
 - trace (optional, not part of the total): jax.jit(fn).lower(...) of that function,
             i.e. tracing to StableHLO, still without the XLA compile.
@@ -37,7 +37,7 @@ def build_chain(n_ops):
 def measure(n_ops, trace=False):
     import progdesc as pd
     from lowering.lower import lower_block
-    from progdesc.executor import with_feed_fetch
+    from progdesc.feeding import with_feed_fetch
 
     gc.collect()   # the previous measurement's programs are garbage: not this one's cost
     t0 = time.perf_counter()

@@ -63,7 +63,7 @@ def raw_training_step(main, scope, loss, feed):
     lowered step, state donated, in dicts."""
     import jax
     from lowering.lower import lower_block
-    from progdesc.executor import with_feed_fetch
+    from progdesc.feeding import with_feed_fetch
 
     lowered = lower_block(with_feed_fetch(main, tuple(feed), (loss.name,)), 0)
     # its own copy of the state that gets donated; the read-only state is shared

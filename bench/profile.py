@@ -39,7 +39,7 @@ def grad_pair(build_forward, feeds, log=print, label="", steps=20):
     import jax
     import progdesc as pd
     from lowering.lower import lower_block
-    from progdesc.executor import with_feed_fetch
+    from progdesc.feeding import with_feed_fetch
 
     main, startup, loss, feed_names = build_forward()
     exe, scope = pd.Executor(), pd.Scope()
@@ -217,7 +217,7 @@ def section_build(log=print, n=10000):
     build_scaling.measure(200)
     import progdesc as pd
     from lowering.lower import lower_block
-    from progdesc.executor import with_feed_fetch
+    from progdesc.feeding import with_feed_fetch
     holder = {}
 
     def b():

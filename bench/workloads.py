@@ -190,7 +190,7 @@ class ProgdescTrainer:
         """
         import jax
         from lowering.lower import RNG_VAR, lower_block
-        from progdesc.executor import convert_feed, with_feed_fetch
+        from progdesc.feeding import convert_feed, with_feed_fetch
         block = self.main.global_block()
         feed = self.prepare(batch)
         feeds = tuple(convert_feed(block.var(n), v) for n, v in feed.items())

@@ -306,9 +306,12 @@ _WATCH = contextvars.ContextVar("progdesc_watch", default=None)
 
 @contextlib.contextmanager
 def watching(watch):
-    """Within, `watch(step, env, block_idx)` is called after each op of a sub-block is traced,
-    with its outputs in `env` (tracers inside lax.cond / scan / while_loop): the checking
-    executor uses it to look inside an op with sub-blocks."""
+    """Within, `watch(step, inputs, env, block_idx)` is called after each op a lowered block
+    runs, of the block itself and of its sub-blocks: `inputs` holds the values the op read
+    ({name: value}), `env` its outputs too. Called outside `jax.jit`, a block's function
+    runs its ops on concrete arrays (those of block 0 concrete in the watch, those of
+    sub-blocks tracers inside lax.cond / scan / while_loop): the checking run
+    (progdesc.debug) watches a block that way. A watch may raise to stop the run."""
     token = _WATCH.set(watch)
     try:
         yield
@@ -319,10 +322,14 @@ def watching(watch):
 def _run_steps(steps, env, rng, fetches, block_idx, program_desc, plans):
     """Trace the ops of one block (block 0 or a sub-block) over `env`, in order."""
     watch = _WATCH.get()
+    if watch is None:
+        for step in steps:
+            _run_step(step, env, rng, fetches, block_idx, program_desc, plans)
+        return
     for step in steps:
+        inputs = {n: env[n] for names in step.inputs.values() for n in names if n in env}
         _run_step(step, env, rng, fetches, block_idx, program_desc, plans)
-        if watch is not None:
-            watch(step, env, block_idx)
+        watch(step, inputs, env, block_idx)
 
 
 def run_step(step, env, rng, program_desc, block_idx=0, fetches=None):

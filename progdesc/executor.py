@@ -7,7 +7,6 @@ policy). Persistable values come from the Scope and go back to it; the ones the
 program overwrites are donated, so on an accelerator the update is in place.
 Nothing is written to the Scope unless the whole run succeeds.
 """
-import contextlib
 import operator
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -15,14 +14,14 @@ from dataclasses import dataclass
 import jax
 import numpy as np
 
-from lowering import dtypes, registry
-from lowering import progdesc_pb2 as pb
-from lowering.errors import (DistributedError, FeedError, FetchError, ProgramError, ScopeError,
-                             did_you_mean)
-from lowering.lower import FEED_VAR, FETCH_VAR, RNG_VAR, check_precision, lower_block
+from lowering import registry
+from lowering.errors import DistributedError, FeedError, FetchError, ProgramError
+from lowering.lower import check_precision, lower_block
 from progdesc import compile_cache
-from progdesc.callsites import user_call, user_callsite
-from progdesc.framework import Program, Variable, default_main_program, dims_compatible
+from progdesc.callsites import user_call
+from progdesc.feeding import (convert_feeds, disagreeing_feeds, in_run, names_of, on_device,
+                              read_state, with_feed_fetch)
+from progdesc.framework import Program, default_main_program
 from progdesc.scope import ABSENT, Scope, global_scope, held_value
 
 _CACHE_SIZE = 64
@@ -53,7 +52,7 @@ class _Compiled:
     def __call__(self, args, device, compiler_options=None):
         """Run the executable on flat `args`, compiling it on the first call."""
         if self.call is None:
-            with jax.enable_x64(True), _default_device(device), compile_cache.compiling():
+            with jax.enable_x64(True), on_device(device), compile_cache.compiling():
                 if self.place is not None:
                     args = self.place(args)
                 compiled = self.jitted.lower(*args).compile(compiler_options or None)
@@ -89,44 +88,6 @@ def _device(device):
         return jax.devices(kind or str(device))[0]
     except RuntimeError as e:
         raise ValueError(f"no '{device}' device available: {e}") from None
-
-
-def _name_of(target):
-    return target.name if isinstance(target, Variable) else target
-
-
-def _fetch_names(fetch_list):
-    """The names of the fetched Variables or names; TypeError for anything else."""
-    names = tuple(_name_of(f) for f in fetch_list)
-    for name, target in zip(names, fetch_list):
-        if not isinstance(name, str):
-            raise TypeError(f"fetch_list holds Variables or variable names, got {target!r}")
-    return names
-
-
-def convert_feed(var, value):
-    """`value` as an array of `var`'s dtype, or FeedError if it cannot be one."""
-    name, want = var.name, dtypes.to_numpy(var.desc.dtype)
-    if isinstance(value, jax.Array):
-        arr = value
-    else:
-        try:
-            arr = np.asarray(value)
-        except (ValueError, TypeError) as e:
-            raise FeedError(f"feed cannot be made an array: {e}", var=name) from None
-    if np.dtype(arr.dtype).kind not in "biuf":
-        raise FeedError(f"feed of dtype {arr.dtype} is not a rectangular numeric array",
-                        var=name)
-    if arr.dtype != want:
-        got_kind, want_kind = dtypes.kind_of(arr.dtype), dtypes.kind_of(want)
-        if not (got_kind == want_kind or (want_kind == "float" and got_kind == "int")):
-            raise FeedError(f"feed has dtype {arr.dtype}, the variable is {dtypes.name_of(want)} "
-                            f"(a {got_kind} value cannot be fed as {want_kind})", var=name)
-        arr = arr.astype(want)
-    if var.desc.need_check_feed and not dims_compatible(tuple(var.desc.dims), arr.shape):
-        raise FeedError(f"feed has shape {list(arr.shape)}, the variable expects "
-                        f"{list(var.desc.dims)} (-1: any size)", var=name)
-    return arr
 
 
 class Executor:
@@ -200,10 +161,10 @@ class Executor:
             if not isinstance(program, Program):
                 raise TypeError(f"Executor.run expects a Program, got {type(program).__name__}")
             try:
-                entry, values, casts = self._prepare(program, feed, _fetch_names(fetch_list),
+                entry, values, casts = self._prepare(program, feed, names_of(fetch_list),
                                                      steps)
             except (FeedError, FetchError) as e:
-                raise _in_run(e) from None
+                raise in_run(e) from None
             if key is not None:
                 _remember(self._cache, key, (entry, casts))
         else:
@@ -253,19 +214,19 @@ class Executor:
             state = tuple(h.own_value() for h in reads[:entry.n_mutable]) + tuple(
                 map(held_value, reads[entry.n_mutable:]))
             if any(v is None for v in state):   # the RNG state, absent: seeded afresh
-                state = self._check_state(program, entry.reads, reads, entry.n_mutable)
+                state = read_state(program, entry.reads, reads, entry.n_mutable)
         else:
             found_reads, writes = scope.holders(entry.reads, entry.writes)
             reads = tuple(h or ABSENT for h in found_reads)
             writes = tuple(writes)
-            state = self._check_state(program, entry.reads, reads, entry.n_mutable)
+            state = read_state(program, entry.reads, reads, entry.n_mutable)
         try:
             outs = entry(values + state, self.device, self.compiler_options)
         except ProgramError as e:   # tracing with the fed sizes failed: feeds that disagree?
-            mismatch = _disagreeing_feeds(program, entry.feeds, e)
+            mismatch = disagreeing_feeds(program, entry.feeds, e)
             if mismatch is None:
                 raise
-            raise _in_run(mismatch) from None
+            raise in_run(mismatch) from None
         n_mutable = entry.n_mutable
         for holder, value in zip(reads[n_mutable:], state[n_mutable:]):
             if holder is not ABSENT and held_value(holder) is not value:   # a copy of a
@@ -279,7 +240,7 @@ class Executor:
         Returns (entry, converted feeds, per-feed casts or None when every
         feed already has its variable's dtype).
         """
-        names, values, casts = self._convert_feeds(program, feed, steps)
+        names, values, casts = convert_feeds(program, feed, steps)
         key = (program.serial, program.version, registry.GENERATION[0],
                tuple((n, v.shape, v.dtype) for n, v in zip(names, values)), fetch_names, steps,
                self._precision or program.precision)
@@ -292,67 +253,6 @@ class Executor:
                                 for n, v in zip(names, values))
         casts = None if all(c is None for c in casts) else tuple(casts)
         return entry, tuple(values), casts
-
-    def _convert_feeds(self, program, feed, steps):
-        """(names, converted values, per-feed cast dtype or None) of `feed`; FeedError for a
-        feed that does not fit its variable."""
-        if steps is not None and (not isinstance(steps, int) or steps < 1):
-            raise ValueError(f"steps must be a positive int, got {steps!r}")
-        if not hasattr(feed, "items"):
-            raise FeedError(f"feed maps data variables (or their names) to values, got a "
-                            f"{type(feed).__name__}")
-        block = program.global_block()
-        names, values, casts = [], [], []
-        for target, value in feed.items():
-            name = _name_of(target)
-            var = block.find_var(name)
-            if var is None:
-                raise FeedError("is fed but is not a variable of the program"
-                                + did_you_mean(name, block.vars), var=name)
-            raw_dtype = getattr(value, "dtype", None)
-            if steps is not None:
-                if np.ndim(value) == 0 or np.shape(value)[0] != steps:
-                    raise FeedError(f"with steps={steps} every feed needs a leading axis of "
-                                    f"{steps}, got shape {list(np.shape(value))}", var=name)
-                arr = value if isinstance(value, jax.Array) else np.stack(
-                    [convert_feed(var, v) for v in value])
-                first = convert_feed(var, arr[0])      # one step's shape and dtype
-                arr = arr if arr.dtype == first.dtype else arr.astype(first.dtype)
-            else:
-                arr = convert_feed(var, value)
-            names.append(name)
-            values.append(arr)
-            casts.append(None if raw_dtype == arr.dtype else arr.dtype)
-        return names, values, casts
-
-    def _check_state(self, program, names, holders, n_mutable):
-        """The values of the persistables `names` held by `holders` (the first `n_mutable`
-        donated: made the Scope's own first), the RNG state filled in if absent; refuses
-        missing or ill-fitting ones."""
-        state = [h.own_value() for h in holders[:n_mutable]] + [
-            held_value(h) for h in holders[n_mutable:]]
-        for i, name in enumerate(names):
-            if state[i] is None:
-                if name != RNG_VAR:
-                    raise ScopeError("has no value in the scope: run the startup program first "
-                                     "(or load a checkpoint)", var=name)
-                with compile_cache.compiling():      # compiles, once per process
-                    state[i] = jax.random.PRNGKey(program.random_seed)
-        seen = set()
-        for i, value in enumerate(state):   # one buffer in two places, one donated: copy it
-            # (the Scope keeps the copy of a read-only one once the run succeeded)
-            if id(value) in seen:
-                state[i] = jax.device_put(value, value.sharding, may_alias=False)
-            seen.add(id(state[i]))
-        for name, value in zip(names, state):
-            var = program.global_block().find_var(name)
-            if var is not None and (
-                    not dims_compatible(tuple(var.desc.dims), value.shape)
-                    or np.dtype(value.dtype) != dtypes.to_numpy(var.desc.dtype)):
-                raise ScopeError(
-                    f"scope holds {value.dtype}{list(value.shape)}, the program declares "
-                    f"{dtypes.name_of(var.desc.dtype)}{list(var.desc.dims)}", var=name)
-        return tuple(state)
 
     def _compile(self, program, feed_names, fetch_names, steps, feed_shapes):
         desc = with_feed_fetch(program, feed_names, fetch_names)
@@ -397,96 +297,9 @@ class Executor:
                          mutable + only_written, len(lowered.fetch_names), place=place)
 
 
-def _in_run(error):
-    """`error` again, naming the line of the user's code that called `run`."""
-    site = user_callsite()
-    return type(error)(error.detail, op_type=error.op_type, op_index=error.op_index,
-                       block_idx=error.block_idx, var=error.var, callsite=error.callsite,
-                       slot=error.slot, during=f"run called at {site}" if site else None)
-
-
-def _disagreeing_feeds(program, feeds, error):
-    """A FeedError if the op that `error` (from tracing block 0) names combines two feeds
-    whose sizes differ on a dim both declare unknown (-1); else None.
-
-    Shape inference gives every -1 dim one symbolic size, so an op that combines two
-    such dims passes when it is appended and fails only once fed sizes differ.
-    """
-    if error.block_idx or error.op_index is None:
-        return None
-    block, fed = program.global_block(), dict(feeds)
-    reached = _feeds_into(block.desc.ops, error.op_index, fed)
-    for i, (input_a, a) in enumerate(reached):
-        for input_b, b in reached[i + 1:]:
-            if a == b or input_a == input_b:
-                continue
-            for d, (da, db) in enumerate(zip(block.var(a).shape, block.var(b).shape)):
-                if da < 0 and db < 0 and fed[a][d] != fed[b][d]:
-                    return FeedError(
-                        f"feeds '{a}' {list(fed[a])} and '{b}' {list(fed[b])} differ on dim {d} "
-                        f"({fed[a][d]} vs {fed[b][d]}): both declare it -1 and this op combines "
-                        f"them ('{a}' reaches input {input_a}, '{b}' input {input_b}). Feed "
-                        "equal sizes", op_type=error.op_type, op_index=error.op_index,
-                        callsite=error.callsite, var=b)
-    return None
-
-
-def _feeds_into(ops, index, feed_names):
-    """[(input label, feed name)] for each feed whose value flows into an input of op `index`."""
-    writer = {}
-    for i, op_desc in enumerate(ops[:index]):
-        for slot in op_desc.outputs:
-            writer.update(dict.fromkeys(slot.arguments, i))
-    reached = []
-    for slot in ops[index].inputs:
-        for k, name in enumerate(slot.arguments):
-            label = f"{slot.parameter}[{k}]" if len(slot.arguments) > 1 else slot.parameter
-            todo, seen = [name], set()
-            while todo:
-                n = todo.pop()
-                if n in seen:
-                    continue
-                seen.add(n)
-                if n in feed_names:
-                    reached.append((label, n))
-                elif n in writer:
-                    todo.extend(a for s in ops[writer[n]].inputs for a in s.arguments)
-    return reached
-
-
 def _remember(cache, key, value):
     """Store `value` in a bounded LRU dict; returns it."""
     cache[key] = value
     if len(cache) > _CACHE_SIZE:
         cache.popitem(last=False)
     return value
-
-
-def with_feed_fetch(program, feed_names, fetch_names):
-    """A copy of `program.desc` with feed ops for `feed_names` and fetch ops for `fetch_names`."""
-    block = program.global_block()
-    for name in fetch_names:
-        if block.find_var(name) is None:
-            raise FetchError("is fetched but is not a variable of the program"
-                             + did_you_mean(name, block.vars), var=name)
-    desc = pb.ProgramDesc()
-    desc.CopyFrom(program.desc)
-    root = desc.blocks[0]
-    root.vars.add(name=FEED_VAR, kind=pb.FEED_LIST)
-    root.vars.add(name=FETCH_VAR, kind=pb.FETCH_LIST)
-    for col, name in enumerate(feed_names):
-        op = pb.OpDesc(type="feed")
-        op.inputs.add(parameter="X", arguments=[FEED_VAR])
-        op.outputs.add(parameter="Out", arguments=[name])
-        op.attrs["col"].i = col
-        root.ops.insert(col, op)
-    for col, name in enumerate(fetch_names):
-        op = root.ops.add(type="fetch")
-        op.inputs.add(parameter="X", arguments=[name])
-        op.outputs.add(parameter="Out", arguments=[FETCH_VAR])
-        op.attrs["col"].i = col
-    return desc
-
-
-def _default_device(device):
-    return jax.default_device(device) if device is not None else contextlib.nullcontext()

@@ -39,8 +39,7 @@ from lowering.errors import (CompiledCallError, FeedError, FormatError, Progdesc
                              ProgramError, ScopeError)
 from lowering.lower import RNG_VAR, lower_block
 from progdesc import compile_cache, export_check
-from progdesc.executor import with_feed_fetch
-from progdesc.framework import Variable
+from progdesc.feeding import names_of, with_feed_fetch
 from progdesc.prune import prune
 from progdesc.scope import global_scope
 
@@ -113,8 +112,8 @@ def export_compiled(path, program, feed_vars, fetch_vars, scope=None, *,
     """
     from progdesc.io import atomic_write
     scope = scope or global_scope()
-    feed_names = [v.name if isinstance(v, Variable) else str(v) for v in feed_vars]
-    fetch_names = [v.name if isinstance(v, Variable) else str(v) for v in fetch_vars]
+    feed_names = list(names_of(feed_vars, "feed_vars"))
+    fetch_names = list(names_of(fetch_vars, "fetch_vars"))
     pruned = prune(program, feed_names, fetch_names)
     block = pruned.global_block()
     for name in feed_names:

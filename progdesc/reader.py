@@ -6,7 +6,7 @@ samples, each a tuple with one entry per column (image, label, ...).
 import numpy as np
 
 from lowering.errors import FeedError
-from progdesc.executor import convert_feed
+from progdesc.feeding import convert_feed
 from progdesc.framework import Variable
 
 

@@ -16,7 +16,7 @@ import progdesc as pd
 from lowering.lower import lower_block
 from progdesc import ops
 from progdesc.backward import append_backward, gradients
-from progdesc.executor import with_feed_fetch
+from progdesc.feeding import with_feed_fetch
 
 SHAPE = (3, 4)
 

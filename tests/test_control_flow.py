@@ -19,7 +19,7 @@ from lowering import progdesc_pb2 as pb
 from lowering.lower import lower_block
 from progdesc import control_flow as cf
 from progdesc import layers, ops
-from progdesc.executor import with_feed_fetch
+from progdesc.feeding import with_feed_fetch
 from source_lines import line_of
 
 RNG = np.random.default_rng(0)

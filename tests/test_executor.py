@@ -5,7 +5,7 @@ import pytest
 
 import progdesc as pd
 from progdesc import ops
-from progdesc.executor import with_feed_fetch
+from progdesc.feeding import with_feed_fetch
 from lowering.lower import lower_block
 
 

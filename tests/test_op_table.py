@@ -26,7 +26,7 @@ from lowering import dtypes, registry
 from lowering.lower import lower_block
 from op_table import all_invalid, all_samples
 from progdesc.backward import emit_grad_ops
-from progdesc.executor import with_feed_fetch
+from progdesc.feeding import with_feed_fetch
 
 SAMPLES = all_samples()
 INVALID = all_invalid()

@@ -10,7 +10,7 @@ import progdesc as pd
 from lowering import progdesc_pb2 as pb
 from lowering.lower import lower_block
 from progdesc import cli, export, io, layers, ops
-from progdesc.executor import with_feed_fetch
+from progdesc.feeding import with_feed_fetch
 
 _RNG = np.random.default_rng(0)
 FEED = {"image": _RNG.normal(size=(2, 1, 6, 6)).astype(np.float32),

@@ -18,7 +18,7 @@ from lowering.blocks import sub_block_indices
 from lowering.lower import RNG_VAR, run_step, steps_of
 from progdesc import control_flow as cf
 from progdesc import layers, ops
-from progdesc.executor import with_feed_fetch
+from progdesc.feeding import with_feed_fetch
 from progdesc.schedule import schedule
 from source_lines import line_of
 from test_backward import random_program

@@ -22,8 +22,8 @@ import numpy as np
 from lowering import dtypes
 from lowering.errors import FeedError, ScopeError
 from lowering.lower import RNG_VAR, lower_block
-from progdesc.executor import convert_feed, with_feed_fetch
-from progdesc.framework import Variable, dims_compatible
+from progdesc.feeding import convert_feed, names_of, with_feed_fetch
+from progdesc.framework import dims_compatible
 from progdesc.scope import global_scope
 
 
@@ -45,8 +45,8 @@ def as_jax(program, feed, fetch, scope=None, *, mutable=False):
     `fn.feed_names`, `fn.fetch_names`, `fn.param_names` and `fn.needs_rng` describe it.
     """
     single = not isinstance(fetch, (list, tuple))
-    fetch_names = _names([fetch] if single else fetch)
-    feed_names = _names(feed)
+    fetch_names = names_of([fetch] if single else fetch, "fetch")
+    feed_names = names_of(feed, "feed")
     block = program.global_block()
     feed_vars = []
     for name in feed_names:
@@ -93,14 +93,6 @@ def as_jax(program, feed, fetch, scope=None, *, mutable=False):
 
 
 _NO_X64 = r"Explicitly requested dtype (u?int64|float64|complex128) .* is not available"
-
-
-def _names(targets):
-    names = tuple(t.name if isinstance(t, Variable) else t for t in targets)
-    for name, target in zip(names, targets):
-        if not isinstance(name, str):
-            raise TypeError(f"feed and fetch hold Variables or variable names, got {target!r}")
-    return names
 
 
 def _scope_value(scope, name):

@@ -29,7 +29,7 @@ from lowering import registry
 from lowering.errors import FeedError, ProgramError, ScopeError
 from lowering.lower import RNG_VAR, precision_of, run_step, steps_of
 from progdesc import compile_cache
-from progdesc.executor import convert_feed
+from progdesc.feeding import convert_feed
 from progdesc.scope import global_scope
 
 _values = weakref.WeakKeyDictionary()    # program -> {variable name: its eager value}
