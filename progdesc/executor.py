@@ -20,7 +20,7 @@ from lowering import progdesc_pb2 as pb
 from lowering.errors import (DistributedError, FeedError, FetchError, ProgramError, ScopeError,
                              did_you_mean)
 from lowering.lower import FEED_VAR, FETCH_VAR, RNG_VAR, check_precision, lower_block
-from progdesc import compile_cache
+from progdesc import compile_cache, jax_compat
 from progdesc.callsites import user_call, user_callsite
 from progdesc.framework import Program, Variable, default_main_program, dims_compatible
 from progdesc.scope import ABSENT, Scope, global_scope, held_value
@@ -63,7 +63,7 @@ class _Compiled:
             self.needs_x64 = any(np.dtype(x.dtype).itemsize == 8 for x in args[:len(self.feeds)])
             # After its first call a Compiled holds the C++ call its __call__ forwards to;
             # calling that directly saves a Python frame per run.
-            self.call = getattr(compiled, "_call", None) or compiled
+            self.call = jax_compat.compiled_call(compiled)
             self.compiled = compiled
             if self.place is not None:
                 from progdesc.distributed.run import placing
