@@ -154,3 +154,12 @@ class SaveError(ProgdescError, OSError):
 
     def __str__(self):
         return self.args[0]
+
+
+class JaxCompatError(ProgdescError, RuntimeError):
+    """A progdesc feature that needs a JAX internal this JAX version lacks (see
+    progdesc/jax_compat.py): names the internal, the JAX version and the feature."""
+
+    def __init__(self, message, *, internal=None, jax_version=None, feature=None, **where):
+        self.internal, self.jax_version, self.feature = internal, jax_version, feature
+        super().__init__(message, **where)

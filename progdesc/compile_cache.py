@@ -32,10 +32,14 @@ import contextlib
 import os
 import threading
 import time
+import warnings
 
 import filelock
 import jax
 from jax.experimental.compilation_cache import compilation_cache as _jax_cache
+
+from lowering.errors import JaxCompatError
+from progdesc import jax_compat
 
 OFF_VARIABLE = "PROGDESC_COMPILATION_CACHE"
 DIR_VARIABLE = "PROGDESC_CACHE_DIR"
@@ -191,40 +195,37 @@ def _evict_unlocked(path, max_bytes):
     return deleted
 
 
-# --- JAX's cache settings for one thread ---
-# The one use of JAX internals here: JAX's config options are `State`s whose call gives a
-# context manager setting the option for the current thread only (jax/_src/config.py).
-# jax.config.update has no thread-local form. tests/test_compile_cache.py checks the seam.
-try:
-    from jax._src import config as _jax_config
-    _THREAD_STATES = {"cache_dir": _jax_config.compilation_cache_dir,
-                      "max_size": _jax_config.compilation_cache_max_size,
-                      "min_compile_time": _jax_config.persistent_cache_min_compile_time_secs}
-    _GLOBAL_DIR = _jax_config.compilation_cache_dir.get_global
-except (ImportError, AttributeError):    # JAX moved them: progdesc's compiles go uncached
-    _THREAD_STATES, _GLOBAL_DIR = None, None
-
+# --- JAX's cache settings for one thread (through progdesc.jax_compat) ---
 
 def thread_settings_supported():
     """Whether this JAX has the per-thread cache settings progdesc's compiles need (else
     they go uncached, and other JAX code is unaffected either way)."""
-    return _THREAD_STATES is not None
+    try:
+        jax_compat.thread_compilation_cache(cache_dir=None, max_size=-1, min_compile_time=0.0)
+    except JaxCompatError:
+        return False
+    return True
 
 
 def _jax_global_dir():
     """JAX's process-wide cache directory (the user's), whatever this thread overrides."""
-    if _GLOBAL_DIR is None:
-        return jax.config.jax_compilation_cache_dir
-    return _GLOBAL_DIR()
+    return jax_compat.global_compilation_cache_dir()
+
+
+_warned = []
 
 
 @contextlib.contextmanager
 def _jax_thread_settings(**values):
-    """JAX's cache options `values` (keys of _THREAD_STATES) for the current thread."""
-    if _THREAD_STATES is None:
-        yield
-        return
-    with contextlib.ExitStack() as stack:
-        for key, value in values.items():
-            stack.enter_context(_THREAD_STATES[key](value))
+    """JAX's cache options `values` (cache_dir, max_size, min_compile_time) for the current
+    thread. On a JAX without per-thread settings, progdesc's compiles go uncached, with
+    one warning per process saying why."""
+    try:
+        settings = jax_compat.thread_compilation_cache(**values)
+    except JaxCompatError as e:
+        if not _warned:
+            _warned.append(e)
+            warnings.warn(str(e), RuntimeWarning, stacklevel=3)
+        settings = contextlib.nullcontext()
+    with settings:
         yield

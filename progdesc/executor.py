@@ -17,7 +17,7 @@ import numpy as np
 from lowering import registry
 from lowering.errors import DistributedError, FeedError, FetchError, ProgramError
 from lowering.lower import check_precision, lower_block
-from progdesc import compile_cache
+from progdesc import compile_cache, jax_compat
 from progdesc.callsites import user_call
 from progdesc.feeding import (convert_feeds, disagreeing_feeds, in_run, names_of, on_device,
                               read_state, with_feed_fetch)
@@ -62,7 +62,7 @@ class _Compiled:
             self.needs_x64 = any(np.dtype(x.dtype).itemsize == 8 for x in args[:len(self.feeds)])
             # After its first call a Compiled holds the C++ call its __call__ forwards to;
             # calling that directly saves a Python frame per run.
-            self.call = getattr(compiled, "_call", None) or compiled
+            self.call = jax_compat.compiled_call(compiled)
             self.compiled = compiled
             if self.place is not None:
                 from progdesc.distributed.run import placing

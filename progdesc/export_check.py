@@ -41,25 +41,31 @@ _CODE_CARRYING = {"tpu_custom_call", "mosaic_gpu_v2", "tf.call_tf_function",
                   "__gpu$xla.gpu.triton"}
 _TPU_TARGETS = {"Eigh", "Qr", "ProductOfElementaryHouseholderReflectors", "LuDecomposition",
                 "ApproxTopK"}
-# Used only if JAX stops publishing its list (see jax_stable_custom_call_targets).
+# Used only if this JAX lacks its list (see jax_stable_custom_call_targets).
 _FALLBACK_TARGETS = {"Sharding", "SPMDFullToShardShape", "SPMDShardToFullShape",
                      "shape_assertion", "annotate_device_placement", "AllocateBuffer"}
 
 
-def jax_stable_custom_call_targets():
-    """The custom-call targets JAX guarantees stable across versions (what its lowerings emit).
+def stable_targets_and_note():
+    """(the custom-call targets JAX guarantees stable across versions, a note or "").
 
-    JAX keeps this list private, as
-    `jax._src.export._export._CUSTOM_CALL_TARGETS_GUARANTEED_STABLE` (it
-    refuses to export any other target). If a JAX release moves it, the
-    fallback keeps the targets of shape polymorphism and sharding, and
-    tests/test_export_forged.py fails to say so.
+    The targets are JAX's own list (`progdesc.jax_compat.stable_custom_call_targets`).
+    Where this JAX lacks it, they are the targets of shape polymorphism and sharding,
+    and the note (the JaxCompatError's message) says why: a refused custom call quotes it.
+    Computed in the loading process: the helper process that checks modules imports
+    nothing of progdesc, and gets them with each module.
     """
+    from progdesc import jax_compat
     try:
-        from jax._src.export import _export
-        return frozenset(_export._CUSTOM_CALL_TARGETS_GUARANTEED_STABLE)
-    except (ImportError, AttributeError):
-        return frozenset(_FALLBACK_TARGETS)
+        return jax_compat.stable_custom_call_targets(), ""
+    except jax_compat.JaxCompatError as e:
+        return frozenset(_FALLBACK_TARGETS), str(e)
+
+
+def jax_stable_custom_call_targets():
+    """The custom-call targets JAX guarantees stable across versions (what its lowerings
+    emit), or the fallback of `stable_targets_and_note`."""
+    return stable_targets_and_note()[0]
 
 
 def _platform_of(target):
@@ -72,10 +78,11 @@ def _platform_of(target):
     return "tpu" if target in _TPU_TARGETS else None
 
 
-def allowed_custom_call_targets(platforms):
-    """The custom-call targets a loaded module may hold when declared for `platforms`."""
-    return frozenset(t for t in jax_stable_custom_call_targets() - _CODE_CARRYING
-                     if _platform_of(t) in (None, *platforms))
+def allowed_custom_call_targets(platforms, stable=None):
+    """The custom-call targets a loaded module may hold when declared for `platforms`,
+    among `stable` (default: `jax_stable_custom_call_targets()`)."""
+    stable = jax_stable_custom_call_targets() if stable is None else stable
+    return frozenset(t for t in stable - _CODE_CARRYING if _platform_of(t) in (None, *platforms))
 
 
 def _dims_match(want, dims):
@@ -192,7 +199,7 @@ def _tensor_bytes(ir_type):
     return n * max(1, getattr(t.element_type, "width", 32) // 8)
 
 
-def _op_error(op, allowed):
+def _op_error(op, allowed, note=""):
     name = op.name
     if name.split(".", 1)[0] not in _DIALECTS or name in _HOST_COMMUNICATION:
         return f"op {name} is not one a progdesc artifact may hold"
@@ -200,7 +207,8 @@ def _op_error(op, allowed):
         from jax.extend.mlir import ir
         target = ir.StringAttr(op.attributes["call_target_name"]).value
         if target not in allowed:
-            return f"custom call to '{target}', outside the targets JAX emits for its platforms"
+            return (f"custom call to '{target}', outside the targets JAX emits for its platforms"
+                    + (f" ({note})" if note else ""))
     for value in (*op.results, *(a for r in op.regions for b in r for a in b.arguments)):
         size = _tensor_bytes(value.type)
         if size > MAX_TENSOR_BYTES:
@@ -208,8 +216,12 @@ def _op_error(op, allowed):
     return None
 
 
-def check_module(exported):
-    """None, or what is wrong with the StableHLO module of `exported` (run in a helper process)."""
+def check_module(exported, stable=None, note=""):
+    """None, or what is wrong with the StableHLO module of `exported` (run in a helper process).
+
+    `stable`, `note`: those of `stable_targets_and_note` (computed here if None)."""
+    if stable is None:
+        stable, note = stable_targets_and_note()
     from jax.extend import mlir as jax_mlir
     from jax.extend.mlir import ir
     from jax.interpreters import mlir as jax_interp_mlir
@@ -229,11 +241,11 @@ def check_module(exported):
         problem = _signature_error(symbols["main"].operation, exported)
         if problem:
             return problem
-        allowed = allowed_custom_call_targets(exported.platforms)
+        allowed = allowed_custom_call_targets(exported.platforms, stable)
         stack = [module.operation]
         while stack:
             op = stack.pop()
-            problem = _op_error(op, allowed)
+            problem = _op_error(op, allowed, note)
             if problem:
                 return problem
             stack.extend(inner.operation for r in op.regions for b in r for inner in b)
@@ -241,12 +253,15 @@ def check_module(exported):
 
 
 def _serve():
-    """Helper process: read length-prefixed payloads on stdin, answer a JSON verdict each."""
+    """Helper process: read length-prefixed requests on stdin (the JSON of the stable
+    targets and their note, then the payload), answer a JSON verdict each."""
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     while len(size := stdin.read(8)) == 8:
-        payload = stdin.read(struct.unpack("<Q", size)[0])
+        given = json.loads(stdin.read(struct.unpack("<Q", size)[0]))
+        payload = stdin.read(struct.unpack("<Q", stdin.read(8))[0])
         try:
-            verdict = check_module(jax.export.deserialize(bytearray(payload)))
+            verdict = check_module(jax.export.deserialize(bytearray(payload)),
+                                   frozenset(given["stable"]), given["note"])
         except Exception as e:  # noqa: BLE001  (reported to the loader as a refusal)
             verdict = f"{type(e).__name__}: {e}"
         answer = json.dumps({"problem": verdict}).encode()
@@ -269,6 +284,8 @@ class ModuleChecker:
 
     def check(self, payload):
         """None, or what is wrong with the module in `payload` (jax.export's serialized bytes)."""
+        stable, note = stable_targets_and_note()
+        given = json.dumps({"stable": sorted(stable), "note": note}).encode()
         with self._lock:
             if self._proc is None or self._proc.poll() is not None:
                 env = {**os.environ, "JAX_PLATFORMS": "cpu"}   # parsing needs no accelerator
@@ -277,7 +294,8 @@ class ModuleChecker:
                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
             proc = self._proc
             try:
-                proc.stdin.write(struct.pack("<Q", len(payload)) + payload)
+                proc.stdin.write(struct.pack("<Q", len(given)) + given
+                                 + struct.pack("<Q", len(payload)) + payload)
                 proc.stdin.flush()
                 size = proc.stdout.read(8)
                 if len(size) == 8:

@@ -159,7 +159,7 @@ def test_the_jax_seam_progdesc_needs_is_there():
         "jax._src.config no longer has the States compilation_cache_dir, "
         "compilation_cache_max_size and persistent_cache_min_compile_time_secs with "
         "thread-local context managers: progdesc's compiles now go uncached; update "
-        "progdesc/compile_cache.py (_jax_thread_settings)")
+        "progdesc/jax_compat.py (thread_compilation_cache)")
 
 
 def test_a_cache_dir_the_user_gave_jax_serves_progdesc_with_jax_settings(

@@ -16,7 +16,7 @@ import pytest
 
 import progdesc as pd
 import pdx_forgery
-from progdesc import export, export_check
+from progdesc import export, export_check, jax_compat
 from test_export import expected, feeds, model
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -136,12 +136,11 @@ def test_digests_are_recomputed_by_pack_compiled(forged):
 
 def test_custom_call_allowlist_is_jax_own():
     """The allowlist is JAX's list of stable targets: if JAX moves it, this says so."""
-    from jax._src.export import _export   # the one JAX internal progdesc reads
-    assert hasattr(_export, "_CUSTOM_CALL_TARGETS_GUARANTEED_STABLE"), (
+    assert export_check.stable_targets_and_note()[1] == "", (
         "JAX moved its list of stable custom-call targets: update "
-        "progdesc.export_check.jax_stable_custom_call_targets")
-    assert export_check.jax_stable_custom_call_targets() == frozenset(
-        _export._CUSTOM_CALL_TARGETS_GUARANTEED_STABLE)
+        "progdesc.jax_compat.stable_custom_call_targets")
+    assert export_check.jax_stable_custom_call_targets() == (
+        jax_compat.stable_custom_call_targets())
     cpu = export_check.allowed_custom_call_targets(("cpu",))
     assert {"shape_assertion", "Sharding", "lapack_sgetrf_ffi"} <= cpu
     assert not {"cusolver_getrf_ffi", "hipsolver_getrf_ffi", "Qr", "tpu_custom_call"} & cpu

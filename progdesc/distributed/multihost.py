@@ -25,12 +25,10 @@ import socket
 
 import jax
 import numpy as np
-from jax._src import distributed as _jax_distributed
-from jax._src import xla_bridge as _xla_bridge
 from jax.experimental import multihost_utils
 
 from lowering.errors import DistributedError, FormatError
-from progdesc import atomic, io
+from progdesc import atomic, io, jax_compat
 from progdesc.distributed import peers
 from progdesc.framework import default_main_program
 from progdesc.scope import global_scope
@@ -57,10 +55,11 @@ def initialize(coordinator, num_processes, process_id, timeout=300, local_device
     coordinator's host) ends the others at once, with the error printed and status 1.
     """
     _check_arguments(coordinator, num_processes, process_id, timeout, heartbeat_timeout)
+    state = jax_compat.distributed_state()      # JaxCompatError on a JAX without it
     if jax.distributed.is_initialized():
         raise DistributedError(f"this process already joined a run (coordinator "
-                               f"{_jax_distributed.global_state.coordinator_address})")
-    if _xla_bridge.backends_are_initialized():
+                               f"{state.coordinator_address})")
+    if jax_compat.backends_are_initialized():
         raise DistributedError("initialize must come before anything touches a JAX device "
                                "(jax.devices(), an Executor run, a computation)")
     if process_id == 0 and not _port_free(int(coordinator.rpartition(":")[2])):
@@ -73,16 +72,15 @@ def initialize(coordinator, num_processes, process_id, timeout=300, local_device
                                        initialization_timeout=timeout,
                                        heartbeat_timeout_seconds=heartbeat_timeout)
     except RuntimeError:
-        served = _jax_distributed.global_state.service is not None
-        _forget_failed_join()
+        served = state.service is not None
+        _forget_failed_join(state)
         if process_id == 0 and not served:
             raise DistributedError(_CANNOT_SERVE.format(coordinator)) from None
         raise DistributedError(
             f"process {process_id} of {num_processes} could not join the run coordinated at "
             f"{coordinator} within {timeout} s: is every process started, with the same "
             "coordinator address and num_processes?") from None
-    peers.watch(_jax_distributed.global_state.client, num_processes, process_id,
-                heartbeat_timeout)
+    peers.watch(state.client, num_processes, process_id, heartbeat_timeout)
 
 
 @contextlib.contextmanager
@@ -143,7 +141,6 @@ def _fail_connect(*_):
     raise RuntimeError("lost the distributed coordinator")
 
 
-@contextlib.contextmanager
 def _connect_raises():
     """While active, a distributed client that fails to connect raises instead of ending
     the process.
@@ -153,29 +150,15 @@ def _connect_raises():
     the error reaches `connect`, which raises: our callback raises, and jaxlib 0.10
     cannot even call a Python callback with its error, which raises too. A peer lost
     after joining still ends the process, as in JAX (an exception on jaxlib's own
-    thread). On a jaxlib without this seam, JAX's own behaviour stands.
+    thread). On a jaxlib without this seam, JAX's own behaviour stands
+    (`jax_compat.distributed_clients_calling`).
     """
-    module = getattr(_jax_distributed, "_jax", None)
-    make_client = getattr(module, "get_distributed_runtime_client", None)
-    if make_client is None:
-        yield
-        return
-
-    def make_raising_client(*args, **kwargs):
-        kwargs.setdefault("missed_heartbeat_callback", _fail_connect)
-        return make_client(*args, **kwargs)
-
-    module.get_distributed_runtime_client = make_raising_client
-    try:
-        yield
-    finally:
-        module.get_distributed_runtime_client = make_client
+    return jax_compat.distributed_clients_calling(_fail_connect)
 
 
-def _forget_failed_join():
-    """Drop the client (never connected) and the service of a failed join: the process
-    goes on as a one-process run."""
-    state = _jax_distributed.global_state
+def _forget_failed_join(state):
+    """Drop the client (never connected) and the service of a failed join (`state`, JAX's
+    distributed state): the process goes on as a one-process run."""
     service, state.client, state.service = state.service, None, None
     state.process_id, state.num_processes, state.coordinator_address = 0, 1, None
     if service is not None:

@@ -37,7 +37,6 @@ A primitive without a rule, or whose parameters its rule cannot translate, is
 collected; once the whole jaxpr has been walked, all of them are reported together in
 one `UnsupportedPrimitiveError`, each with the user's source line.
 """
-import contextlib
 import functools
 import hashlib
 import inspect
@@ -49,7 +48,7 @@ from jax.extend import core as jcore
 
 from lowering import dtypes, registry
 from lowering.errors import BatchPolymorphismError, ProgramError, UnsupportedPrimitiveError
-from progdesc import io
+from progdesc import io, jax_compat
 from progdesc.callsites import PACKAGE_DIRS, cell_name
 from progdesc.framework import Program, program_guard
 from progdesc.interop.jax_rules import RULES, BatchDependent, Unsupported, is_batch_dim
@@ -355,11 +354,7 @@ def _trace(flat_fn, inputs, values, batched):
 def _failed_call(flat_fn, specs):
     """(the primitive, else the JAX function, at fault; 'file.py:12' of the user's call)
     of the error tracing `flat_fn(*specs)` raises, traced again with JAX's frames kept."""
-    try:   # JAX's own switch; without it, the frames JAX kept
-        from jax._src.config import traceback_filtering
-        unfiltered = traceback_filtering("off")
-    except (ImportError, TypeError):
-        unfiltered = contextlib.nullcontext()
+    unfiltered = jax_compat.unfiltered_tracebacks()   # else only the frames JAX keeps
     try:
         with unfiltered:
             jax.make_jaxpr(flat_fn)(*specs)

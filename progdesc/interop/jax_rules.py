@@ -350,7 +350,7 @@ def _inline(t, eqn, *ins):
 
 # jax.nn functions with a custom JVP that one of our ops implements, gradient included
 _CUSTOM_JVP_OPS = {"relu": "relu"}
-_JAX_NN = "jax/_src/nn/functions.py"
+from progdesc.jax_compat import JAX_NN_SOURCE as _JAX_NN   # noqa: E402  (a JAX internal)
 
 
 @rule("custom_jvp_call")

@@ -28,7 +28,7 @@ import jax
 from lowering import registry
 from lowering.errors import FeedError, ProgramError, ScopeError
 from lowering.lower import RNG_VAR, precision_of, run_step, steps_of
-from progdesc import compile_cache
+from progdesc import compile_cache, jax_compat
 from progdesc.feeding import convert_feed
 from progdesc.scope import global_scope
 
@@ -173,7 +173,7 @@ def _run_kernel(program, index, opdef, in_map, out_map, encoded_attrs, args, rng
         # (as the Executor uses it): calling that saves a Python frame per op.
         if len(_KERNELS) >= _MAX_KERNELS:
             _KERNELS.clear()
-        _KERNELS[key] = (getattr(compiled, "_call", None) or compiled, produced_slots)
+        _KERNELS[key] = (jax_compat.compiled_call(compiled), produced_slots)
     else:
         call, produced_slots = kernel
         outs = call(*flat)
