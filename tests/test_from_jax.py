@@ -333,3 +333,16 @@ def test_a_size_no_op_computes_from_the_batch_dim_is_reported_with_its_line():
     assert [(n, w) for n, w, _ in info.value.unsupported] == [
         ("slice", line_of(__file__, "return lax.slice_in_dim(x, 0"))]
     assert "depends on the batch size" in str(info.value)
+
+
+def test_unsupported_primitives_in_branches_are_reported_with_the_rest():
+    def fn(x):
+        return lax.cond(x.sum() > 0,
+                        lambda v: jnp.sort(v),
+                        lambda v: lax.cumprod(v, axis=0), x) + x.sum()
+    with pytest.raises(pd.UnsupportedPrimitiveError) as info:
+        pd.from_jax(fn, _rand(4), batch_polymorphic=False)
+    assert not isinstance(info.value, pd.BatchPolymorphismError)
+    assert sorted((n, w) for n, w, _ in info.value.unsupported) == [   # jaxpr's order
+        ("cumprod", line_of(__file__, "lambda v: lax.cumprod(v, axis=0), x)")),
+        ("sort", line_of(__file__, "lambda v: jnp.sort(v),"))]

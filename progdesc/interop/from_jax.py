@@ -138,8 +138,9 @@ def _is_key(value):
 
 
 def _sub_jaxprs(eqn):
-    return tuple(p for p in eqn.params.values()
-                 if isinstance(p, (jcore.ClosedJaxpr, jcore.Jaxpr)))
+    """The jaxprs among an equation's params (a cond's `branches` among them)."""
+    return tuple(j for p in eqn.params.values() for j in (p if isinstance(p, tuple) else (p,))
+                 if isinstance(j, (jcore.ClosedJaxpr, jcore.Jaxpr)))
 
 
 def _source_line(source_info):

@@ -18,6 +18,11 @@ class Unsupported(Exception):
     which (it becomes the 'why' of the op's entry in the error)."""
 
 
+class _SubgraphFailed(Exception):
+    """A sub-graph being built into a sub-block holds an op that could not be translated
+    (already noted): the builder takes its work back and the node's outputs fail."""
+
+
 class Literal:
     """A constant operand written in the foreign graph itself (a JAX literal, an ONNX
     Constant's value): read from an Environment, it becomes a constant of ours."""
@@ -109,6 +114,7 @@ class Translator:
         self.values = {}
         self.unsupported = []    # [Place]
         self._seen = set()
+        self._walked = set()   # ids of the sub-graphs sub_block began
         self._constants = {}
         self._callsite = ""
         self._scope = ""
@@ -166,7 +172,10 @@ class Translator:
         (a copy of those made outside it)."""
         block = self.block
         outs = []
+        self._walked.add(id(graph))
         for name in self.inline(graph, args):
+            if name is FAILED:
+                raise _SubgraphFailed()
             if name not in block.vars:
                 name = self.call("assign", name)
             outs.append(block.var(name))
@@ -201,12 +210,25 @@ class Translator:
                     return list(outs) if isinstance(outs, (list, tuple)) else [outs]
                 except Unsupported as e:
                     self.note(node, str(e), type(e))
+                except _SubgraphFailed:   # the other sub-graphs may hold more to report
+                    self._forget_taken_back()
+                    for graph in node.subgraphs:
+                        if id(graph) not in self._walked:
+                            self.inline(graph, None)
             else:   # an input already failed; its sub-graphs may hold more to report
                 for graph in node.subgraphs:
                     self.inline(graph, None)
         finally:
             self._callsite, self._scope = saved
         return [FAILED] * len(node.outputs)
+
+    def _forget_taken_back(self):
+        """Forget the constants a control-flow builder took back with its failed work."""
+        blocks = self.program.blocks
+        self._constants = {key: name for key, name in self._constants.items()
+                           if key[0] < len(blocks) and name in blocks[key[0]].vars}
+        self.values = {name: value for name, value in self.values.items()
+                       if name in blocks[0].vars}
 
     def note(self, node, why, error=None):
         """Record that `node` could not be translated, and why (once per type, line and
