@@ -100,7 +100,3 @@ class RuleTable:
 
     def __contains__(self, foreign):
         return self.lookup(foreign) is not None
-
-    def types(self):
-        """Every foreign op type the table translates (aliases included), sorted."""
-        return sorted(set(self._rows) | set(self._aliases))

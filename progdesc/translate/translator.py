@@ -1,5 +1,6 @@
 """The driver: walks a foreign graph node by node, calling each node's rule with its
 inputs and its decoded attributes, and collects what it cannot translate."""
+import hashlib
 from typing import NamedTuple
 
 import numpy as np
@@ -147,7 +148,9 @@ class Translator:
         """The name of a variable holding the array `value`, made once per block (and
         visible in its sub-blocks) by `progdesc.constants.imported_constant`."""
         value = np.asarray(value)
-        key = (value.dtype.str, value.shape, value.tobytes()) if value.size <= 4096 else id(value)
+        data = value.tobytes()
+        key = (value.dtype.str, value.shape,
+               data if len(data) <= 1 << 14 else hashlib.blake2b(data).digest())
         block = self.block
         while block is not None:   # made in this block or an enclosing one: visible here
             name = self._constants.get((block.idx, key))
