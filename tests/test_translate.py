@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 
 import progdesc as pd
-from lowering.errors import UnsupportedOpError
 from progdesc import framework
 from progdesc.constants import LARGE_CONSTANT
 from progdesc.control_flow import cond
@@ -235,7 +234,7 @@ def test_every_unsupported_op_is_reported_with_its_place_in_one_error():
     t = ToyTranslator(program)
     with pd.program_guard(program):
         t.inline(graph, ["x", "p"])
-    with pytest.raises(UnsupportedOpError) as info:
+    with pytest.raises(pd.UnsupportedOpError) as info:
         t.check()
     error = info.value
     assert isinstance(error, pd.ProgramError)
