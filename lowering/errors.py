@@ -91,15 +91,26 @@ class ScopeError(ProgdescError, LookupError):
     """A variable missing from a Scope, or a value that does not fit it."""
 
 
-class UnsupportedPrimitiveError(ProgramError):
+class UnsupportedOpError(ProgramError):
+    """Ops of a foreign program (JAX primitives, ONNX or PaddlePaddle ops) that no
+    translation rule handles, all of them in one error.
+
+    `unsupported` lists (foreign op type, source line or '', why) for each one;
+    `places` the same with where the op sits in the foreign program:
+    (op type, foreign block, index in that block, source line or '', why).
+    """
+
+    def __init__(self, message, *, unsupported=(), places=(), **kw):
+        self.unsupported = list(unsupported)
+        self.places = list(places)
+        super().__init__(message, **kw)
+
+
+class UnsupportedPrimitiveError(UnsupportedOpError):
     """JAX primitives `progdesc.from_jax` / `from_flax` cannot translate into ops.
 
     `unsupported` lists (primitive name, the user's source line, why) for each one.
     """
-
-    def __init__(self, message, *, unsupported=(), **kw):
-        self.unsupported = list(unsupported)
-        super().__init__(message, **kw)
 
 
 class BatchPolymorphismError(UnsupportedPrimitiveError):

@@ -3,7 +3,8 @@ from lowering.errors import (AttributeTypeError, AttributeValueError, BackwardEr
                              FetchError, FormatError, ProgdescError, ProgramError, RecordingError,
                              ScopeError, ShapeError, DistributedError, NumericsError,
                              UnknownOpError, UnsupportedPrimitiveError, BatchPolymorphismError,
-                             CompiledCallError, OperandError, SaveError, JaxCompatError)
+                             CompiledCallError, OperandError, SaveError, JaxCompatError,
+                             UnsupportedOpError)
 from progdesc import (compile_cache, control_flow, custom_op, display, distributed, export,
                       initializer, io, layers, ops, optimizer, reader)
 from progdesc.backward import append_backward, gradients
@@ -33,5 +34,5 @@ __all__ = [
     "set_compilation_cache", "from_flax", "from_jax", "UnsupportedPrimitiveError", "as_jax",
     "NumericsError", "distributed", "DistributedError", "RecordingError", "RecordingWarning",
     "LargeConstantWarning", "Captured", "capture", "eager", "BatchPolymorphismError",
-    "CompiledCallError", "OperandError", "SaveError", "JaxCompatError",
+    "CompiledCallError", "OperandError", "SaveError", "JaxCompatError", "UnsupportedOpError",
 ]

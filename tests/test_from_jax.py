@@ -200,26 +200,33 @@ def test_a_parameter_and_an_argument_of_one_name_are_refused():
         pd.from_jax(lambda p, w: w * p["w"], _rand(3), params={"w": _rand(3)})
 
 
-def test_constants_fill_or_persist_by_their_values():
-    table = np.arange(12, dtype=np.float32).reshape(3, 4)
-    ones = np.ones((3, 4), np.float32)
+def test_constants_fill_assign_or_persist_by_their_values_and_size():
+    table = np.arange(65 * 64, dtype=np.float32).reshape(65, 64)   # > LARGE_CONSTANT elements
+    row = np.arange(64, dtype=np.float32) / 7
+    ones = np.ones((65, 64), np.float32)
     scope = pd.Scope()
-    program, _, (out,) = pd.from_jax(lambda x: x * table + ones + 0.1, _rand(3, 4),
-                                     scope=scope, batch_polymorphic=False)
+    program, feeds, (out,) = pd.from_jax(lambda x: x * table + ones + row + 0.1,
+                                         _rand(65, 64), scope=scope, batch_polymorphic=False)
     block = program.global_block()
     persisted = [v for v in block.vars.values() if v.persistable]
     assert len(persisted) == 1 and persisted[0].stop_gradient
     assert persisted[0].name.startswith("const_")
     assert not program.all_parameters()
     np.testing.assert_array_equal(scope.get(persisted[0].name), table)
-    other, _, _ = pd.from_jax(lambda x: x * (table + 1.0), _rand(3, 4), scope=scope,
+    other, _, _ = pd.from_jax(lambda x: x * (table + 1.0), _rand(65, 64), scope=scope,
                               batch_polymorphic=False)
     (other_const,) = [v for v in other.global_block().vars.values() if v.persistable]
     assert other_const.name != persisted[0].name   # one Scope holds both programs' constants
     np.testing.assert_array_equal(scope.get(persisted[0].name), table)
     fills = [op for op in block.ops if op.type == "fill_constant"]
     assert sorted((list(op.attr("shape")), op.attr("value")) for op in fills) == [
-        ([], pytest.approx(0.1)), ([3, 4], 1.0)]
+        ([], pytest.approx(0.1)), ([65, 64], 1.0)]
+    (small,) = [op for op in block.ops if op.type == "assign_value"]   # in the program
+    assert list(small.attr("shape")) == [64] and small.attr("dtype") == "float32"
+    np.testing.assert_array_equal(np.float32(small.attr("values")), row)
+    x = _rand(65, 64, seed=3)
+    (got,) = _run(program, feeds, [out], [x], scope)
+    np.testing.assert_allclose(got, x * table + ones + row + np.float32(0.1), rtol=1e-6)
 
 
 def test_ops_record_the_users_line():
@@ -326,3 +333,16 @@ def test_a_size_no_op_computes_from_the_batch_dim_is_reported_with_its_line():
     assert [(n, w) for n, w, _ in info.value.unsupported] == [
         ("slice", line_of(__file__, "return lax.slice_in_dim(x, 0"))]
     assert "depends on the batch size" in str(info.value)
+
+
+def test_unsupported_primitives_in_branches_are_reported_with_the_rest():
+    def fn(x):
+        return lax.cond(x.sum() > 0,
+                        lambda v: jnp.sort(v),
+                        lambda v: lax.cumprod(v, axis=0), x) + x.sum()
+    with pytest.raises(pd.UnsupportedPrimitiveError) as info:
+        pd.from_jax(fn, _rand(4), batch_polymorphic=False)
+    assert not isinstance(info.value, pd.BatchPolymorphismError)
+    assert sorted((n, w) for n, w, _ in info.value.unsupported) == [   # jaxpr's order
+        ("cumprod", line_of(__file__, "lambda v: lax.cumprod(v, axis=0), x)")),
+        ("sort", line_of(__file__, "lambda v: jnp.sort(v),"))]

@@ -20,7 +20,7 @@ translator.
 import jax
 
 from lowering.errors import ProgramError
-from progdesc.interop.from_jax import _parameter_names, build, named_leaves
+from progdesc.interop.from_jax import parameter_names, build, named_leaves
 
 
 def from_flax(module, variables, *example_inputs, scope=None, method=None,
@@ -105,7 +105,7 @@ def _from_linen(module, variables, example_inputs, scope, method, apply_kwargs, 
 
     fn = getattr(module, method) if isinstance(method, str) else method or module.__call__
     return _build(call, jax.tree_util.tree_structure(variables), _unique(entries),
-                  example_inputs, _parameter_names(fn, len(example_inputs)), scope, 1,
+                  example_inputs, parameter_names(fn, len(example_inputs)), scope, 1,
                   polymorphic)
 
 
@@ -129,4 +129,4 @@ def _from_nnx(module, state, example_inputs, scope, method, apply_kwargs, polymo
 
     fn = getattr(module, method or "__call__")
     return _build(call, jax.tree_util.tree_structure(state), _unique(entries), example_inputs,
-                  _parameter_names(fn, len(example_inputs)), scope, 0, polymorphic)
+                  parameter_names(fn, len(example_inputs)), scope, 0, polymorphic)

@@ -1,5 +1,6 @@
 """JAX functions as programs: `from_jax` traces a function to a jaxpr and translates each
-equation into registered ops, one small rule per primitive (`jax_rules.RULES`).
+equation into registered ops with the shared translator (`progdesc.translate`), one small
+rule per primitive (`jax_rules.RULES`).
 
 What becomes what:
 
@@ -16,12 +17,13 @@ What becomes what:
   makes one executable per shape.
 - `params` (a pytree passed as the function's first argument) become trainable
   parameters named by their path (`Dense_0.kernel`), their values put in the Scope.
-- Constants (arrays the function closes over, and literals): one whose elements are
-  all equal and exactly representable in the float32 attribute of `fill_constant`
-  becomes a `fill_constant` op, whatever its size (it costs nothing to store);
-  any other becomes a persistable, non-trainable variable named after a hash of its
-  contents (`const_3f2a...`, so that programs sharing a Scope never overwrite each
-  other's) whose value goes to the Scope with the parameters and is saved with them.
+- Constants (arrays the function closes over, and literals) are made as every importer
+  makes them (`progdesc.constants.imported_constant`): one whose elements are all equal
+  (and exact in float32) becomes a `fill_constant` op, whatever its size; any other an
+  `assign_value` op holding its elements, or, above `LARGE_CONSTANT` elements, a
+  persistable, non-trainable variable named after a hash of its contents
+  (`const_3f2a...`, so that programs sharing a Scope never overwrite each other's)
+  whose value goes to the Scope with the parameters and is saved with them.
 - Calls (`jit`, `custom_jvp_call`, `custom_vjp_call`, `remat`) are inlined. The
   program's gradients are then those of the primal computation: a custom JVP or VJP
   rule is replaced by the gradient makers of the ops it was inlined into (`relu`'s,
@@ -38,7 +40,6 @@ collected; once the whole jaxpr has been walked, all of them are reported togeth
 one `UnsupportedPrimitiveError`, each with the user's source line.
 """
 import functools
-import hashlib
 import inspect
 import os
 
@@ -46,174 +47,85 @@ import jax
 import numpy as np
 from jax.extend import core as jcore
 
-from lowering import dtypes, registry
+from lowering import dtypes
 from lowering.errors import BatchPolymorphismError, ProgramError, UnsupportedPrimitiveError
 from progdesc import io, jax_compat
 from progdesc.callsites import PACKAGE_DIRS, cell_name
 from progdesc.framework import Program, program_guard
-from progdesc.interop.jax_rules import RULES, BatchDependent, Unsupported, is_batch_dim
+from progdesc.interop.jax_rules import RULES, BatchDependent, is_batch_dim
+from progdesc.translate import FAILED, Environment, Literal, Node, Translator
 
 
-_POISON = object()   # the value of a jaxpr variable whose equation could not be translated
+class JaxTranslator(Translator):
+    """The translator of jaxprs: each equation becomes a `Node` (its `params` the
+    attributes, its avals the types), translated by `jax_rules.RULES`.
 
-
-class Translator:
-    """Appends the ops of a jaxpr to a block, equation by equation.
-
-    `env` maps jaxpr variables to program variable names; `values` collects the
-    values of the persistable constants it declares.
+    What is JAX's own stays here: `batch_ref`, the feed whose dim 0 is the symbolic
+    batch dim (and that dim), which the rules for sizes read; an attribute computed from
+    the batch dim is refused (`BatchDependent`), and an error of only such sizes is a
+    BatchPolymorphismError.
     """
 
-    def __init__(self, program, strip_names=0, batch_ref=(None, None)):
-        self.program = program
-        self.batch_ref = batch_ref   # (a feed whose dim 0 is the batch dim, its symbol)
-        self.values = {}
-        self.unsupported = []
-        self._batch_dependent = []   # per entry of `unsupported`: only the batch dim at fault
-        self._strip = strip_names
-        self._constants = {}
-        self._callsite = ""
-        self._scope = ""
+    error_class = UnsupportedPrimitiveError
 
-    # --- what rules call ---
-    @property
-    def block(self):
-        """The block ops go to: the program's current block (a sub-block while a control
-        flow builder runs a branch or step)."""
-        return self.program.current_block()
+    def __init__(self, program, strip_names=0, batch_ref=(None, None)):
+        super().__init__(program, RULES)
+        self.batch_ref = batch_ref
+        self._strip = strip_names
+        self._jaxprs = 0   # jaxprs walked: the 'block' of an equation's place
 
     def call(self, op_type, *args, **attrs):
-        """Append one op, binding `args` to its input slots in order; returns the names of
-        its outputs (one name for a single output, a list for a many slot, a tuple for
-        several slots)."""
-        opdef = registry.get(op_type)
         for key, value in attrs.items():
             if any(map(is_batch_dim, value if isinstance(value, (list, tuple)) else [value])):
                 raise BatchDependent(f"{op_type}'s attribute {key}={_dims_text(value)} depends "
                                      "on the batch size")
-        inputs = {slot.name: arg for slot, arg in zip(opdef.inputs, args) if arg is not None}
-        name = f"{self._scope}.{op_type}" if self._scope else None
-        out_map = self.block.append_op(op_type, inputs, attrs=attrs, name=name,
-                                       callsite=self._callsite).outputs
-        outs = [out_map.get(s.name, []) if s.many else out_map[s.name][0]
-                for s in opdef.outputs if s.name in out_map]
-        return outs[0] if len(outs) == 1 else tuple(outs)
+        return super().call(op_type, *args, **attrs)
 
-    def var(self, name):
-        """(dims, dtype name) of a program variable."""
-        return self.block.var_type(name)
-
-    def constant(self, value):
-        """The name of a variable holding the array `value` (see the module's docstring)."""
-        value = np.asarray(value)
-        key = (value.dtype.str, value.shape, value.tobytes()) if value.size <= 4096 else id(value)
-        block = self.block
-        while block is not None:   # made in this block or an enclosing one: visible here
-            if (block.idx, key) in self._constants:
-                return self._constants[(block.idx, key)]
-            block = block.parent
-        flat = value.reshape(-1)
-        first = flat[0].item() if flat.size else 0
-        if (flat.size == 0 or np.all(flat == flat[0])) and _fits_float32(first):
-            name = self.call("fill_constant", shape=list(value.shape),
-                             dtype=dtypes.name_of(value.dtype), value=float(first))
-            self._constants[(self.block.idx, key)] = name
-        else:   # named by its contents: programs sharing a Scope never clash over one
-            digest = hashlib.sha256(value.dtype.str.encode() + str(value.shape).encode()
-                                    + value.tobytes()).hexdigest()
-            name = f"const_{digest[:12]}"
-            self.program.global_block().create_var(name, value.shape, value.dtype,
-                                                   persistable=True, stop_gradient=True)
-            self.values[name] = value
-            self._constants[(0, key)] = name
-        return name
-
-    def inline(self, closed_or_open, args):
+    def inline(self, graph, args=None):
         """Translate a nested (closed or open) jaxpr applied to `args`; returns its outputs."""
-        if isinstance(closed_or_open, jcore.ClosedJaxpr):
-            return self.run(closed_or_open.jaxpr, closed_or_open.consts, args)
-        return self.run(closed_or_open, (), args)
+        if isinstance(graph, jcore.ClosedJaxpr):
+            return self.run(graph.jaxpr, graph.consts, args)
+        return self.run(graph, (), args)
 
-    def sub_block(self, closed_or_open, args):
-        """`inline`, for the body of a branch or loop step being built in a sub-block: the
-        results as Variables of that block (a copy of those made outside it)."""
-        block = self.block
-        outs = []
-        for name in self.inline(closed_or_open, args):
-            if name not in block.vars:
-                name = self.call("assign", name)
-            outs.append(block.var(name))
-        return tuple(outs)
-
-    def tag_last_op(self):
-        """Record the current equation's line in the last op of the current block (an op a
-        control-flow builder appended)."""
-        self.block.desc.ops[-1].callsite = self._callsite
-
-    # --- the walk ---
-    def run(self, jaxpr, consts, args):
+    def run(self, jaxpr, consts, args=None):
         """Translate `jaxpr` with its constvars bound to `consts` (arrays) and its invars to
-        `args` (program variable names); returns the names of its outputs."""
-        env = {}
-        for v, c in zip(jaxpr.constvars, consts):   # a PRNG key: its users are reported
-            env[v] = _POISON if _is_key(c) else self.constant(c)
-        env.update(zip(jaxpr.invars, args))
-        for eqn in jaxpr.eqns:
-            outs = self._equation(eqn, [self._read(env, a) for a in eqn.invars])
-            for v, o in zip(eqn.outvars, outs):
-                if not isinstance(v, jcore.DropVar):
-                    env[v] = o
-        return [self._read(env, v) for v in jaxpr.outvars]
+        `args` (our names; None: all FAILED); returns the names of its outputs."""
+        env = Environment(self)
+        env.bind(jaxpr.constvars, [FAILED if _is_key(c) else self.constant(c)   # a PRNG key:
+                                   for c in consts])                           # users reported
+        env.bind(jaxpr.invars, [FAILED] * len(jaxpr.invars) if args is None else args)
+        block, self._jaxprs = self._jaxprs, self._jaxprs + 1
+        self.translate((self._node(eqn, block, i) for i, eqn in enumerate(jaxpr.eqns)), env)
+        return [env.read(_operand(v)) for v in jaxpr.outvars]
 
-    def _read(self, env, atom):
-        if isinstance(atom, jcore.Literal):
-            return self.constant(np.asarray(atom.val, dtype=atom.aval.dtype))
-        return env[atom]
-
-    def _equation(self, eqn, ins):
-        saved = self._callsite, self._scope
-        self._callsite = _source_line(eqn.source_info) or saved[0]
+    def _node(self, eqn, block, index):
         stack = str(eqn.source_info.name_stack).split("/")[self._strip:]
-        self._scope = ".".join(p for p in stack if p) or saved[1]
-        try:
-            rule = RULES.get(eqn.primitive.name)
-            if rule is None:
-                self._note(eqn, "")
-            elif all(i is not _POISON for i in ins):
-                try:
-                    outs = rule(self, eqn, *ins)
-                    return list(outs) if isinstance(outs, (list, tuple)) else [outs]
-                except Unsupported as e:
-                    self._note(eqn, str(e), isinstance(e, BatchDependent))
-            else:   # an input already failed; the inlined bodies may hold more to report
-                for sub in _sub_jaxprs(eqn):
-                    jaxpr = sub.jaxpr if isinstance(sub, jcore.ClosedJaxpr) else sub
-                    self.inline(sub, [_POISON] * len(jaxpr.invars))
-        finally:
-            self._callsite, self._scope = saved
-        return [_POISON] * len(eqn.outvars)
-
-    def _note(self, eqn, why, batch_dependent=False):
-        entry = (eqn.primitive.name, _source_line(eqn.source_info) or self._callsite, why)
-        if entry not in self.unsupported:
-            self.unsupported.append(entry)
-            self._batch_dependent.append(batch_dependent)
+        return Node(eqn.primitive.name, [_operand(a) for a in eqn.invars],
+                    [None if isinstance(v, jcore.DropVar) else v for v in eqn.outvars],
+                    eqn.params, _source_line(eqn.source_info), ".".join(p for p in stack if p),
+                    block, index, [a.aval for a in eqn.invars], [v.aval for v in eqn.outvars],
+                    _sub_jaxprs(eqn))
 
     def check(self):
         """Raise UnsupportedPrimitiveError if any equation could not be translated
         (BatchPolymorphismError if only sizes depending on the batch dim were at fault)."""
         if self.unsupported:
-            lines = [f"'{name}' at {where or 'an unknown line'}" + (f" ({why})" if why else "")
-                     for name, where, why in self.unsupported]
-            message = (f"cannot translate {len(lines)} JAX primitive(s) into progdesc ops: "
-                       + "; ".join(lines))
-            if all(self._batch_dependent):
-                raise BatchPolymorphismError(message + _FIXED_HINT, unsupported=self.unsupported)
-            raise UnsupportedPrimitiveError(message, unsupported=self.unsupported)
+            if all(p.error is not None and issubclass(p.error, BatchDependent)
+                   for p in self.unsupported):
+                raise BatchPolymorphismError(self.message() + _FIXED_HINT,
+                                             **self.error_fields())
+            super().check()
 
 
 _FIXED_HINT = ("; the function cannot run at any batch size: pass batch_polymorphic=False "
                "for a program of the example's shapes")
+
+
+def _operand(atom):
+    """A jaxpr atom as a key of the Environment (a literal: its value)."""
+    if isinstance(atom, jcore.Literal):
+        return Literal(np.asarray(atom.val, dtype=atom.aval.dtype))
+    return atom
 
 
 def _dims_text(value):
@@ -224,13 +136,10 @@ def _is_key(value):
     return jax.dtypes.issubdtype(getattr(value, "dtype", None), jax.dtypes.prng_key)
 
 
-def _fits_float32(value):
-    """Whether a Python number survives the float32 `value` attribute of fill_constant."""
-    return bool(np.float32(value) == value) or bool(np.isnan(value))
-
-
 def _sub_jaxprs(eqn):
-    return [p for p in eqn.params.values() if isinstance(p, (jcore.ClosedJaxpr, jcore.Jaxpr))]
+    """The jaxprs among an equation's params (a cond's `branches` among them)."""
+    return tuple(j for p in eqn.params.values() for j in (p if isinstance(p, tuple) else (p,))
+                 if isinstance(j, (jcore.ClosedJaxpr, jcore.Jaxpr)))
 
 
 def _source_line(source_info):
@@ -310,7 +219,7 @@ def build(flat_fn, inputs, writes=(), strip_names=0, scope=None, batch_polymorph
             block.create_parameter(name, shape, dtype)
         else:
             block.create_var(name, shape, dtype, persistable=True, stop_gradient=True)
-    translator = Translator(program, strip_names, (batched[0] if batched else None, batch))
+    translator = JaxTranslator(program, strip_names, (batched[0] if batched else None, batch))
     with program_guard(program):   # control-flow builders append to the current program
         outs = translator.run(closed.jaxpr, closed.consts, names)
     translator.check()
@@ -403,7 +312,7 @@ def from_jax(fn, *example_args, params=None, scope=None, batch_polymorphic=True)
     `batch_polymorphic=False`); see the module's docstring for how constants, nested
     calls and custom derivatives are translated.
     """
-    arg_names = _parameter_names(fn, len(example_args), skip=1 if params is not None else 0)
+    arg_names = parameter_names(fn, len(example_args), skip=1 if params is not None else 0)
     inputs = []
     if params is not None:
         inputs += [(n, v, "param") for n, v in named_leaves(params)]
@@ -423,7 +332,7 @@ def from_jax(fn, *example_args, params=None, scope=None, batch_polymorphic=True)
     return build(flat_fn, inputs, scope=scope, batch_polymorphic=batch_polymorphic)
 
 
-def _parameter_names(fn, count, skip=0):
+def parameter_names(fn, count, skip=0):
     """Names for `count` positional arguments of `fn` after the first `skip`: its parameter
     names where it has them, else x0, x1, ..."""
     try:

@@ -1,22 +1,19 @@
-"""The translation table of `from_jax`: JAX primitive name -> a rule appending our ops.
+"""The translation table of `from_jax`: JAX primitive -> the ops it becomes.
 
-A rule is `rule(t, eqn, *ins)`: `t` is the `Translator` (`t.call(op_type, *inputs,
-**attrs)` appends an op and returns its output names, `t.constant(array)` gives a
-variable holding an array, `t.inline(jaxpr, ins)` translates a nested jaxpr), `eqn`
-the equation (its `params`, `outvars` avals), `ins` the names of its operands. It
-returns the names of the equation's results, or raises `Unsupported` for parameters
-it cannot translate.
+Rules have the shape of `progdesc.translate`: `rule(t, *operands, **params)`, the
+operands our variable names, the keyword-only parameters those of the equation's
+`params` the rule reads (with their defaults), `in_types` / `out_types` the avals of
+the operands and results. Primitive names of other JAX versions are aliases of the
+table. A rule raises `Unsupported` for parameters it cannot translate and
+`BatchDependent` for a size that depends on the symbolic batch dim.
 """
 from jax import export
 
 from lowering import dtypes
 from progdesc.control_flow import scan, switch, while_loop
+from progdesc.translate import RuleTable, Unsupported
 
-RULES = {}
-
-
-class Unsupported(Exception):
-    """Raised by a rule for parameters it cannot translate; the message says which."""
+RULES = RuleTable("JAX primitive")
 
 
 class BatchDependent(Unsupported):
@@ -39,95 +36,104 @@ def _batch_free(dims):
     return [-1 if is_batch_dim(d) else d for d in dims]
 
 
-def rule(*names):
-    """Decorator: register a rule under the primitive names `names`."""
-    def register(fn):
-        for name in names:
-            RULES[name] = fn
-        return fn
-    return register
+def _kind(t, name):
+    return dtypes.kind_of(t.var(name)[1])
 
 
-def _same(op_type):
-    """A rule passing the operands straight to `op_type`."""
-    return lambda t, eqn, *ins: t.call(op_type, *ins)
+# --- one-to-one ---
 
-
-_ELEMENTWISE = {
+for _prim, _op in {
     "add": "add", "sub": "sub", "mul": "mul", "max": "maximum", "min": "minimum",
     "pow": "pow", "neg": "neg", "abs": "abs", "exp": "exp", "log": "log", "sqrt": "sqrt",
     "rsqrt": "rsqrt", "square": "square", "tanh": "tanh", "logistic": "sigmoid",
     "erf": "erf", "erfc": "erfc", "sin": "sin", "cos": "cos", "log1p": "log1p",
     "expm1": "expm1", "sign": "sign", "floor": "floor", "is_finite": "is_finite",
-    "rem": "rem", "copy": "assign", "copy_p": "assign",
+    "rem": "rem", "copy": "assign",
     "eq": "equal", "ne": "not_equal", "lt": "less_than", "le": "less_equal",
     "gt": "greater_than", "ge": "greater_equal",
-}
-for _prim, _op in _ELEMENTWISE.items():
-    RULES[_prim] = _same(_op)
+}.items():
+    RULES.rename(_prim, _op)
+del _prim, _op
+
+# names other JAX versions give these primitives
+RULES.alias("copy_p", "copy")
+RULES.alias("scatter_add", "scatter-add")
+RULES.alias("pjit", "jit")
+RULES.alias("checkpoint", "remat2")
+RULES.alias("custom_vjp_call_jaxpr", "custom_vjp_call")
 
 
-def _kind(t, name):
-    return dtypes.kind_of(t.var(name)[1])
+# --- elementwise ---
 
-
-@rule("div")
-def _div(t, eqn, x, y):
+@RULES.rule("div")
+def div(t, x, y):
     if _kind(t, x) != "float":
         raise Unsupported("integer division rounds toward zero; only float division is "
                           "translated")
     return t.call("div", x, y)
 
 
-@rule("and", "or", "not")
-def _logical(t, eqn, *ins):
-    if any(_kind(t, x) != "bool" for x in ins):
+def _logical(t, op_type, *xs):
+    if any(_kind(t, x) != "bool" for x in xs):
         raise Unsupported("bitwise operations on integers")
-    return t.call(f"logical_{eqn.primitive.name}", *ins)
+    return t.call(op_type, *xs)
 
 
-@rule("stop_gradient")
-def _stop_gradient(t, eqn, x):
+@RULES.rule("and")
+def and_(t, x, y):
+    return _logical(t, "logical_and", x, y)
+
+
+@RULES.rule("or")
+def or_(t, x, y):
+    return _logical(t, "logical_or", x, y)
+
+
+@RULES.rule("not")
+def not_(t, x):
+    return _logical(t, "logical_not", x)
+
+
+@RULES.rule("stop_gradient")
+def stop_gradient(t, x):
     out = t.call("assign", x)
     t.block.var(out).stop_gradient = True
     return out
 
 
-@rule("integer_pow")
-def _integer_pow(t, eqn, x):
-    return t.call("integer_pow", x, y=eqn.params["y"])
+@RULES.rule("integer_pow")
+def integer_pow(t, x, *, y):
+    return t.call("integer_pow", x, y=y)
 
 
-@rule("convert_element_type")
-def _convert(t, eqn, x):
-    dtype = dtypes.name_of(eqn.params["new_dtype"])
+@RULES.rule("convert_element_type")
+def convert_element_type(t, x, *, new_dtype):
+    dtype = dtypes.name_of(new_dtype)
     return x if t.var(x)[1] == dtype else t.call("cast", x, dtype=dtype)
 
 
-@rule("clamp")
-def _clamp(t, eqn, low, x, high):
+@RULES.rule("clamp")
+def clamp(t, low, x, high):
     return t.call("minimum", t.call("maximum", x, low), high)
 
 
 # --- shapes ---
 
-@rule("reshape")
-def _reshape(t, eqn, x, *dynamic):
-    if eqn.params.get("dimensions") is not None or dynamic:
+@RULES.rule("reshape")
+def reshape(t, x, *dynamic, new_sizes, dimensions=None):
+    if dimensions is not None or dynamic:
         raise Unsupported("a reshape that transposes or has dynamic sizes")
-    sizes = eqn.params["new_sizes"]
-    if sum(map(is_batch_dim, sizes)) > 1:   # one -1 is inferred; two are not
-        raise BatchDependent(f"new sizes {tuple(map(str, sizes))} hold two batch-dependent "
-                             "dims")
-    return t.call("reshape", x, shape=_batch_free(sizes))
+    if sum(map(is_batch_dim, new_sizes)) > 1:   # one -1 is inferred; two are not
+        raise BatchDependent(f"new sizes {tuple(map(str, new_sizes))} hold two "
+                             "batch-dependent dims")
+    return t.call("reshape", x, shape=_batch_free(new_sizes))
 
 
-@rule("broadcast_in_dim")
-def _broadcast_in_dim(t, eqn, x, *dynamic):
+@RULES.rule("broadcast_in_dim")
+def broadcast_in_dim(t, x, *dynamic, shape, broadcast_dimensions, in_types):
     if dynamic:
         raise Unsupported("dynamic shapes")
-    shape, mapped = eqn.params["shape"], eqn.params["broadcast_dimensions"]
-    source = dict(zip(mapped, eqn.invars[0].aval.shape))
+    source = dict(zip(broadcast_dimensions, in_types[0].shape))
     ref, batch = t.batch_ref
     like = None
     for i, d in enumerate(shape):   # a -1 takes the operand's dim mapped there, else Like's
@@ -137,215 +143,234 @@ def _broadcast_in_dim(t, eqn, x, *dynamic):
             like = ref   # the batch dim of a feed
         elif i not in source or not _same_dim(source[i], d):
             raise BatchDependent(f"broadcasts to size {d}, which neither the operand "
-                                 f"{eqn.invars[0].aval.str_short()} nor a feed has there")
+                                 f"{in_types[0].str_short()} nor a feed has there")
     return t.call("broadcast_in_dim", x, like, shape=_batch_free(shape),
-                  broadcast_dimensions=list(mapped))
+                  broadcast_dimensions=list(broadcast_dimensions))
 
 
-@rule("transpose")
-def _transpose(t, eqn, x):
-    return t.call("transpose", x, perm=list(eqn.params["permutation"]))
+@RULES.rule("transpose")
+def transpose(t, x, *, permutation):
+    return t.call("transpose", x, perm=list(permutation))
 
 
-@rule("squeeze")
-def _squeeze(t, eqn, x):
-    return t.call("squeeze", x, axes=list(eqn.params["dimensions"]))
+@RULES.rule("squeeze")
+def squeeze(t, x, *, dimensions):
+    return t.call("squeeze", x, axes=list(dimensions))
 
 
-@rule("expand_dims")
-def _expand_dims(t, eqn, x):
-    return t.call("unsqueeze", x, axes=list(eqn.params["dimensions"]))
+@RULES.rule("expand_dims")
+def expand_dims(t, x, *, dimensions):
+    return t.call("unsqueeze", x, axes=list(dimensions))
 
 
-@rule("concatenate")
-def _concatenate(t, eqn, *xs):
-    return t.call("concat", list(xs), axis=eqn.params["dimension"])
+@RULES.rule("concatenate")
+def concatenate(t, *xs, dimension):
+    return t.call("concat", list(xs), axis=dimension)
 
 
-@rule("split")
-def _split(t, eqn, x):
-    return t.call("split", x, sections=list(eqn.params["sizes"]), axis=eqn.params["axis"])
+@RULES.rule("split")
+def split(t, x, *, sizes, axis):
+    return t.call("split", x, sections=list(sizes), axis=axis)
 
 
-@rule("slice")
-def _slice(t, eqn, x):
-    p = eqn.params
-    starts, limits, dims = p["start_indices"], p["limit_indices"], eqn.invars[0].aval.shape
-    strides = p["strides"] or (1,) * len(dims)
+@RULES.rule("slice")
+def slice_(t, x, *, start_indices, limit_indices, strides=None, in_types):
+    dims = in_types[0].shape
+    strides = strides or (1,) * len(dims)
     axes = [a for a in range(len(dims))   # an axis taken whole (a batch dim) is left out
-            if (starts[a], strides[a]) != (0, 1) or not _same_dim(limits[a], dims[a])]
-    return t.call("slice", x, axes=axes, starts=[starts[a] for a in axes],
-                  ends=[limits[a] for a in axes], strides=[strides[a] for a in axes])
+            if (start_indices[a], strides[a]) != (0, 1) or not _same_dim(limit_indices[a],
+                                                                        dims[a])]
+    return t.call("slice", x, axes=axes, starts=[start_indices[a] for a in axes],
+                  ends=[limit_indices[a] for a in axes], strides=[strides[a] for a in axes])
 
 
-@rule("dynamic_slice")
-def _dynamic_slice(t, eqn, x, *starts):
-    return t.call("dynamic_slice", x, list(starts), sizes=list(eqn.params["slice_sizes"]))
+@RULES.rule("dynamic_slice")
+def dynamic_slice(t, x, *starts, slice_sizes):
+    return t.call("dynamic_slice", x, list(starts), sizes=list(slice_sizes))
 
 
-@rule("dynamic_update_slice")
-def _dynamic_update_slice(t, eqn, x, update, *starts):
+@RULES.rule("dynamic_update_slice")
+def dynamic_update_slice(t, x, update, *starts):
     return t.call("dynamic_update_slice", x, update, list(starts))
 
 
-@rule("select_n")
-def _select_n(t, eqn, which, *cases):
+@RULES.rule("select_n")
+def select_n(t, which, *cases):
     if len(cases) == 2 and _kind(t, which) == "bool":
         return t.call("where", which, cases[1], cases[0])
     return t.call("select_n", which, list(cases))
 
 
-@rule("dim_as_value")
-def _dim_as_value(t, eqn):
-    dim, dtype = eqn.params["dim"], dtypes.name_of(eqn.outvars[0].aval.dtype)
+@RULES.rule("dim_as_value")
+def dim_as_value(t, *, dim, out_types):
     ref, batch = t.batch_ref
     factor = dim // batch if ref is not None else None
     if factor is None or is_batch_dim(factor) or factor * batch != dim:
         raise BatchDependent(f"the size {dim} as a value")
-    return t.call("dim_size", ref, axis=0, multiplier=int(factor), dtype=dtype)
+    return t.call("dim_size", ref, axis=0, multiplier=int(factor),
+                  dtype=dtypes.name_of(out_types[0].dtype))
 
 
-@rule("iota")
-def _iota(t, eqn):
-    p = eqn.params
-    return t.call("iota", shape=list(p["shape"]), dtype=dtypes.name_of(p["dtype"]),
-                  dimension=p["dimension"])
+@RULES.rule("iota")
+def iota(t, *, shape, dtype, dimension):
+    return t.call("iota", shape=list(shape), dtype=dtypes.name_of(dtype), dimension=dimension)
 
 
 _MODES = {"CLIP": "clip", "FILL_OR_DROP": "fill", "PROMISE_IN_BOUNDS": "promise_in_bounds"}
 
 
-def _mode(eqn):
+def _mode(mode):
     """The out-of-bounds mode of a gather or scatter, as our ops name it."""
-    mode = _MODES.get(getattr(eqn.params["mode"], "name", str(eqn.params["mode"])))
-    if mode is None:
-        raise Unsupported(f"mode {eqn.params['mode']}")
-    return mode
+    ours = _MODES.get(getattr(mode, "name", str(mode)))
+    if ours is None:
+        raise Unsupported(f"mode {mode}")
+    return ours
 
 
-@rule("gather")
-def _gather(t, eqn, x, indices):
-    p = eqn.params
-    dn = p["dimension_numbers"]
-    fill = p.get("fill_value")
+@RULES.rule("gather")
+def gather(t, x, indices, *, dimension_numbers, slice_sizes, mode, fill_value=None,
+           in_types):
+    dn = dimension_numbers
     return t.call("gather_general", x, indices, offset_dims=list(dn.offset_dims),
                   collapsed_slice_dims=list(dn.collapsed_slice_dims),
                   start_index_map=list(dn.start_index_map),
                   operand_batching_dims=list(dn.operand_batching_dims),
                   start_indices_batching_dims=list(dn.start_indices_batching_dims),
                   slice_sizes=[-1 if is_batch_dim(s) and _same_dim(s, n) else s for s, n in
-                               zip(p["slice_sizes"], eqn.invars[0].aval.shape)],
-                  mode=_mode(eqn),
-                  fill_value=float("nan") if fill is None else float(fill))
+                               zip(slice_sizes, in_types[0].shape)],
+                  mode=_mode(mode),
+                  fill_value=float("nan") if fill_value is None else float(fill_value))
 
 
-@rule("pad")
-def _pad(t, eqn, x, padding_value):
+@RULES.rule("pad")
+def pad(t, x, padding_value, *, padding_config):
     return t.call("pad", x, padding_value,
-                  padding_config=[int(v) for c in eqn.params["padding_config"] for v in c])
+                  padding_config=[int(v) for c in padding_config for v in c])
 
 
-@rule("rev")
-def _rev(t, eqn, x):
-    return t.call("rev", x, dimensions=list(eqn.params["dimensions"]))
+@RULES.rule("rev")
+def rev(t, x, *, dimensions):
+    return t.call("rev", x, dimensions=list(dimensions))
 
 
-@rule("scatter-add", "scatter_add")
-def _scatter_add(t, eqn, x, indices, updates):
-    dn = eqn.params["dimension_numbers"]
+@RULES.rule("scatter-add")
+def scatter_add(t, x, indices, updates, *, dimension_numbers, mode):
+    dn = dimension_numbers
     return t.call("scatter_add_general", x, indices, updates,
                   update_window_dims=list(dn.update_window_dims),
                   inserted_window_dims=list(dn.inserted_window_dims),
                   scatter_dims_to_operand_dims=list(dn.scatter_dims_to_operand_dims),
                   operand_batching_dims=list(dn.operand_batching_dims),
                   scatter_indices_batching_dims=list(dn.scatter_indices_batching_dims),
-                  mode=_mode(eqn))
+                  mode=_mode(mode))
 
 
 # --- reductions ---
 
+def _reduction(op_type):
+    def reduce(t, x, *, axes):
+        return t.call(op_type, x, axis=list(axes), keep_dim=False)
+    return reduce
+
+
 for _prim in ("reduce_sum", "reduce_max", "reduce_min", "reduce_prod"):
-    RULES[_prim] = (lambda op_type: lambda t, eqn, x: t.call(
-        op_type, x, axis=list(eqn.params["axes"]), keep_dim=False))(_prim)
+    RULES.rule(_prim)(_reduction(_prim))
+del _prim
 
 
-@rule("reduce_and", "reduce_or")
-def _reduce_logical(t, eqn, x):
-    if _kind(t, x) != "bool":
-        raise Unsupported("bitwise reductions of integers")
-    op_type = "reduce_all" if eqn.primitive.name == "reduce_and" else "reduce_any"
-    return t.call(op_type, x, axis=list(eqn.params["axes"]), keep_dim=False)
+def _logical_reduction(op_type):
+    def reduce(t, x, *, axes):
+        if _kind(t, x) != "bool":
+            raise Unsupported("bitwise reductions of integers")
+        return t.call(op_type, x, axis=list(axes), keep_dim=False)
+    return reduce
 
 
-@rule("argmax", "argmin")
-def _arg_extreme(t, eqn, x):
-    (axis,) = eqn.params["axes"]
-    return t.call(eqn.primitive.name, x, axis=axis, keep_dim=False,
-                  dtype=dtypes.name_of(eqn.params["index_dtype"]))
+RULES.rule("reduce_and")(_logical_reduction("reduce_all"))
+RULES.rule("reduce_or")(_logical_reduction("reduce_any"))
 
 
-@rule("top_k")
-def _top_k(t, eqn, x):
-    values, indices = t.call("top_k", x, k=eqn.params["k"], axis=eqn.params.get("axis", -1))
-    want = dtypes.name_of(eqn.outvars[1].aval.dtype)
+def _arg_extreme(op_type):
+    def arg_extreme(t, x, *, axes, index_dtype):
+        (axis,) = axes
+        return t.call(op_type, x, axis=axis, keep_dim=False, dtype=dtypes.name_of(index_dtype))
+    return arg_extreme
+
+
+RULES.rule("argmax")(_arg_extreme("argmax"))
+RULES.rule("argmin")(_arg_extreme("argmin"))
+
+
+@RULES.rule("top_k")
+def top_k(t, x, *, k, axis=-1, out_types):
+    values, indices = t.call("top_k", x, k=k, axis=axis)
+    want = dtypes.name_of(out_types[1].dtype)
     return values, indices if t.var(indices)[1] == want else t.call("cast", indices, dtype=want)
 
 
-@rule("cumsum")
-def _cumsum(t, eqn, x):
-    return t.call("cumsum", x, axis=eqn.params["axis"], reverse=eqn.params["reverse"])
+@RULES.rule("cumsum")
+def cumsum(t, x, *, axis, reverse):
+    return t.call("cumsum", x, axis=axis, reverse=reverse)
 
 
-@rule("reduce_window_sum", "reduce_window_max", "reduce_window_min")
-def _reduce_window(t, eqn, x):
-    p = eqn.params
-    return t.call("reduce_window", x, computation=eqn.primitive.name.rsplit("_", 1)[1],
-                  window_dimensions=list(p["window_dimensions"]),
-                  window_strides=list(p["window_strides"]),
-                  padding=[int(v) for pair in p["padding"] for v in pair],
-                  base_dilation=list(p["base_dilation"]),
-                  window_dilation=list(p["window_dilation"]))
+def _reduce_window(computation):
+    def reduce_window(t, x, *, window_dimensions, window_strides, padding, base_dilation,
+                      window_dilation):
+        return t.call("reduce_window", x, computation=computation,
+                      window_dimensions=list(window_dimensions),
+                      window_strides=list(window_strides),
+                      padding=[int(v) for pair in padding for v in pair],
+                      base_dilation=list(base_dilation), window_dilation=list(window_dilation))
+    return reduce_window
+
+
+for _computation in ("sum", "max", "min"):
+    RULES.rule(f"reduce_window_{_computation}")(_reduce_window(_computation))
+del _computation
 
 
 # --- products ---
 
-def _preferred(t, eqn, xs):
+def _preferred(t, xs, preferred_element_type):
     """The operands cast to the equation's preferred element type, where it differs."""
-    want = eqn.params.get("preferred_element_type")
-    if want is None:
+    if preferred_element_type is None:
         return xs
-    want = dtypes.name_of(want)
+    want = dtypes.name_of(preferred_element_type)
     return [x if t.var(x)[1] == want else t.call("cast", x, dtype=want) for x in xs]
 
 
-@rule("dot_general")
-def _dot_general(t, eqn, x, y):
-    (lc, rc), (lb, rb) = eqn.params["dimension_numbers"]
-    x, y = _preferred(t, eqn, [x, y])
+@RULES.rule("dot_general")
+def dot_general(t, x, y, *, dimension_numbers, preferred_element_type=None):
+    (lc, rc), (lb, rb) = dimension_numbers
+    x, y = _preferred(t, [x, y], preferred_element_type)
     return t.call("dot_general", x, y, lhs_contracting=list(lc), rhs_contracting=list(rc),
                   lhs_batch=list(lb), rhs_batch=list(rb))
 
 
-@rule("conv_general_dilated")
-def _conv(t, eqn, x, w):
-    p = eqn.params
-    dn = p["dimension_numbers"]
-    x, w = _preferred(t, eqn, [x, w])
-    return t.call("conv_general_dilated", x, w, window_strides=list(p["window_strides"]),
-                  padding=[int(v) for pair in p["padding"] for v in pair],
-                  lhs_dilation=list(p["lhs_dilation"]), rhs_dilation=list(p["rhs_dilation"]),
+@RULES.rule("conv_general_dilated")
+def conv_general_dilated(t, x, w, *, window_strides, padding, lhs_dilation, rhs_dilation,
+                         dimension_numbers, feature_group_count, batch_group_count,
+                         preferred_element_type=None):
+    dn = dimension_numbers
+    x, w = _preferred(t, [x, w], preferred_element_type)
+    return t.call("conv_general_dilated", x, w, window_strides=list(window_strides),
+                  padding=[int(v) for pair in padding for v in pair],
+                  lhs_dilation=list(lhs_dilation), rhs_dilation=list(rhs_dilation),
                   lhs_spec=list(dn.lhs_spec), rhs_spec=list(dn.rhs_spec),
-                  out_spec=list(dn.out_spec), feature_group_count=p["feature_group_count"],
-                  batch_group_count=p["batch_group_count"])
+                  out_spec=list(dn.out_spec), feature_group_count=feature_group_count,
+                  batch_group_count=batch_group_count)
 
 
 # --- calls, inlined ---
 
-@rule("jit", "pjit", "closed_call", "core_call", "remat2", "checkpoint", "custom_vjp_call",
-      "custom_vjp_call_jaxpr")
-def _inline(t, eqn, *ins):
-    body = next(eqn.params[k] for k in ("jaxpr", "call_jaxpr", "fun_jaxpr") if k in eqn.params)
-    return t.inline(body, ins[len(ins) - _arity(body):])
+def _arity(body):
+    return len(getattr(body, "jaxpr", body).invars)
+
+
+@RULES.rule("jit", "closed_call", "core_call", "remat2", "custom_vjp_call")
+def call(t, *operands, jaxpr=None, call_jaxpr=None, fun_jaxpr=None):
+    body = next(b for b in (jaxpr, call_jaxpr, fun_jaxpr) if b is not None)
+    return t.inline(body, operands[len(operands) - _arity(body):])
 
 
 # jax.nn functions with a custom JVP that one of our ops implements, gradient included
@@ -353,20 +378,14 @@ _CUSTOM_JVP_OPS = {"relu": "relu"}
 from progdesc.jax_compat import JAX_NN_SOURCE as _JAX_NN   # noqa: E402  (a JAX internal)
 
 
-@rule("custom_jvp_call")
-def _custom_jvp(t, eqn, *ins):
-    body = eqn.params["call_jaxpr"]
-    info = body.jaxpr.debug_info
+@RULES.rule("custom_jvp_call")
+def custom_jvp_call(t, *operands, call_jaxpr):
+    info = call_jaxpr.jaxpr.debug_info
     op_type = _CUSTOM_JVP_OPS.get(info.func_name)
     if (op_type is not None and _JAX_NN in (info.func_src_info or "").replace("\\", "/")
-            and len(ins) == 1 and _kind(t, ins[0]) == "float"):
-        return t.call(op_type, *ins)
-    return t.inline(body, ins[len(ins) - _arity(body):])
-
-
-def _arity(body):
-    jaxpr = getattr(body, "jaxpr", body)
-    return len(jaxpr.invars)
+            and len(operands) == 1 and _kind(t, operands[0]) == "float"):
+        return t.call(op_type, *operands)
+    return t.inline(call_jaxpr, operands[len(operands) - _arity(call_jaxpr):])
 
 
 # --- control flow, through the builders of progdesc.control_flow ---
@@ -375,44 +394,36 @@ def _vars(t, names):
     return tuple(t.block.var(n) for n in names)
 
 
-@rule("cond")
-def _cond(t, eqn, index, *operands):
-    branches = [lambda body=body: t.sub_block(body, operands) for body in eqn.params["branches"]]
-    out = switch(t.block.var(index), branches)
+@RULES.rule("cond")
+def cond(t, index, *operands, branches):
+    out = switch(t.block.var(index),
+                 [lambda body=body: t.sub_block(body, operands) for body in branches])
     t.tag_last_op()
     return [v.name for v in out]
 
 
-@rule("scan")
-def _scan(t, eqn, *operands):
-    p = eqn.params
-    consts = operands[:p["num_consts"]]
-    init = operands[p["num_consts"]:p["num_consts"] + p["num_carry"]]
-    xs = operands[p["num_consts"] + p["num_carry"]:]
+@RULES.rule("scan")
+def scan_(t, *operands, jaxpr, num_consts, num_carry, length, reverse):
+    consts = operands[:num_consts]
+    init = operands[num_consts:num_consts + num_carry]
+    xs = operands[num_consts + num_carry:]
 
     def step(carry, x):
-        outs = t.sub_block(p["jaxpr"], [*consts, *(v.name for v in carry),
-                                        *(v.name for v in x)])
-        return outs[:p["num_carry"]], outs[p["num_carry"]:]
-    length = None if xs and is_batch_dim(p["length"]) else p["length"]   # xs' length
-    carry, ys = scan(step, _vars(t, init), _vars(t, xs), length=length,
-                     reverse=p["reverse"])
+        outs = t.sub_block(jaxpr, [*consts, *(v.name for v in carry), *(v.name for v in x)])
+        return outs[:num_carry], outs[num_carry:]
+    carry, ys = scan(step, _vars(t, init), _vars(t, xs), reverse=reverse,
+                     length=None if xs and is_batch_dim(length) else length)   # xs' length
     t.tag_last_op()
     return [v.name for v in (*carry, *ys)]
 
 
-@rule("while")
-def _while(t, eqn, *operands):
-    p = eqn.params
-    cond_consts = operands[:p["cond_nconsts"]]
-    body_consts = operands[p["cond_nconsts"]:p["cond_nconsts"] + p["body_nconsts"]]
-    init = operands[p["cond_nconsts"] + p["body_nconsts"]:]
+@RULES.rule("while")
+def while_(t, *operands, cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts):
+    cond_consts = operands[:cond_nconsts]
+    body_consts = operands[cond_nconsts:cond_nconsts + body_nconsts]
     out = while_loop(
-        lambda *carry: t.sub_block(p["cond_jaxpr"], [*cond_consts, *(v.name for v in carry)])[0],
-        lambda *carry: t.sub_block(p["body_jaxpr"], [*body_consts, *(v.name for v in carry)]),
-        _vars(t, init))
+        lambda *carry: t.sub_block(cond_jaxpr, [*cond_consts, *(v.name for v in carry)])[0],
+        lambda *carry: t.sub_block(body_jaxpr, [*body_consts, *(v.name for v in carry)]),
+        _vars(t, operands[cond_nconsts + body_nconsts:]))
     t.tag_last_op()
     return [v.name for v in out]
-
-
-del _prim, _op
