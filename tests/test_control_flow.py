@@ -540,7 +540,8 @@ def random_control_program(seed):
     return main, params, feed, loss, state
 
 
-@pytest.mark.parametrize("batch", range(4))
+@pytest.mark.parametrize("batch", [0, 1] + [pytest.param(b, marks=pytest.mark.slow)
+                                           for b in (2, 3)])   # slow: 12 s each
 def test_random_programs_with_cond_and_scan_match_jax_grad(batch):
     from test_backward import check_random_programs
     with jax.default_matmul_precision("highest"):

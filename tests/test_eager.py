@@ -68,7 +68,8 @@ MODELS = {
 }
 
 
-@pytest.mark.parametrize("model", list(MODELS))
+@pytest.mark.parametrize("model", [
+    "mlp", "cnn", pytest.param("transformer", marks=pytest.mark.slow)])   # slow: 25 s
 def test_forward_and_gradients_equal_the_compiled_program(model):
     build, feeds = MODELS[model]
     scope = pd.Scope()
