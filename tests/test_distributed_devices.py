@@ -412,3 +412,34 @@ def test_each_device_draws_its_own_dropout_mask_and_the_rng_state_advances_as_on
     shares = (out == 0).reshape(4, 2, 64)
     assert len({share.tobytes() for share in shares}) == 4
     np.testing.assert_array_equal(states[False], states[True])
+
+
+# --- collectives of an imported function (from_jax's axis_names) ---
+
+@four_devices
+def test_imported_collectives_reduce_across_the_devices_of_the_mapped_axis():
+    from flax import linen as nn
+    from jax import lax
+
+    class Net(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            x = nn.BatchNorm(use_running_average=False, axis_name="batch", momentum=0.5)(
+                nn.Dense(6)(x))
+            return nn.Dense(2)(x) - lax.pmean(x.mean(), "batch")
+
+    x = np.random.default_rng(4).normal(size=(16, 4)).astype(np.float32)
+    net = Net()
+    shards = x.reshape(4, 4, 4)   # what each of the four devices gets
+    variables = jax.vmap(lambda v: net.init(jax.random.key(0), v), axis_name="batch")(shards)
+    variables = jax.tree_util.tree_map(lambda v: v[0], variables)
+    want, updates = jax.vmap(lambda v: net.apply(variables, v, mutable=["batch_stats"]),
+                             axis_name="batch")(shards)
+    scope = pd.Scope()
+    program, _, fetch = pd.from_flax(net, variables, x, scope=scope,
+                                     axis_names={"batch": "data"})
+    got, = pd.Executor(mesh=Mesh({"data": 4})).run(program, feed={"x": x}, fetch_list=fetch,
+                                                   scope=scope)
+    np.testing.assert_allclose(got, np.asarray(want).reshape(16, 2), rtol=1e-5, atol=1e-5)
+    mean = updates["batch_stats"]["BatchNorm_0"]["mean"][0]   # the same on every device
+    np.testing.assert_allclose(scope.get("BatchNorm_0.mean"), mean, rtol=1e-5, atol=1e-6)

@@ -1,4 +1,5 @@
-"""Collectives across the devices of a mesh axis: `c_allreduce`.
+"""Collectives across the devices of a mesh axis: `c_allreduce`, and the size of a mesh axis
+and a device's index along it (`c_axis_size`, `c_axis_index`).
 
 A collective names a mesh axis (e.g. "data"). Inside `shard_map` over that axis
 (the Executor's data-parallel mode, progdesc.distributed) it lowers to
@@ -16,6 +17,7 @@ from jax import lax
 
 from lowering.errors import BackwardError, ProgramError
 from lowering.constraints import one_of
+from lowering import dtypes
 from lowering.registry import Attr, In, Out, op
 
 _REDUCTIONS = {"sum": lax.psum, "mean": lax.pmean, "max": lax.pmax, "min": lax.pmin}
@@ -93,3 +95,25 @@ def _(g):
     # each device's output depends on every device's input: the cotangents add up the same way
     g.call("c_allreduce", g.out_grad("Out"), reduce_type=reduce_type,
            axis_name=g.attr("axis_name"), out=g.in_grad("X"))
+
+
+@op("c_axis_size", inputs=[], outputs=[Out("Out")],
+    attrs={"axis_name": Attr("axis_name", "string", "data", "the mesh axis"),
+           "dtype": Attr("dtype", "dtype", "int32", "the result's dtype")},
+    differentiable=False)
+def c_axis_size(*, axis_name, dtype):
+    """Out = the number of devices along mesh axis `axis_name` (a scalar); 1 where the axis
+    is not mapped (one device)."""
+    size = lax.axis_size(axis_name) if axis_bound(axis_name) else 1
+    return jax.numpy.asarray(size, dtypes.to_numpy(dtype))
+
+
+@op("c_axis_index", inputs=[], outputs=[Out("Out")],
+    attrs={"axis_name": Attr("axis_name", "string", "data", "the mesh axis")},
+    differentiable=False)
+def c_axis_index(*, axis_name):
+    """Out = this device's index along mesh axis `axis_name` (an int32 scalar); 0 where the
+    axis is not mapped (one device)."""
+    if axis_bound(axis_name):
+        return lax.axis_index(axis_name).astype("int32")
+    return jax.numpy.zeros((), "int32")

@@ -24,7 +24,7 @@ from progdesc.interop.from_jax import parameter_names, build, named_leaves
 
 
 def from_flax(module, variables, *example_inputs, scope=None, method=None,
-              batch_polymorphic=True, **apply_kwargs):
+              batch_polymorphic=True, axis_names=None, **apply_kwargs):
     """Trace a Flax module applied to `example_inputs` into a program.
 
     For a linen module, `variables` is what `module.init` returned; `method` and
@@ -37,23 +37,27 @@ def from_flax(module, variables, *example_inputs, scope=None, method=None,
     in `scope` (default: the global one); see the module's docstring for names, state
     and training mode. The program trains with `minimize` like any other. With
     `batch_polymorphic` (the default) the inputs' leading dim is the batch dim (-1), and
-    the program runs at any batch size; see `from_jax`.
+    the program runs at any batch size; see `from_jax`. `axis_names` maps the axis names
+    of the module's collectives (`BatchNorm(axis_name="batch")`) to mesh axes, as in
+    `from_jax`.
     """
     from flax import linen, nnx
+    options = {"batch_polymorphic": batch_polymorphic, "axis_names": axis_names}
     if isinstance(module, nnx.Module):
         return _from_nnx(module, variables, example_inputs, scope, method, apply_kwargs,
-                         batch_polymorphic)
+                         options)
     if isinstance(module, linen.Module):
         return _from_linen(module, variables, example_inputs, scope, method, apply_kwargs,
-                           batch_polymorphic)
+                           options)
     raise TypeError(f"from_flax expects a flax.linen or flax.nnx Module, "
                     f"got {type(module).__name__}")
 
 
 def _build(call, state_tree, state_leaves, example_inputs, arg_names, scope, strip_names,
-           batch_polymorphic):
+           options):
     """Trace `call(state, *inputs) -> (output pytree, new state)` into a program; the
-    state's leaves are [(name, value, 'param' or 'state')]."""
+    state's leaves are [(name, value, 'param' or 'state')], `options` the keywords of
+    from_jax's `build` the user chose."""
     input_tree = jax.tree_util.tree_structure(tuple(example_inputs))
     inputs = list(state_leaves)
     for arg_name, arg in zip(arg_names, example_inputs):
@@ -75,7 +79,7 @@ def _build(call, state_tree, state_leaves, example_inputs, arg_names, scope, str
 
     writes = [name for name, _, kind in state_leaves if kind == "state"]
     return build(flat_fn, inputs, writes=writes, strip_names=strip_names, scope=scope,
-                 batch_polymorphic=batch_polymorphic)
+                 **options)
 
 
 def _unique(entries):
@@ -86,7 +90,7 @@ def _unique(entries):
             for c, name, value, kind in entries]
 
 
-def _from_linen(module, variables, example_inputs, scope, method, apply_kwargs, polymorphic):
+def _from_linen(module, variables, example_inputs, scope, method, apply_kwargs, options):
     from flax.core import unfreeze
     variables = unfreeze(variables)
     mutable = [c for c in variables if c != "params"]
@@ -106,10 +110,10 @@ def _from_linen(module, variables, example_inputs, scope, method, apply_kwargs, 
     fn = getattr(module, method) if isinstance(method, str) else method or module.__call__
     return _build(call, jax.tree_util.tree_structure(variables), _unique(entries),
                   example_inputs, parameter_names(fn, len(example_inputs)), scope, 1,
-                  polymorphic)
+                  options)
 
 
-def _from_nnx(module, state, example_inputs, scope, method, apply_kwargs, polymorphic):
+def _from_nnx(module, state, example_inputs, scope, method, apply_kwargs, options):
     from flax import nnx
     graphdef, rng_state, own_state = nnx.split(module, nnx.RngKey, ...)
     state = own_state if state is None else state
@@ -129,4 +133,4 @@ def _from_nnx(module, state, example_inputs, scope, method, apply_kwargs, polymo
 
     fn = getattr(module, method or "__call__")
     return _build(call, jax.tree_util.tree_structure(state), _unique(entries), example_inputs,
-                  parameter_names(fn, len(example_inputs)), scope, 0, polymorphic)
+                  parameter_names(fn, len(example_inputs)), scope, 0, options)

@@ -42,6 +42,7 @@ one `UnsupportedPrimitiveError`, each with the user's source line.
 import functools
 import inspect
 import os
+import re
 
 import jax
 import numpy as np
@@ -52,6 +53,7 @@ from lowering.errors import BatchPolymorphismError, ProgramError, UnsupportedPri
 from progdesc import io, jax_compat
 from progdesc.callsites import PACKAGE_DIRS, cell_name
 from progdesc.framework import Program, program_guard
+from progdesc.interop.jax_collective_rules import AXIS_SIZES
 from progdesc.interop.jax_rules import RULES, BatchDependent, is_batch_dim
 from progdesc.translate import FAILED, Environment, Literal, Node, Translator
 
@@ -68,9 +70,11 @@ class JaxTranslator(Translator):
 
     error_class = UnsupportedPrimitiveError
 
-    def __init__(self, program, strip_names=0, batch_ref=(None, None)):
+    def __init__(self, program, strip_names=0, batch_ref=(None, None), axis_names=None):
         super().__init__(program, RULES)
         self.batch_ref = batch_ref
+        self.axis_names = dict(axis_names or {})   # the function's axis -> our mesh axis
+        self._axis_sizes = dict(zip(AXIS_SIZES, self.axis_names.values()))
         self._strip = strip_names
         self._jaxprs = 0   # jaxprs walked: the 'block' of an equation's place
 
@@ -80,6 +84,17 @@ class JaxTranslator(Translator):
                 raise BatchDependent(f"{op_type}'s attribute {key}={_dims_text(value)} depends "
                                      "on the batch size")
         return super().call(op_type, *args, **attrs)
+
+    def constant(self, value):
+        """`Translator.constant`; a scalar equal to the size a named axis was traced with
+        (see jax_collective_rules) is that axis's size, a `c_axis_size` op."""
+        value = np.asarray(value)
+        if value.ndim == 0 and value.dtype.kind in "iuf" and self._axis_sizes:
+            mesh_axis = self._axis_sizes.get(value.item())
+            if mesh_axis is not None:
+                return self.call("c_axis_size", axis_name=mesh_axis,
+                                 dtype=dtypes.name_of(value.dtype))
+        return super().constant(value)
 
     def inline(self, graph, args=None):
         """Translate a nested (closed or open) jaxpr applied to `args`; returns its outputs."""
@@ -184,7 +199,8 @@ def named_leaves(tree, prefix=""):
     return [(".".join(p for p in (prefix, _path_name(path)) if p), leaf) for path, leaf in leaves]
 
 
-def build(flat_fn, inputs, writes=(), strip_names=0, scope=None, batch_polymorphic=True):
+def build(flat_fn, inputs, writes=(), strip_names=0, scope=None, batch_polymorphic=True,
+          axis_names=None):
     """Trace `flat_fn(*arrays) -> [arrays]` and translate it into a new program.
 
     `inputs` is [(name, example value, kind)], kind 'feed', 'param' (trainable) or
@@ -192,9 +208,12 @@ def build(flat_fn, inputs, writes=(), strip_names=0, scope=None, batch_polymorph
     the state variables `writes` (skipped where one is that variable unchanged); the
     others are the fetch targets. Parameter, state and constant values go into `scope`.
     With `batch_polymorphic`, the leading dim of every feed that is not a scalar is
-    traced as one symbolic batch dim and declared -1. Returns (program, feed names,
-    fetch Variables).
+    traced as one symbolic batch dim and declared -1. `axis_names` maps the named axes
+    the function's collectives use to mesh axes (see jax_collective_rules). Returns
+    (program, feed names, fetch Variables).
     """
+    axis_names = _axis_names(axis_names)
+    flat_fn = _with_axes(flat_fn, axis_names)
     names = [name for name, _, _ in inputs]
     clash = sorted({n for n in names if names.count(n) > 1})
     if clash:
@@ -207,7 +226,16 @@ def build(flat_fn, inputs, writes=(), strip_names=0, scope=None, batch_polymorph
                                             "variable cannot hold", unsupported=[])
     batched = [name for (name, _, kind), v in zip(inputs, values)
                if batch_polymorphic and kind == "feed" and v.ndim]
-    closed, batch = _trace(flat_fn, inputs, values, batched)
+    try:
+        closed, batch = _trace(flat_fn, inputs, values, batched)
+    except NameError as e:   # JAX's "unbound axis name: batch" of a collective
+        axis = re.search(r"unbound axis name: ([^\s.]+)", str(e))
+        if axis is None:
+            raise
+        raise UnsupportedPrimitiveError(
+            f"a collective reduces over axis '{axis[1]}', which is not bound: pass "
+            f"axis_names={{'{axis[1]}': 'data'}} (the mesh axis it reduces over under "
+            "Executor(mesh=...))", unsupported=[(axis[1], "", "unbound axis name")]) from None
     program = Program()
     block = program.global_block()
     for (name, _, kind), aval in zip(inputs, closed.in_avals):
@@ -219,7 +247,8 @@ def build(flat_fn, inputs, writes=(), strip_names=0, scope=None, batch_polymorph
             block.create_parameter(name, shape, dtype)
         else:
             block.create_var(name, shape, dtype, persistable=True, stop_gradient=True)
-    translator = JaxTranslator(program, strip_names, (batched[0] if batched else None, batch))
+    translator = JaxTranslator(program, strip_names, (batched[0] if batched else None, batch),
+                               axis_names)
     with program_guard(program):   # control-flow builders append to the current program
         outs = translator.run(closed.jaxpr, closed.consts, names)
     translator.check()
@@ -234,11 +263,42 @@ def build(flat_fn, inputs, writes=(), strip_names=0, scope=None, batch_polymorph
     return program, feeds, [block.var(n) for n in outs[:n_fetch]]
 
 
+def _axis_names(axis_names):
+    """{axis of the function: mesh axis} from a dict or a list of names kept as they are."""
+    if axis_names is None:
+        return {}
+    if not isinstance(axis_names, dict):
+        axis_names = {name: name for name in axis_names}
+    if len(axis_names) > len(AXIS_SIZES) or not all(
+            isinstance(k, str) and isinstance(v, str) and v for k, v in axis_names.items()):
+        raise TypeError(f"axis_names maps at most {len(AXIS_SIZES)} axis names of the function "
+                        f"to mesh axis names (strings), got {axis_names!r}")
+    return axis_names
+
+
+def _with_axes(flat_fn, axis_names):
+    """`flat_fn`, marked to be traced with its named axes bound (`_jaxpr_maker`), each to
+    a size of AXIS_SIZES."""
+    if not axis_names:
+        return flat_fn
+
+    @functools.wraps(flat_fn)
+    def with_axes(*leaves):
+        return flat_fn(*leaves)
+    with_axes.axis_env = list(zip(axis_names, AXIS_SIZES))
+    return with_axes
+
+
+def _jaxpr_maker(flat_fn):
+    """`jax.make_jaxpr(flat_fn)`, with the axis environment `_with_axes` gave it."""
+    return jax.make_jaxpr(flat_fn, axis_env=getattr(flat_fn, "axis_env", None))
+
+
 def _trace(flat_fn, inputs, values, batched):
     """The jaxpr of `flat_fn`, with dim 0 of the inputs named in `batched` one symbolic
     dim; returns (closed jaxpr, that dim or None)."""
     if not batched:
-        return jax.make_jaxpr(flat_fn)(*values), None
+        return _jaxpr_maker(flat_fn)(*values), None
     leading = {name: v.shape[0] for (name, _, _), v in zip(inputs, values) if name in batched}
     if len(set(leading.values())) > 1:
         raise BatchPolymorphismError(
@@ -248,10 +308,10 @@ def _trace(flat_fn, inputs, values, batched):
     specs = [jax.ShapeDtypeStruct((batch, *v.shape[1:]), v.dtype) if name in batched else v
              for (name, _, _), v in zip(inputs, values)]
     try:
-        return jax.make_jaxpr(flat_fn)(*specs), batch
+        return _jaxpr_maker(flat_fn)(*specs), batch
     except Exception as e:   # noqa: BLE001  (told apart below)
         error = e
-    jax.make_jaxpr(flat_fn)(*values)   # raises the function's own error, if the batch dim's is not
+    _jaxpr_maker(flat_fn)(*values)   # raises the function's own error, if the batch dim's is not
     called, line = _failed_call(flat_fn, specs)
     first = (str(error).strip() or type(error).__name__).splitlines()[0]
     raise BatchPolymorphismError(
@@ -266,7 +326,7 @@ def _failed_call(flat_fn, specs):
     unfiltered = jax_compat.unfiltered_tracebacks()   # else only the frames JAX keeps
     try:
         with unfiltered:
-            jax.make_jaxpr(flat_fn)(*specs)
+            _jaxpr_maker(flat_fn)(*specs)
         return "", ""
     except Exception as error:
         traceback = error.__traceback__
@@ -292,7 +352,8 @@ def _is_library(frame):
     return os.path.abspath(frame.f_code.co_filename).startswith(_library_dirs())
 
 
-def from_jax(fn, *example_args, params=None, scope=None, batch_polymorphic=True):
+def from_jax(fn, *example_args, params=None, scope=None, batch_polymorphic=True,
+             axis_names=None):
     """Trace `fn(*example_args)` (or `fn(params, *example_args)`) into a program.
 
     Each array leaf of the example arguments becomes a feed variable named after `fn`'s
@@ -311,6 +372,12 @@ def from_jax(fn, *example_args, params=None, scope=None, batch_polymorphic=True)
     naming the primitive and line where the function needs a fixed batch size (then pass
     `batch_polymorphic=False`); see the module's docstring for how constants, nested
     calls and custom derivatives are translated.
+
+    `axis_names` ({axis name of fn's collectives: mesh axis}, or a list of names kept)
+    binds the named axes `fn`'s collectives (`lax.psum`, `pmean`, `pmax`, `pmin`,
+    `axis_index`: a function written for `pmap` / `shard_map`) reduce over, and maps each
+    to a mesh axis of the program: under `Executor(mesh=...)` they reduce across the
+    devices of that axis; on one device they are the identity.
     """
     arg_names = parameter_names(fn, len(example_args), skip=1 if params is not None else 0)
     inputs = []
@@ -329,7 +396,8 @@ def from_jax(fn, *example_args, params=None, scope=None, batch_polymorphic=True)
         return jax.tree_util.tree_leaves(
             fn(jax.tree_util.tree_unflatten(param_tree, leaves[:n_params]), *args))
 
-    return build(flat_fn, inputs, scope=scope, batch_polymorphic=batch_polymorphic)
+    return build(flat_fn, inputs, scope=scope, batch_polymorphic=batch_polymorphic,
+                 axis_names=axis_names)
 
 
 def parameter_names(fn, count, skip=0):

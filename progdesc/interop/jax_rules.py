@@ -168,6 +168,11 @@ def concatenate(t, *xs, dimension):
     return t.call("concat", list(xs), axis=dimension)
 
 
+@RULES.rule("stack")
+def stack(t, *xs, axis):
+    return t.call("stack", list(xs), axis=axis)
+
+
 @RULES.rule("split")
 def split(t, x, *, sizes, axis):
     return t.call("split", x, sections=list(sizes), axis=axis)

@@ -1,9 +1,10 @@
 """Samples of lowering/ops/collective.py.
 
 The op table runs on one device, outside any mapped axis: there `c_allreduce` is the
-reduction over a single device, the identity (its mapped behaviour is tested on four
-devices in tests/test_distributed.py).
+reduction over a single device, the identity, an axis has size 1 and the device index 0
+(their mapped behaviour is tested on four devices in tests/test_distributed_devices.py).
 """
+import numpy as np
 from op_table import Sample, rand
 
 
@@ -17,5 +18,11 @@ SAMPLES = [
            {"reduce_type": "sum", "axis_name": "batch"}, name="sum_float64"),
     Sample("c_allreduce", {"X": rand(5)}, _one_device, {"reduce_type": "max"},
            name="max_no_grad", grad=False),
+    Sample("c_axis_size", {}, lambda axis_name="data", dtype="int32": np.array(1, dtype),
+           name="int32", grad=False),
+    Sample("c_axis_size", {}, lambda axis_name="data", dtype="int32": np.array(1, dtype),
+           {"dtype": "float32", "axis_name": "batch"}, name="float32", grad=False),
+    Sample("c_axis_index", {}, lambda axis_name="data": np.array(0, "int32"),
+           name="unmapped", grad=False),
 ]
 
