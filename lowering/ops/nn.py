@@ -533,6 +533,29 @@ def _(g):
         g.call("reduce_sum", dy, axis=[0], out=g.in_grad("Bias"))
 
 
+# --- a value by mode: training or test ---
+
+@op("mode_select", inputs=[In("Train", doc="the value in training"),
+                           In("Eval", doc="the value when the program runs for test")],
+    outputs=[Out("Out")], attrs={"is_test": False}, same_dtype=("Train", "Eval"))
+def mode_select(Train, Eval, *, is_test):
+    """Out = Eval when is_test, else Train: one value of a program imported with both a
+    training and an evaluation behaviour (from_flax's `eval_mode`), which
+    `clone(for_test=True)` switches as it switches dropout and batch_norm. The branch not
+    taken is dead code, which XLA removes."""
+    checks.shape("Eval", Eval, Train.shape, "the value in training has it")
+    return Eval if is_test else Train
+
+
+@mode_select.gradient
+def _(g):
+    taken, other = ("Eval", "Train") if g.attr("is_test") else ("Train", "Eval")
+    if g.wants(taken):
+        g.pass_through(taken, g.out_grad("Out"))
+    if g.wants(other):   # the value not taken does not change Out
+        g.call("fill_zeros_like", g.input(other), out=g.in_grad(other))
+
+
 # --- dropout ---
 
 def _dropout_factor(dropout_prob, dropout_implementation, is_test):

@@ -17,6 +17,8 @@ translator.
   module in the mode you want to import: a BatchNorm with `use_running_average=True`
   (or an nnx module after `.eval()`) reads its statistics and writes nothing.
 """
+import functools
+
 import jax
 
 from lowering.errors import ProgramError
@@ -24,7 +26,7 @@ from progdesc.interop.from_jax import parameter_names, build, named_leaves
 
 
 def from_flax(module, variables, *example_inputs, scope=None, method=None,
-              batch_polymorphic=True, axis_names=None, **apply_kwargs):
+              batch_polymorphic=True, axis_names=None, eval_mode=None, **apply_kwargs):
     """Trace a Flax module applied to `example_inputs` into a program.
 
     For a linen module, `variables` is what `module.init` returned; `method` and
@@ -40,9 +42,22 @@ def from_flax(module, variables, *example_inputs, scope=None, method=None,
     the program runs at any batch size; see `from_jax`. `axis_names` maps the axis names
     of the module's collectives (`BatchNorm(axis_name="batch")`) to mesh axes, as in
     `from_jax`.
+
+    `eval_mode` imports the module's evaluation behaviour too (BatchNorm's running
+    averages, no dropout), for `clone(for_test=True)`, inference models and export: for a
+    linen module, the `apply` keywords that select it (`eval_mode={"train": False}`,
+    replacing those of `apply_kwargs`); for an nnx module, True (the module is traced once
+    after `.train()` and once after `.eval()`). Where the two behaviours differ, the
+    program holds both, chosen by a `mode_select` op's `is_test`: training runs use the
+    first, a test clone the second.
     """
     from flax import linen, nnx
-    options = {"batch_polymorphic": batch_polymorphic, "axis_names": axis_names}
+    if eval_mode is not None and not (
+            eval_mode is True if isinstance(module, nnx.Module) else isinstance(eval_mode, dict)):
+        raise TypeError("eval_mode is True for an nnx module, a dict of apply keywords for a "
+                        f"linen module (e.g. {{'train': False}}), got {eval_mode!r}")
+    options = {"batch_polymorphic": batch_polymorphic, "axis_names": axis_names,
+               "eval_mode": eval_mode}
     if isinstance(module, nnx.Module):
         return _from_nnx(module, variables, example_inputs, scope, method, apply_kwargs,
                          options)
@@ -55,9 +70,12 @@ def from_flax(module, variables, *example_inputs, scope=None, method=None,
 
 def _build(call, state_tree, state_leaves, example_inputs, arg_names, scope, strip_names,
            options):
-    """Trace `call(state, *inputs) -> (output pytree, new state)` into a program; the
-    state's leaves are [(name, value, 'param' or 'state')], `options` the keywords of
-    from_jax's `build` the user chose."""
+    """Trace `call(state, *inputs, eval_mode=False) -> (output pytree, new state)` into a
+    program; the state's leaves are [(name, value, 'param' or 'state')], `options` the
+    keywords of from_jax's `build` the user chose, and `eval_mode` (whether the module has
+    an evaluation behaviour to import as well)."""
+    options = dict(options)
+    with_eval = options.pop("eval_mode") is not None
     input_tree = jax.tree_util.tree_structure(tuple(example_inputs))
     inputs = list(state_leaves)
     for arg_name, arg in zip(arg_names, example_inputs):
@@ -65,10 +83,11 @@ def _build(call, state_tree, state_leaves, example_inputs, arg_names, scope, str
     n_state = len(state_leaves)
     is_state = [kind == "state" for _, _, kind in state_leaves]
 
-    def flat_fn(*leaves):
+    def flat_fn(*leaves, eval_mode=False):
         state = jax.tree_util.tree_unflatten(state_tree, leaves[:n_state])
         out, new_state = call(state, *jax.tree_util.tree_unflatten(input_tree,
-                                                                   leaves[n_state:]))
+                                                                   leaves[n_state:]),
+                              eval_mode=eval_mode)
         new_leaves, new_tree = jax.tree_util.tree_flatten(new_state)
         if new_tree != state_tree:
             raise ProgramError("the module's variables after the call differ in structure from "
@@ -78,8 +97,9 @@ def _build(call, state_tree, state_leaves, example_inputs, arg_names, scope, str
                 + [v for v, s in zip(new_leaves, is_state) if s])
 
     writes = [name for name, _, kind in state_leaves if kind == "state"]
+    eval_fn = functools.partial(flat_fn, eval_mode=True) if with_eval else None
     return build(flat_fn, inputs, writes=writes, strip_names=strip_names, scope=scope,
-                 **options)
+                 eval_fn=eval_fn, **options)
 
 
 def _unique(entries):
@@ -99,11 +119,13 @@ def _from_linen(module, variables, example_inputs, scope, method, apply_kwargs, 
         collection, _, rest = name.partition(".")
         entries.append((collection, rest, value, "param" if collection == "params" else "state"))
 
-    def call(state, *inputs):
+    eval_kwargs = {**apply_kwargs, **(options["eval_mode"] or {})}
+
+    def call(state, *inputs, eval_mode=False):
+        kwargs = eval_kwargs if eval_mode else apply_kwargs
         if not mutable:
-            return module.apply(state, *inputs, method=method, **apply_kwargs), state
-        out, updates = module.apply(state, *inputs, mutable=mutable, method=method,
-                                    **apply_kwargs)
+            return module.apply(state, *inputs, method=method, **kwargs), state
+        out, updates = module.apply(state, *inputs, mutable=mutable, method=method, **kwargs)
         updates = unfreeze(updates)
         return out, {c: updates.get(c, state[c]) for c in state}
 
@@ -126,8 +148,13 @@ def _from_nnx(module, state, example_inputs, scope, method, apply_kwargs, option
         entries.append((kind.__name__, name, value,
                         "param" if issubclass(kind, nnx.Param) else "state"))
 
-    def call(state, *inputs):
+    def call(state, *inputs, eval_mode=False):
         model = nnx.merge(graphdef, rng_state, state)
+        if options["eval_mode"] is not None:
+            if eval_mode:
+                model.eval()
+            else:
+                model.train()
         out = getattr(model, method or "__call__")(*inputs, **apply_kwargs)
         return out, nnx.split(model, nnx.RngKey, ...)[2]
 

@@ -200,7 +200,7 @@ def named_leaves(tree, prefix=""):
 
 
 def build(flat_fn, inputs, writes=(), strip_names=0, scope=None, batch_polymorphic=True,
-          axis_names=None):
+          axis_names=None, eval_fn=None):
     """Trace `flat_fn(*arrays) -> [arrays]` and translate it into a new program.
 
     `inputs` is [(name, example value, kind)], kind 'feed', 'param' (trainable) or
@@ -209,11 +209,14 @@ def build(flat_fn, inputs, writes=(), strip_names=0, scope=None, batch_polymorph
     others are the fetch targets. Parameter, state and constant values go into `scope`.
     With `batch_polymorphic`, the leading dim of every feed that is not a scalar is
     traced as one symbolic batch dim and declared -1. `axis_names` maps the named axes
-    the function's collectives use to mesh axes (see jax_collective_rules). Returns
-    (program, feed names, fetch Variables).
+    the function's collectives use to mesh axes (see jax_collective_rules). `eval_fn`, a
+    second function of the same inputs and results, is the evaluation behaviour: each
+    result that differs becomes a `mode_select` of the two, which `clone(for_test=True)`
+    switches to `eval_fn`'s. Returns (program, feed names, fetch Variables).
     """
     axis_names = _axis_names(axis_names)
     flat_fn = _with_axes(flat_fn, axis_names)
+    eval_fn = _with_axes(eval_fn, axis_names) if eval_fn is not None else None
     names = [name for name, _, _ in inputs]
     clash = sorted({n for n in names if names.count(n) > 1})
     if clash:
@@ -252,6 +255,9 @@ def build(flat_fn, inputs, writes=(), strip_names=0, scope=None, batch_polymorph
     with program_guard(program):   # control-flow builders append to the current program
         outs = translator.run(closed.jaxpr, closed.consts, names)
     translator.check()
+    if eval_fn is not None:
+        outs = _with_eval_mode(program, outs, eval_fn, inputs, values, batched, strip_names,
+                               axis_names, translator.values)
     n_fetch = len(outs) - len(writes)
     for target, out in zip(writes, outs[n_fetch:]):
         if out != target:
@@ -261,6 +267,27 @@ def build(flat_fn, inputs, writes=(), strip_names=0, scope=None, batch_polymorph
     io.set_values(program, {k: np.asarray(v) for k, v in state.items()}, scope)
     feeds = [name for name, _, kind in inputs if kind == "feed"]
     return program, feeds, [block.var(n) for n in outs[:n_fetch]]
+
+
+def _with_eval_mode(program, outs, eval_fn, inputs, values, batched, strip_names, axis_names,
+                    constants):
+    """`outs` (the training results' names), each that `eval_fn` computes otherwise made a
+    `mode_select` of the two; `eval_fn`'s ops are translated into the same block and its
+    constants' values added to `constants`."""
+    closed, batch = _trace(eval_fn, inputs, values, batched)
+    translator = JaxTranslator(program, strip_names, (batched[0] if batched else None, batch),
+                               axis_names)
+    with program_guard(program):
+        eval_outs = translator.run(closed.jaxpr, closed.consts, [name for name, _, _ in inputs])
+    translator.check()
+    constants.update(translator.values)
+    if len(eval_outs) != len(outs):
+        raise ProgramError(f"the evaluation mode gives {len(eval_outs)} results and "
+                           f"variables where training gives {len(outs)}")
+    block = program.global_block()
+    return [out if out == other else block.append_op(
+                "mode_select", {"Train": out, "Eval": other}, callsite="").output("Out")[0]
+            for out, other in zip(outs, eval_outs)]
 
 
 def _axis_names(axis_names):

@@ -249,6 +249,20 @@ NORM = [
 ]
 
 
+# --- mode_select: the Train input, or Eval when is_test ---
+
+def _mode_select(Train, Eval, is_test=False):
+    return Eval if is_test else Train
+
+
+MODE_SELECT = [
+    Sample("mode_select", {"Train": rand(3, 4), "Eval": rand(3, 4, seed=1)}, _mode_select,
+           name="train"),
+    Sample("mode_select", {"Train": rand(3, 4), "Eval": rand(3, 4, seed=1)}, _mode_select,
+           {"is_test": True}, name="test"),
+]
+
+
 # --- dropout ---
 
 def _dropout_check(p, upscale=True):
@@ -409,12 +423,14 @@ ATTENTION = [
                 mask=_KEY_PADDING[:, None, None, :]),
 ]
 
-SAMPLES = CONV + POOL + NORM + DROPOUT + LOOKUP + ATTENTION
+SAMPLES = CONV + POOL + NORM + MODE_SELECT + DROPOUT + LOOKUP + ATTENTION
 
 _BN_STATS = {"Bias": spec(3), "Mean": spec(3), "Variance": spec(3)}
 
 _KV = {"K": spec(2, 6, 2, 4), "V": spec(2, 6, 2, 4)}
 INVALID = [
+    Invalid("mode_select", {"Train": spec(3, 4), "Eval": spec(4, 3)}, name="shapes_differ",
+            expect=["Eval must have shape [3, 4]", "got float32[4, 3]"]),
     Invalid("conv2d", {"Input": spec(-1, 64), "Filter": spec(8, 1, 3, 3)}, name="flat_input",
             expect=["Input must have rank 4 (N, C, H, W), got float32[-1, 64]"]),
     Invalid("conv2d", {"Input": spec(2, 3, 8, 8), "Filter": spec(4, 2, 3, 3)}, name="channels",
