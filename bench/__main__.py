@@ -22,6 +22,8 @@ Sections (all by default; pick with --only):
   overhead   Executor.run vs a raw jitted call: a one-op program, training steps;
   build      build + append_backward + lowering of 1k..10k-op programs, growth exponent;
   multistep  Executor.run(..., steps=K) vs K calls (skipped without a `steps` argument);
+  imported   models imported from Flax (bench/imported.py: an mnist CNN with BatchNorm, a
+             small causal transformer LM) trained by progdesc vs the original's jax.jit step;
   concurrency  plain JAX code (an un-jitted jax.hessian, a jitted MLP step) compiled by 4
              processes at once, with progdesc imported against without (bench/concurrency.py).
 
@@ -42,17 +44,18 @@ import sys
 import tempfile
 import time
 
-from bench import build_scaling, concurrency, multistep, overhead, peaks
+from bench import build_scaling, concurrency, imported, multistep, overhead, peaks
 from bench import workloads as W
 from bench.common import fmt_s, hlo_summary, interleaved
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-SECTIONS = ("torch", "steps", "first", "overhead", "build", "multistep", "concurrency")
+SECTIONS = ("torch", "steps", "first", "overhead", "build", "multistep", "imported",
+            "concurrency")
 TARGETS = {
     "step": ("<=", 1.05), "first": ("<=", 1.0), "memory": ("<=", 1.2),
     "overhead": ("<=", 1.5), "exponent": ("<=", 1.1), "build10k": ("<", 2.0),
-    "multistep": (">=", 1.5), "concurrency": ("<=", 1.1),
+    "multistep": (">=", 1.5), "concurrency": ("<=", 1.1), "imported": ("<=", 1.05),
     "torch_f32": ("<=", 1.0), "torch_bf16": ("<=", 0.8),
 }
 # issue 14's targets against PyTorch: the large transformer's float32 step against
@@ -340,6 +343,9 @@ def table(res):
                          f"x{m['flax_ratio']:.2f}", "reference", ""))
         else:
             rows.append(("steps=K throughput (MLP b32)", "skipped", "n/a", ">= 1.5", "SKIP"))
+    for name, r in res.get("imported", {}).items():
+        add(f"{name} imported from Flax: step progdesc/jax.jit",
+            f"{fmt_s(r['progdesc_s'])} / {fmt_s(r['original_s'])}", "imported", r["ratio"])
     c = res.get("concurrency")
     if c:
         for w, what in (("hessian", "un-jitted jax.hessian"), ("mlp", "jitted MLP step")):
@@ -465,6 +471,9 @@ def main(argv=None):
     if "multistep" in only:
         log("many steps per call:")
         results["multistep"] = multistep.run(k=args.k, rounds=ms_rounds, log=log)
+    if "imported" in only:
+        log("models imported from Flax, a training step against the original's jax.jit step:")
+        results["imported"] = imported.run(steps=10 if args.quick else 30, log=log)
     results["seconds"] = time.perf_counter() - t_start
     text, rows = table(results)
     results["table"] = [dict(zip(("measure", "measured", "value", "target", "verdict"), r))

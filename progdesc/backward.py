@@ -258,10 +258,16 @@ def _append_grad_ops(block, targets, target_grads, inputs, no_grad_set):
         aliases, specs = emit_grad_ops(block, op_desc, idx, in_targets, out_grads, aliasable,
                                        slots[idx])
         appended.extend(specs)
+        # a maker may leave a wanted input without a gradient (mode_select's value not
+        # taken): no gradient flows into it from this op
+        written = {a for spec in specs for names in spec.outputs.values()
+                   for a in ([names] if isinstance(names, str) else names)}
         for slot, i, n in diff_inputs[idx]:
             name = in_targets.get((slot, i))
-            if name is not None:
-                contributions.setdefault(n, []).append(aliases.get((slot, i), name))
+            if (slot, i) in aliases:
+                contributions.setdefault(n, []).append(aliases[(slot, i)])
+            elif name is not None and name in written:
+                contributions.setdefault(n, []).append(name)
     result = {n: finalize(n) for n in inputs}
     _prune(block, n_forward, appended, {g for g in result.values() if g})
     return result

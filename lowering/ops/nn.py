@@ -549,11 +549,10 @@ def mode_select(Train, Eval, *, is_test):
 
 @mode_select.gradient
 def _(g):
-    taken, other = ("Eval", "Train") if g.attr("is_test") else ("Train", "Eval")
+    # the value not taken gets no gradient (none flows back into the graph computing it)
+    taken = "Eval" if g.attr("is_test") else "Train"
     if g.wants(taken):
         g.pass_through(taken, g.out_grad("Out"))
-    if g.wants(other):   # the value not taken does not change Out
-        g.call("fill_zeros_like", g.input(other), out=g.in_grad(other))
 
 
 # --- dropout ---

@@ -257,9 +257,9 @@ def _mode_select(Train, Eval, is_test=False):
 
 MODE_SELECT = [
     Sample("mode_select", {"Train": rand(3, 4), "Eval": rand(3, 4, seed=1)}, _mode_select,
-           name="train"),
+           name="train", grad_slots=("Train",)),   # the value not taken gets no gradient
     Sample("mode_select", {"Train": rand(3, 4), "Eval": rand(3, 4, seed=1)}, _mode_select,
-           {"is_test": True}, name="test"),
+           {"is_test": True}, name="test", grad_slots=("Eval",)),
 ]
 
 
