@@ -346,3 +346,20 @@ def test_unsupported_primitives_in_branches_are_reported_with_the_rest():
     assert sorted((n, w) for n, w, _ in info.value.unsupported) == [   # jaxpr's order
         ("cumprod", line_of(__file__, "lambda v: lax.cumprod(v, axis=0), x)")),
         ("sort", line_of(__file__, "lambda v: jnp.sort(v),"))]
+
+
+def test_equations_nobody_uses_are_not_translated():
+    def initialize_carry(x):   # sst2's LSTM: a key made, then only zeros used
+        key = jax.random.key(0)
+        unused = jax.random.fold_in(key, 1)
+        del unused
+        carry = jnp.zeros((x.shape[0], 3), x.dtype)
+        jnp.sort(x)   # untranslatable too, and dead
+        return jnp.tanh(x[:, :3] + carry) * 2.0
+    x = _rand(4, 5)
+    scope = pd.Scope()
+    program, feeds, fetches = pd.from_jax(initialize_carry, x, scope=scope)
+    for batch in (4, 2):
+        xb = _rand(batch, 5, seed=batch)
+        (got,) = _run(program, feeds, fetches, [xb], scope)
+        np.testing.assert_allclose(got, np.tanh(xb[:, :3]) * 2.0, rtol=1e-6)

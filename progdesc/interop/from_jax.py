@@ -24,6 +24,9 @@ What becomes what:
   persistable, non-trainable variable named after a hash of its contents
   (`const_3f2a...`, so that programs sharing a Scope never overwrite each other's)
   whose value goes to the Scope with the parameters and is saved with them.
+- Equations whose results nobody uses (and that have no effects) are removed before
+  translation (`jax_compat.dead_code_removed`): a PRNG key made only to be dropped, say,
+  is neither translated nor reported.
 - Calls (`jit`, `custom_jvp_call`, `custom_vjp_call`, `remat`) are inlined. The
   program's gradients are then those of the primal computation: a custom JVP or VJP
   rule is replaced by the gradient makers of the ops it was inlined into (`relu`'s,
@@ -208,6 +211,7 @@ def build(flat_fn, inputs, writes=(), strip_names=0, scope=None, batch_polymorph
     batched = [name for (name, _, kind), v in zip(inputs, values)
                if batch_polymorphic and kind == "feed" and v.ndim]
     closed, batch = _trace(flat_fn, inputs, values, batched)
+    closed = jax_compat.dead_code_removed(closed)   # what nobody reads is not translated
     program = Program()
     block = program.global_block()
     for (name, _, kind), aval in zip(inputs, closed.in_avals):
