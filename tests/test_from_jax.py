@@ -363,3 +363,41 @@ def test_equations_nobody_uses_are_not_translated():
         xb = _rand(batch, 5, seed=batch)
         (got,) = _run(program, feeds, fetches, [xb], scope)
         np.testing.assert_allclose(got, np.tanh(xb[:, :3]) * 2.0, rtol=1e-6)
+
+
+def shift_right(x, axis=1):   # lm1b's: pad one step in front, drop the last
+    pad_widths = [(0, 0)] * x.ndim
+    pad_widths[axis] = (1, 0)
+    padded = jnp.pad(x, pad_widths, constant_values=x.dtype.type(0))
+    return lax.dynamic_slice_in_dim(padded, 0, padded.shape[axis] - 1, axis)
+
+
+def test_slices_pads_and_dynamic_slices_keeping_the_batch_dim_whole_stay_polymorphic():
+    def fn(x, y):
+        z = shift_right(x * 2.0) + x[:, 1:].sum() + lax.dynamic_slice(x, (0, 1), (x.shape[0], 2)
+                                                                      ).sum()
+        return lax.dynamic_update_slice(z, y, (0, 2)), jnp.pad(x, ((0, 0), (2, 1)))
+    scope = pd.Scope()
+    program, feeds, fetches = pd.from_jax(fn, _rand(3, 5), _rand(3, 2, seed=1), scope=scope)
+    block = program.global_block()
+    assert [block.var(f).shape for f in feeds] == [(-1, 5), (-1, 2)]
+    with pd.program_guard(program):
+        total = pd.ops.sum([pd.ops.reduce_sum(pd.ops.square(t)) for t in fetches])
+        grads = pd.gradients(total, [block.var(f) for f in feeds])
+
+    def total_of(x, y):
+        return sum(jnp.sum(o ** 2) for o in fn(x, y))
+    for batch in (4, 1):
+        args = [_rand(batch, 5, seed=batch), _rand(batch, 2, seed=batch + 1)]
+        got = _run(program, feeds, [*fetches, *grads], args, scope)
+        want = [*fn(*args), *jax.grad(total_of, argnums=(0, 1))(*args)]
+        assert len(got) == len(want) == 4
+        for g, w in zip(got, want):
+            assert g.shape == w.shape
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
+
+
+def test_a_dynamic_slice_of_part_of_the_batch_dim_is_refused():
+    with pytest.raises(pd.BatchPolymorphismError, match="not the operand's whole dim"):
+        pd.from_jax(lambda x: lax.dynamic_slice_in_dim(x, 0, x.shape[0] - 1, 0), _rand(3, 4),
+                    scope=pd.Scope())

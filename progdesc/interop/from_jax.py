@@ -10,7 +10,7 @@ What becomes what:
   dim of every non-scalar feed is traced as one symbolic dim (`jax.export.symbolic_shape`)
   and declared -1, and a size computed from it becomes a form an op computes from its
   inputs at run time: a reshape's -1, a broadcast's -1 (the operand's dim, or a feed's
-  batch dim for `zeros_like` and the like), a slice or gather that takes the dim whole,
+  batch dim for `zeros_like` and the like), a slice, dynamic slice, pad or gather that keeps the dim whole,
   a count (`dim_size`) for a mean over the batch, a scan over it. A shape
   that needs more raises `BatchPolymorphismError` naming the primitive and line; with
   `batch_polymorphic=False` the program is made for the example's shapes, as `jax.jit`

@@ -184,13 +184,26 @@ def slice_(t, x, *, start_indices, limit_indices, strides=None, in_types):
                   ends=[limit_indices[a] for a in axes], strides=[strides[a] for a in axes])
 
 
+def _whole(sizes, dims):
+    """`sizes` of a window into an operand of `dims`, a symbolic size the operand's whole
+    dim written -1 (the op takes it from its input); another symbolic size is refused."""
+    out = []
+    for i, (k, n) in enumerate(zip(sizes, dims)):
+        if is_batch_dim(k) and not _same_dim(k, n):
+            raise BatchDependent(f"size {k} of dim {i} is not the operand's whole dim {n}")
+        out.append(-1 if is_batch_dim(k) else k)
+    return out
+
+
 @RULES.rule("dynamic_slice")
-def dynamic_slice(t, x, *starts, slice_sizes):
-    return t.call("dynamic_slice", x, list(starts), sizes=list(slice_sizes))
+def dynamic_slice(t, x, *starts, slice_sizes, in_types):
+    return t.call("dynamic_slice", x, list(starts),
+                  sizes=_whole(slice_sizes, in_types[0].shape))
 
 
 @RULES.rule("dynamic_update_slice")
-def dynamic_update_slice(t, x, update, *starts):
+def dynamic_update_slice(t, x, update, *starts, in_types):
+    _whole(in_types[1].shape, in_types[0].shape)   # the update's gradient slices it so
     return t.call("dynamic_update_slice", x, update, list(starts))
 
 
