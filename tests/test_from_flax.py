@@ -368,3 +368,48 @@ def test_random_draws_are_reported_and_eval_mode_imports():
     program, _, fetches = pd.from_flax(model, None, x, scope=scope)
     got, = pd.Executor().run(program, feed={"x": x}, fetch_list=fetches, scope=scope)
     np.testing.assert_allclose(got, model(x), rtol=RTOL, atol=ATOL)
+
+
+class PartitionedDecoder(nn.Module):   # lm1b's way: boxed (partitioned) initializers
+    @nn.compact
+    def __call__(self, ids):
+        embed = nn.Embed(7, 4, embedding_init=nn.with_logical_partitioning(
+            nn.initializers.normal(1.0), ("vocab", "embed")))
+        x = embed(ids)
+        return nn.Dense(3, kernel_init=nn.with_partitioning(
+            nn.initializers.lecun_normal(), (None, "model")))(x)
+
+
+def test_partitioning_metadata_leaves_parameter_names_clean():
+    ids = np.array([[1, 2, 6], [0, 3, 3]], np.int32)
+    module = PartitionedDecoder()
+    variables = module.init(jax.random.key(0), ids)
+    scope = pd.Scope()
+    program, feeds, fetches = pd.from_flax(module, variables, ids, scope=scope)
+    unboxed = traverse_util.flatten_dict(nn.meta.unbox(variables)["params"], sep=".")
+    assert sorted(p.name for p in program.all_parameters()) == sorted(unboxed) \
+        == ["Dense_0.bias", "Dense_0.kernel", "Embed_0.embedding"]
+    for name, value in unboxed.items():
+        np.testing.assert_array_equal(np.asarray(scope.get(name)), value)
+    (got,) = pd.Executor().run(program, feed={feeds[0]: ids}, fetch_list=fetches, scope=scope)
+    np.testing.assert_allclose(got, module.apply(variables, ids), rtol=1e-6)
+
+
+def test_nnx_partitioning_metadata_leaves_parameter_names_clean():
+    class Model(nnx.Module):
+        def __init__(self, rngs):
+            self.l1 = nnx.Linear(3, 4, rngs=rngs, kernel_init=nnx.with_partitioning(
+                nnx.initializers.lecun_normal(), (None, "model")))
+
+        def __call__(self, x):
+            return self.l1(x)
+    with jax.set_mesh(jax.make_mesh((1,), ("model",))):
+        model = Model(nnx.Rngs(0))
+    x = np.ones((2, 3), np.float32)
+    scope = pd.Scope()
+    program, feeds, fetches = pd.from_flax(model, None, x, scope=scope)
+    assert sorted(p.name for p in program.all_parameters()) == [
+        "l1.bias", "l1.kernel"]
+    np.testing.assert_array_equal(np.asarray(scope.get("l1.kernel")), model.l1.kernel[...])
+    (got,) = pd.Executor().run(program, feed={feeds[0]: x}, fetch_list=fetches, scope=scope)
+    np.testing.assert_allclose(got, model(x), rtol=1e-6)

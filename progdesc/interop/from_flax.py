@@ -3,7 +3,9 @@ translator.
 
 - Parameters (linen's "params" collection, nnx's `nnx.Param`s) become trainable
   parameters named by their path in the module (`Dense_0.kernel`, `layers.0.bias`),
-  with the same values, placed in the Scope.
+  with the same values, placed in the Scope. Partitioning metadata
+  (`nn.with_partitioning`, `nn.with_logical_partitioning`, `nnx.with_partitioning`)
+  leaves the names as they are: `Embed_0.embedding`, not `Embed_0.embedding.value`.
 - Every other variable (linen's "batch_stats" and other collections, nnx's
   `BatchStat`s) becomes a persistable, non-trainable variable of the same name (its
   collection's name comes first if a parameter already has that name), except the keys
@@ -115,9 +117,7 @@ def _from_nnx(module, state, example_inputs, scope, method, apply_kwargs, polymo
     state = own_state if state is None else state
     types = {".".join(map(str, path)): type(v) for path, v in nnx.to_flat_state(state)}
     entries = []
-    for name, value in named_leaves(state):
-        if name.endswith(".value") and name.removesuffix(".value") in types:
-            name = name.removesuffix(".value")   # the Variable's own field
+    for name, value in named_leaves(state):   # a Variable's leaf is named after it
         kind = types.get(name, nnx.Variable)
         entries.append((kind.__name__, name, value,
                         "param" if issubclass(kind, nnx.Param) else "state"))

@@ -171,7 +171,11 @@ def _library_dirs():
 # --- building a program ---
 
 def _path_name(path):
-    """'Dense_0.kernel' of a pytree key path."""
+    """'Dense_0.kernel' of a pytree key path. A last key that is the attribute `value` (the
+    field where a box keeps its array: Flax's `Partitioned`, an nnx `Variable`) is left
+    out: the box's name is its array's."""
+    if path and isinstance(path[-1], jax.tree_util.GetAttrKey) and path[-1].name == "value":
+        path = path[:-1]
     parts = []
     for key in path:
         for attr in ("key", "idx", "name"):
