@@ -413,3 +413,42 @@ def test_nnx_partitioning_metadata_leaves_parameter_names_clean():
     np.testing.assert_array_equal(np.asarray(scope.get("l1.kernel")), model.l1.kernel[...])
     (got,) = pd.Executor().run(program, feed={feeds[0]: x}, fetch_list=fetches, scope=scope)
     np.testing.assert_allclose(got, model(x), rtol=1e-6)
+
+
+def test_importing_into_a_scope_holding_other_values_refuses_unless_asked():
+    class Model(nnx.Module):
+        def __init__(self, rngs):
+            self.l1 = nnx.Linear(3, 4, rngs=rngs)
+            self.bn = nnx.BatchNorm(4, rngs=rngs)
+
+        def __call__(self, x):
+            return self.bn(self.l1(x))
+    model = Model(nnx.Rngs(0))
+    x = np.random.default_rng(0).normal(size=(5, 3)).astype(np.float32)
+    scope = pd.Scope()
+    pd.from_flax(model, None, x, scope=scope)
+    pd.from_flax(model, None, x, scope=scope)   # the same values again: nothing overwritten
+    trained = np.asarray(scope.get("l1.kernel")) + 1.0
+    scope.set("l1.kernel", trained)
+    model.eval()
+    with pytest.raises(pd.ScopeError, match="overwrite=True") as info:
+        pd.from_flax(model, None, x, scope=scope)
+    assert info.value.var == "l1.kernel"
+    np.testing.assert_array_equal(scope.get("l1.kernel"), trained)
+    program, feeds, fetches = pd.from_flax(model, None, x, scope=scope, overwrite=True)
+    np.testing.assert_array_equal(scope.get("l1.kernel"), model.l1.kernel[...])
+    (got,) = pd.Executor().run(program, feed={feeds[0]: x}, fetch_list=fetches, scope=scope)
+    np.testing.assert_allclose(got, model(x), rtol=1e-5, atol=1e-6)
+
+
+def test_from_jax_refuses_to_overwrite_a_held_parameter_unless_asked():
+    scope = pd.Scope()
+    scope.set("w", np.zeros(3, np.float32))
+    with pytest.raises(pd.ScopeError, match="'w'"):
+        pd.from_jax(lambda p, x: x * p["w"], np.ones(3, np.float32),
+                    params={"w": np.ones(3, np.float32)}, scope=scope, batch_polymorphic=False)
+    np.testing.assert_array_equal(scope.get("w"), np.zeros(3))
+    pd.from_jax(lambda p, x: x * p["w"], np.ones(3, np.float32),
+                params={"w": np.ones(3, np.float32)}, scope=scope, overwrite=True,
+                batch_polymorphic=False)
+    np.testing.assert_array_equal(scope.get("w"), np.ones(3))

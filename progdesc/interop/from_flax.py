@@ -26,7 +26,7 @@ from progdesc.interop.from_jax import parameter_names, build, named_leaves
 
 
 def from_flax(module, variables, *example_inputs, scope=None, method=None,
-              batch_polymorphic=True, **apply_kwargs):
+              batch_polymorphic=True, overwrite=False, **apply_kwargs):
     """Trace a Flax module applied to `example_inputs` into a program.
 
     For a linen module, `variables` is what `module.init` returned; `method` and
@@ -37,23 +37,25 @@ def from_flax(module, variables, *example_inputs, scope=None, method=None,
 
     Returns `(program, feed_names, fetch_targets)` with the parameters and statistics
     in `scope` (default: the global one); see the module's docstring for names, state
-    and training mode. The program trains with `minimize` like any other. With
+    and training mode. A variable the Scope already holds with other values (a parameter
+    trained since) is never replaced unless `overwrite=True`: a ScopeError naming it is
+    raised instead (import into a fresh `pd.Scope()`, or pass the held values). The program trains with `minimize` like any other. With
     `batch_polymorphic` (the default) the inputs' leading dim is the batch dim (-1), and
     the program runs at any batch size; see `from_jax`.
     """
     from flax import linen, nnx
     if isinstance(module, nnx.Module):
         return _from_nnx(module, variables, example_inputs, scope, method, apply_kwargs,
-                         batch_polymorphic)
+                         batch_polymorphic, overwrite)
     if isinstance(module, linen.Module):
         return _from_linen(module, variables, example_inputs, scope, method, apply_kwargs,
-                           batch_polymorphic)
+                           batch_polymorphic, overwrite)
     raise TypeError(f"from_flax expects a flax.linen or flax.nnx Module, "
                     f"got {type(module).__name__}")
 
 
 def _build(call, state_tree, state_leaves, example_inputs, arg_names, scope, strip_names,
-           batch_polymorphic):
+           batch_polymorphic, overwrite):
     """Trace `call(state, *inputs) -> (output pytree, new state)` into a program; the
     state's leaves are [(name, value, 'param' or 'state')]."""
     input_tree = jax.tree_util.tree_structure(tuple(example_inputs))
@@ -77,7 +79,7 @@ def _build(call, state_tree, state_leaves, example_inputs, arg_names, scope, str
 
     writes = [name for name, _, kind in state_leaves if kind == "state"]
     return build(flat_fn, inputs, writes=writes, strip_names=strip_names, scope=scope,
-                 batch_polymorphic=batch_polymorphic)
+                 batch_polymorphic=batch_polymorphic, overwrite=overwrite)
 
 
 def _unique(entries):
@@ -88,7 +90,8 @@ def _unique(entries):
             for c, name, value, kind in entries]
 
 
-def _from_linen(module, variables, example_inputs, scope, method, apply_kwargs, polymorphic):
+def _from_linen(module, variables, example_inputs, scope, method, apply_kwargs, polymorphic,
+                overwrite):
     from flax.core import unfreeze
     variables = unfreeze(variables)
     mutable = [c for c in variables if c != "params"]
@@ -108,10 +111,11 @@ def _from_linen(module, variables, example_inputs, scope, method, apply_kwargs, 
     fn = getattr(module, method) if isinstance(method, str) else method or module.__call__
     return _build(call, jax.tree_util.tree_structure(variables), _unique(entries),
                   example_inputs, parameter_names(fn, len(example_inputs)), scope, 1,
-                  polymorphic)
+                  polymorphic, overwrite)
 
 
-def _from_nnx(module, state, example_inputs, scope, method, apply_kwargs, polymorphic):
+def _from_nnx(module, state, example_inputs, scope, method, apply_kwargs, polymorphic,
+              overwrite):
     from flax import nnx
     graphdef, rng_state, own_state = nnx.split(module, nnx.RngKey, ...)
     state = own_state if state is None else state
@@ -129,4 +133,4 @@ def _from_nnx(module, state, example_inputs, scope, method, apply_kwargs, polymo
 
     fn = getattr(module, method or "__call__")
     return _build(call, jax.tree_util.tree_structure(state), _unique(entries), example_inputs,
-                  parameter_names(fn, len(example_inputs)), scope, 0, polymorphic)
+                  parameter_names(fn, len(example_inputs)), scope, 0, polymorphic, overwrite)

@@ -51,10 +51,12 @@ import numpy as np
 from jax.extend import core as jcore
 
 from lowering import dtypes
-from lowering.errors import BatchPolymorphismError, ProgramError, UnsupportedPrimitiveError
+from lowering.errors import (BatchPolymorphismError, ProgramError, ScopeError,
+                             UnsupportedPrimitiveError)
 from progdesc import io, jax_compat
 from progdesc.callsites import PACKAGE_DIRS, cell_name
 from progdesc.framework import Program, program_guard
+from progdesc.scope import global_scope
 from progdesc.interop.jax_rules import RULES, BatchDependent, is_batch_dim
 from progdesc.translate import FAILED, Environment, Literal, Node, Translator
 
@@ -191,7 +193,8 @@ def named_leaves(tree, prefix=""):
     return [(".".join(p for p in (prefix, _path_name(path)) if p), leaf) for path, leaf in leaves]
 
 
-def build(flat_fn, inputs, writes=(), strip_names=0, scope=None, batch_polymorphic=True):
+def build(flat_fn, inputs, writes=(), strip_names=0, scope=None, batch_polymorphic=True,
+          overwrite=False):
     """Trace `flat_fn(*arrays) -> [arrays]` and translate it into a new program.
 
     `inputs` is [(name, example value, kind)], kind 'feed', 'param' (trainable) or
@@ -200,7 +203,8 @@ def build(flat_fn, inputs, writes=(), strip_names=0, scope=None, batch_polymorph
     others are the fetch targets. Parameter, state and constant values go into `scope`.
     With `batch_polymorphic`, the leading dim of every feed that is not a scalar is
     traced as one symbolic batch dim and declared -1. Returns (program, feed names,
-    fetch Variables).
+    fetch Variables). Unless `overwrite`, a parameter or state variable `scope` already
+    holds with another value is refused (`check_not_held`) before anything is traced.
     """
     names = [name for name, _, _ in inputs]
     clash = sorted({n for n in names if names.count(n) > 1})
@@ -208,6 +212,9 @@ def build(flat_fn, inputs, writes=(), strip_names=0, scope=None, batch_polymorph
         raise ProgramError(f"two inputs would share the variable name '{clash[0]}' (a "
                            "parameter's path and an argument's name?)", var=clash[0])
     values = [v if isinstance(v, jax.Array) else np.asarray(v) for _, v, _ in inputs]
+    if not overwrite:
+        check_not_held(scope, [(n, v) for (n, _, kind), v in zip(inputs, values)
+                               if kind != "feed"])
     for (name, _, _), value in zip(inputs, values):
         if _is_key(value):
             raise UnsupportedPrimitiveError(f"input '{name}' is a PRNG key, which a program "
@@ -240,6 +247,28 @@ def build(flat_fn, inputs, writes=(), strip_names=0, scope=None, batch_polymorph
     io.set_values(program, {k: np.asarray(v) for k, v in state.items()}, scope)
     feeds = [name for name, _, kind in inputs if kind == "feed"]
     return program, feeds, [block.var(n) for n in outs[:n_fetch]]
+
+
+def check_not_held(scope, values):
+    """Raise ScopeError if `scope` (None: the global one) holds any of the variables
+    `values` ([(name, value)]) with another shape, dtype or value: importing would
+    overwrite it (a parameter trained since, or another model's)."""
+    scope = scope or global_scope()
+    for name, value in values:
+        if name not in scope:
+            continue
+        held = np.asarray(scope.get(name))
+        value = np.asarray(value)
+        if held.shape == value.shape and held.dtype == value.dtype and np.array_equal(
+                held, value, equal_nan=held.dtype.kind in "fc"):
+            continue
+        raise ScopeError(
+            f"the Scope already holds '{name}' ({held.dtype}{list(held.shape)}) with other "
+            f"values than the import's ({value.dtype}{list(value.shape)}), and importing "
+            "would overwrite it (a parameter trained since, or another model's?): pass "
+            "overwrite=True to replace it, or scope=pd.Scope() to import into a Scope of "
+            "its own; to import with the held values, pass them as the parameters",
+            var=name)
 
 
 def _trace(flat_fn, inputs, values, batched):
@@ -300,7 +329,8 @@ def _is_library(frame):
     return os.path.abspath(frame.f_code.co_filename).startswith(_library_dirs())
 
 
-def from_jax(fn, *example_args, params=None, scope=None, batch_polymorphic=True):
+def from_jax(fn, *example_args, params=None, scope=None, batch_polymorphic=True,
+             overwrite=False):
     """Trace `fn(*example_args)` (or `fn(params, *example_args)`) into a program.
 
     Each array leaf of the example arguments becomes a feed variable named after `fn`'s
@@ -310,7 +340,9 @@ def from_jax(fn, *example_args, params=None, scope=None, batch_polymorphic=True)
     traced with that dim symbolic and the program runs at any batch size (all feeds
     sharing it). The leaves of `params`, if given, become trainable
     parameters named by their path (`w`, `layer1.b`), their values placed in `scope`
-    (default: the global one) with the program's constants. The results of `fn` (any
+    (default: the global one) with the program's constants; a parameter the Scope
+    already holds with other values (one trained since) is never replaced unless
+    `overwrite=True`: a ScopeError naming it is raised instead. The results of `fn` (any
     pytree of arrays) are the fetch targets, flattened in pytree order.
 
     Returns `(program, feed_names, fetch_targets)`, as `progdesc.io.load_inference_model`
@@ -337,7 +369,8 @@ def from_jax(fn, *example_args, params=None, scope=None, batch_polymorphic=True)
         return jax.tree_util.tree_leaves(
             fn(jax.tree_util.tree_unflatten(param_tree, leaves[:n_params]), *args))
 
-    return build(flat_fn, inputs, scope=scope, batch_polymorphic=batch_polymorphic)
+    return build(flat_fn, inputs, scope=scope, batch_polymorphic=batch_polymorphic,
+                 overwrite=overwrite)
 
 
 def parameter_names(fn, count, skip=0):
