@@ -401,3 +401,53 @@ def test_a_dynamic_slice_of_part_of_the_batch_dim_is_refused():
     with pytest.raises(pd.BatchPolymorphismError, match="not the operand's whole dim"):
         pd.from_jax(lambda x: lax.dynamic_slice_in_dim(x, 0, x.shape[0] - 1, 0), _rand(3, 4),
                     scope=pd.Scope())
+
+
+def message_passing(nodes, edges, senders, receivers):   # a graph network's step, jraph-style
+    messages = nodes[senders] * edges
+    incoming = jax.ops.segment_sum(messages, receivers, num_segments=nodes.shape[0])
+    return jnp.tanh(incoming + nodes), messages.mean(0) + jnp.zeros_like(nodes).sum()
+
+
+def _graph(n_node, n_edge, seed):
+    rng = np.random.default_rng(seed)
+    return [_rand(n_node, 3, seed=seed), _rand(n_edge, 3, seed=seed + 1),
+            rng.integers(0, n_node, n_edge).astype(np.int32),
+            rng.integers(0, n_node, n_edge).astype(np.int32)]
+
+
+def test_each_input_can_have_its_own_symbolic_leading_dim():
+    dims = {"nodes": "nodes", "edges": "edges", "senders": "edges", "receivers": "edges"}
+    scope = pd.Scope()
+    program, feeds, fetches = pd.from_jax(message_passing, *_graph(4, 6, 0), scope=scope,
+                                          batch_polymorphic=dims)
+    block = program.global_block()
+    assert [block.var(f).shape for f in feeds] == [(-1, 3), (-1, 3), (-1,), (-1,)]
+    with pd.program_guard(program):
+        total = pd.ops.sum([pd.ops.reduce_sum(pd.ops.square(t)) for t in fetches])
+        grads = pd.gradients(total, [block.var("nodes"), block.var("edges")])
+
+    def total_of(nodes, edges, senders, receivers):
+        return sum(jnp.sum(o ** 2) for o in message_passing(nodes, edges, senders, receivers))
+    for n_node, n_edge in ((5, 9), (3, 2)):
+        graph = _graph(n_node, n_edge, n_node)
+        got = _run(program, feeds, [*fetches, *grads], graph, scope)
+        want = [*message_passing(*graph), *jax.grad(total_of, argnums=(0, 1))(*graph)]
+        for g, w in zip(got, want):
+            assert g.shape == w.shape
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
+
+
+def test_an_input_can_keep_a_fixed_leading_dim_while_the_others_are_polymorphic():
+    scope = pd.Scope()
+    program, feeds, fetches = pd.from_jax(lambda x, w: x @ w, _rand(2, 3), _rand(3, 4),
+                                          batch_polymorphic={"w": False}, scope=scope)
+    assert [program.global_block().var(f).shape for f in feeds] == [(-1, 3), (3, 4)]
+    x, w = _rand(5, 3, seed=1), _rand(3, 4, seed=2)
+    (got,) = _run(program, feeds, fetches, [x, w], scope)
+    np.testing.assert_allclose(got, x @ w, rtol=1e-5)
+    with pytest.raises(pd.ProgramError, match="names 'ww', which is no input.*did you mean 'w'"):
+        pd.from_jax(lambda x, w: x @ w, _rand(2, 3), _rand(3, 4),
+                    batch_polymorphic={"ww": False}, scope=pd.Scope())
+    with pytest.raises(pd.BatchPolymorphismError, match="batch_polymorphic={'w': False}"):
+        pd.from_jax(lambda x, w: x @ w, _rand(2, 3), _rand(3, 4), scope=pd.Scope())

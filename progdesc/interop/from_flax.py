@@ -32,16 +32,19 @@ def from_flax(module, variables, *example_inputs, scope=None, method=None,
     For a linen module, `variables` is what `module.init` returned; `method` and
     `apply_kwargs` (e.g. `train=True`) are passed to `module.apply`. For an nnx module,
     `variables` is None (the module's own variables) or an `nnx.State` of its variables
-    other than random keys (`nnx.split(module, nnx.RngKey, ...)[2]`) to use instead; the module (or its method named `method`) is called with the inputs and
+    other than random keys (`nnx.split(module, nnx.RngKey, ...)[2]`) to use instead; the
+    module (or its method named `method`) is called with the inputs and
     `apply_kwargs`. Feeds are named after the call's parameters (`x`).
 
     Returns `(program, feed_names, fetch_targets)` with the parameters and statistics
     in `scope` (default: the global one); see the module's docstring for names, state
     and training mode. A variable the Scope already holds with other values (a parameter
     trained since) is never replaced unless `overwrite=True`: a ScopeError naming it is
-    raised instead (import into a fresh `pd.Scope()`, or pass the held values). The program trains with `minimize` like any other. With
+    raised instead (import into a fresh `pd.Scope()`, or pass the held values). The
+    program trains with `minimize` like any other. With
     `batch_polymorphic` (the default) the inputs' leading dim is the batch dim (-1), and
-    the program runs at any batch size; see `from_jax`.
+    the program runs at any batch size; a dict chooses per input (a leading dim of its
+    own, the batch dim, or fixed: `{"edges": "edges", "mask": False}`); see `from_jax`.
     """
     from flax import linen, nnx
     if isinstance(module, nnx.Module):

@@ -10,11 +10,13 @@ What becomes what:
   dim of every non-scalar feed is traced as one symbolic dim (`jax.export.symbolic_shape`)
   and declared -1, and a size computed from it becomes a form an op computes from its
   inputs at run time: a reshape's -1, a broadcast's -1 (the operand's dim, or a feed's
-  batch dim for `zeros_like` and the like), a slice, dynamic slice, pad or gather that keeps the dim whole,
-  a count (`dim_size`) for a mean over the batch, a scan over it. A shape
-  that needs more raises `BatchPolymorphismError` naming the primitive and line; with
-  `batch_polymorphic=False` the program is made for the example's shapes, as `jax.jit`
-  makes one executable per shape.
+  leading dim for `zeros_like` and the like), a slice, dynamic slice, pad or gather
+  that keeps the dim whole, a count (`dim_size`) for a mean over the batch, a scan over
+  it. A shape that needs more raises `BatchPolymorphismError` naming the primitive and
+  line; with `batch_polymorphic=False` the program is made for the example's shapes, as
+  `jax.jit` makes one executable per shape. A dict chooses per input: a leading dim of
+  its own (a graph's nodes and edges: `{"nodes": "nodes", "edges": "edges"}`), the
+  shared batch dim, or fixed (`{"w": False}`); see `leading_dims`.
 - `params` (a pytree passed as the function's first argument) become trainable
   parameters named by their path (`Dense_0.kernel`), their values put in the Scope.
 - Constants (arrays the function closes over, and literals) are made as every importer
@@ -52,12 +54,12 @@ from jax.extend import core as jcore
 
 from lowering import dtypes
 from lowering.errors import (BatchPolymorphismError, ProgramError, ScopeError,
-                             UnsupportedPrimitiveError)
+                             UnsupportedPrimitiveError, did_you_mean)
 from progdesc import io, jax_compat
 from progdesc.callsites import PACKAGE_DIRS, cell_name
 from progdesc.framework import Program, program_guard
 from progdesc.scope import global_scope
-from progdesc.interop.jax_rules import RULES, BatchDependent, is_batch_dim
+from progdesc.interop.jax_rules import RULES, BatchDependent, is_batch_dim, same_dim
 from progdesc.translate import FAILED, Environment, Literal, Node, Translator
 
 
@@ -65,19 +67,37 @@ class JaxTranslator(Translator):
     """The translator of jaxprs: each equation becomes a `Node` (its `params` the
     attributes, its avals the types), translated by `jax_rules.RULES`.
 
-    What is JAX's own stays here: `batch_ref`, the feed whose dim 0 is the symbolic
-    batch dim (and that dim), which the rules for sizes read; an attribute computed from
-    the batch dim is refused (`BatchDependent`), and an error of only such sizes is a
-    BatchPolymorphismError.
+    What is JAX's own stays here: `leading`, {symbolic dim: the first feed whose dim 0
+    it is}, which the rules for sizes read (`feed_with_leading`, `counted`); an attribute
+    computed from a symbolic dim is refused (`BatchDependent`), and an error of only such
+    sizes is a BatchPolymorphismError.
     """
 
     error_class = UnsupportedPrimitiveError
 
-    def __init__(self, program, strip_names=0, batch_ref=(None, None)):
+    def __init__(self, program, strip_names=0, leading=None):
         super().__init__(program, RULES)
-        self.batch_ref = batch_ref
+        self.leading = dict(leading or {})
         self._strip = strip_names
         self._jaxprs = 0   # jaxprs walked: the 'block' of an equation's place
+
+    def feed_with_leading(self, dim):
+        """The name of a feed whose dim 0 is the symbolic dim `dim`, or None."""
+        for d, name in self.leading.items():
+            if same_dim(d, dim):
+                return name
+        return None
+
+    def counted(self, dim):
+        """(feed, k) for a feed whose dim 0 times the int k is the symbolic dim `dim`, or None."""
+        for d, name in self.leading.items():
+            try:
+                factor = dim // d
+                if not is_batch_dim(factor) and factor * d == dim:
+                    return name, int(factor)
+            except Exception:   # noqa: BLE001  (JAX's symbolic arithmetic: not a multiple)
+                continue
+        return None
 
     def call(self, op_type, *args, **attrs):
         for key, value in attrs.items():
@@ -124,6 +144,8 @@ class JaxTranslator(Translator):
 
 _FIXED_HINT = ("; the function cannot run at any batch size: pass batch_polymorphic=False "
                "for a program of the example's shapes")
+_PER_INPUT_HINT = (", or give an input a leading dim of its own (batch_polymorphic={'w': "
+                   "False} keeps w's fixed; {'edges': 'edges'} makes it a dim 'edges')")
 
 
 def _operand(atom):
@@ -201,8 +223,8 @@ def build(flat_fn, inputs, writes=(), strip_names=0, scope=None, batch_polymorph
     'state' (persistable, not trained). The last `len(writes)` results are written into
     the state variables `writes` (skipped where one is that variable unchanged); the
     others are the fetch targets. Parameter, state and constant values go into `scope`.
-    With `batch_polymorphic`, the leading dim of every feed that is not a scalar is
-    traced as one symbolic batch dim and declared -1. Returns (program, feed names,
+    `batch_polymorphic` says which feeds' leading dims are traced as which symbolic dim
+    and declared -1 (see `leading_dims`). Returns (program, feed names,
     fetch Variables). Unless `overwrite`, a parameter or state variable `scope` already
     holds with another value is refused (`check_not_held`) before anything is traced.
     """
@@ -219,9 +241,8 @@ def build(flat_fn, inputs, writes=(), strip_names=0, scope=None, batch_polymorph
         if _is_key(value):
             raise UnsupportedPrimitiveError(f"input '{name}' is a PRNG key, which a program "
                                             "variable cannot hold", unsupported=[])
-    batched = [name for (name, _, kind), v in zip(inputs, values)
-               if batch_polymorphic and kind == "feed" and v.ndim]
-    closed, batch = _trace(flat_fn, inputs, values, batched)
+    leading = leading_dims(inputs, values, batch_polymorphic)
+    closed, symbols = _trace(flat_fn, inputs, values, leading)
     closed = jax_compat.dead_code_removed(closed)   # what nobody reads is not translated
     program = Program()
     block = program.global_block()
@@ -234,7 +255,11 @@ def build(flat_fn, inputs, writes=(), strip_names=0, scope=None, batch_polymorph
             block.create_parameter(name, shape, dtype)
         else:
             block.create_var(name, shape, dtype, persistable=True, stop_gradient=True)
-    translator = JaxTranslator(program, strip_names, (batched[0] if batched else None, batch))
+    refs = {}   # symbolic dim -> the first feed whose dim 0 it is
+    for name, _, _ in inputs:
+        if name in leading:
+            refs.setdefault(symbols[leading[name]], name)
+    translator = JaxTranslator(program, strip_names, refs)
     with program_guard(program):   # control-flow builders append to the current program
         outs = translator.run(closed.jaxpr, closed.consts, names)
     translator.check()
@@ -271,21 +296,61 @@ def check_not_held(scope, values):
             var=name)
 
 
-def _trace(flat_fn, inputs, values, batched):
-    """The jaxpr of `flat_fn`, with dim 0 of the inputs named in `batched` one symbolic
-    dim; returns (closed jaxpr, that dim or None)."""
-    if not batched:
-        return jax.make_jaxpr(flat_fn)(*values), None
-    leading = {name: v.shape[0] for (name, _, _), v in zip(inputs, values) if name in batched}
-    if len(set(leading.values())) > 1:
-        raise BatchPolymorphismError(
-            f"the feeds' leading dims differ ({leading}), so they are not one batch dim"
-            + _FIXED_HINT, unsupported=[])
-    (batch,) = jax.export.symbolic_shape("batch")
-    specs = [jax.ShapeDtypeStruct((batch, *v.shape[1:]), v.dtype) if name in batched else v
-             for (name, _, _), v in zip(inputs, values)]
+def leading_dims(inputs, values, choice):
+    """{feed name: the name of the symbolic dim its dim 0 is}, from `batch_polymorphic`.
+
+    True: every feed that is not a scalar has the dim 'batch'. False or None: none has.
+    A dict {input: True, False or a name}: an input is a feed's name (`graph.nodes`) or
+    an argument's (then it holds for each of its leaves; the longest matching input
+    wins); True is 'batch', False a fixed dim, a name (`'edges'`) a symbolic dim of its
+    own that the feeds given that name share. Feeds not named have 'batch'.
+    """
+    feeds = [(name, v) for (name, _, kind), v in zip(inputs, values) if kind == "feed"]
+    if choice is None or choice is False:
+        return {}
+    if choice is True:
+        choice = {}
+    if not isinstance(choice, dict):
+        raise ProgramError("batch_polymorphic must be True, False or a dict {input name: "
+                           f"True, False or a dim name}}, got {type(choice).__name__}")
+    names = [name for name, _ in feeds]
+    for key, dim in choice.items():
+        if not any(n == key or n.startswith(f"{key}.") for n in names):
+            raise ProgramError(f"batch_polymorphic names '{key}', which is no input of the "
+                               f"function (its inputs: {names}){did_you_mean(key, names)}")
+        if not (isinstance(dim, bool) or dim is None
+                or isinstance(dim, str) and dim.isidentifier()):
+            raise ProgramError(f"batch_polymorphic['{key}'] must be True, False or a dim name "
+                               f"(a Python identifier), got {dim!r}")
+    dims = {}
+    for name, value in feeds:
+        keys = [k for k in choice if name == k or name.startswith(f"{k}.")]
+        dim = choice[max(keys, key=len)] if keys else True
+        if value.ndim and dim is not False and dim is not None:
+            dims[name] = "batch" if dim is True else dim
+    return dims
+
+
+def _trace(flat_fn, inputs, values, leading):
+    """The jaxpr of `flat_fn`, with dim 0 of each input named in `leading` the symbolic
+    dim named there; returns (closed jaxpr, {dim name: symbolic dim})."""
+    if not leading:
+        return jax.make_jaxpr(flat_fn)(*values), {}
+    groups = {}
+    for (name, _, _), v in zip(inputs, values):
+        if name in leading:
+            groups.setdefault(leading[name], {})[name] = v.shape[0]
+    for dim, sizes in groups.items():
+        if len(set(sizes.values())) > 1:
+            what = "one batch dim" if dim == "batch" else f"one dim '{dim}'"
+            raise BatchPolymorphismError(
+                f"the feeds' leading dims differ ({sizes}), so they are not {what}"
+                + _FIXED_HINT + _PER_INPUT_HINT, unsupported=[])
+    symbols = dict(zip(groups, jax.export.symbolic_shape(", ".join(groups))))
+    specs = [jax.ShapeDtypeStruct((symbols[leading[name]], *v.shape[1:]), v.dtype)
+             if name in leading else v for (name, _, _), v in zip(inputs, values)]
     try:
-        return jax.make_jaxpr(flat_fn)(*specs), batch
+        return jax.make_jaxpr(flat_fn)(*specs), symbols
     except Exception as e:   # noqa: BLE001  (told apart below)
         error = e
     jax.make_jaxpr(flat_fn)(*values)   # raises the function's own error, if the batch dim's is not
@@ -338,10 +403,14 @@ def from_jax(fn, *example_args, params=None, scope=None, batch_polymorphic=True,
     example's shape and dtype, except that with `batch_polymorphic` (the default) the
     leading dim of every feed that is not a scalar is the batch dim, -1: the function is
     traced with that dim symbolic and the program runs at any batch size (all feeds
-    sharing it). The leaves of `params`, if given, become trainable
-    parameters named by their path (`w`, `layer1.b`), their values placed in `scope`
-    (default: the global one) with the program's constants; a parameter the Scope
-    already holds with other values (one trained since) is never replaced unless
+    sharing it). `batch_polymorphic` may also be a dict choosing per input (a feed's name,
+    or an argument's for all its leaves): `True` the shared batch dim, `False` the
+    example's fixed size, a name a symbolic dim of its own, shared by the inputs given
+    that name; inputs not named have the batch dim. A graph whose node and edge counts
+    differ: `{"nodes": "nodes", "edges": "edges", "senders": "edges"}`. The leaves of
+    `params`, if given, become trainable parameters named by their path (`w`,
+    `layer1.b`), their values placed in `scope` (default: the global one) with the
+    program's constants; a parameter the Scope already holds with other values (one trained since) is never replaced unless
     `overwrite=True`: a ScopeError naming it is raised instead. The results of `fn` (any
     pytree of arrays) are the fetch targets, flattened in pytree order.
 
