@@ -410,9 +410,10 @@ def from_jax(fn, *example_args, params=None, scope=None, batch_polymorphic=True,
     differ: `{"nodes": "nodes", "edges": "edges", "senders": "edges"}`. The leaves of
     `params`, if given, become trainable parameters named by their path (`w`,
     `layer1.b`), their values placed in `scope` (default: the global one) with the
-    program's constants; a parameter the Scope already holds with other values (one trained since) is never replaced unless
-    `overwrite=True`: a ScopeError naming it is raised instead. The results of `fn` (any
-    pytree of arrays) are the fetch targets, flattened in pytree order.
+    program's constants; a parameter the Scope already holds with other values (one
+    trained since) is never replaced unless `overwrite=True`: a ScopeError naming it is
+    raised instead. The results of `fn` (any pytree of arrays) are the fetch targets,
+    flattened in pytree order.
 
     Returns `(program, feed_names, fetch_targets)`, as `progdesc.io.load_inference_model`
     does. Raises UnsupportedPrimitiveError listing every primitive it cannot translate,
