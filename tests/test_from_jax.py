@@ -451,3 +451,36 @@ def test_an_input_can_keep_a_fixed_leading_dim_while_the_others_are_polymorphic(
                     batch_polymorphic={"ww": False}, scope=pd.Scope())
     with pytest.raises(pd.BatchPolymorphismError, match="batch_polymorphic={'w': False}"):
         pd.from_jax(lambda x, w: x @ w, _rand(2, 3), _rand(3, 4), scope=pd.Scope())
+
+
+def _with_label(program, out):
+    with pd.program_guard(program):
+        label = pd.data("label", [None, 16, 1])
+        return pd.ops.reduce_mean(pd.ops.square(pd.ops.sub(out, label)))
+
+
+def test_an_import_meets_data_declared_by_hand():
+    w = _rand(3, 1)
+    x, y = _rand(8, 16, 3, seed=1), _rand(8, 16, 1, seed=2)
+    scope = pd.Scope()
+    program, feeds, (out,) = pd.from_jax(lambda p, x: x @ p["w"], x, params={"w": w},
+                                         scope=scope)
+    loss = _with_label(program, out)
+    (grad,) = pd.gradients(loss, [program.global_block().var("w")])
+    for batch in (8, 3):
+        got_loss, got_grad = pd.Executor().run(
+            program, feed={"x": x[:batch], "label": y[:batch]}, fetch_list=[loss, grad],
+            scope=scope)
+        want_loss, want_grad = jax.value_and_grad(
+            lambda w: jnp.mean((x[:batch] @ w - y[:batch]) ** 2))(w)
+        np.testing.assert_allclose(got_loss, want_loss, rtol=1e-5)
+        np.testing.assert_allclose(got_grad, want_grad, rtol=1e-4, atol=1e-6)
+
+
+def test_a_fixed_batch_import_meeting_an_unknown_batch_says_what_to_do():
+    program, _, (out,) = pd.from_jax(lambda p, x: x @ p["w"], _rand(8, 16, 3),
+                                     params={"w": _rand(3, 1)}, scope=pd.Scope(),
+                                     batch_polymorphic=False)
+    with pytest.raises(pd.ShapeError, match=r"dim 0 of X is 8 and dim 0 of Y is -1.*"
+                                            r"import it with batch_polymorphic=True"):
+        _with_label(program, out)
