@@ -452,3 +452,32 @@ def test_from_jax_refuses_to_overwrite_a_held_parameter_unless_asked():
                 params={"w": np.ones(3, np.float32)}, scope=scope, overwrite=True,
                 batch_polymorphic=False)
     np.testing.assert_array_equal(scope.get("w"), np.ones(3))
+
+
+class Lookup(nn.Module):   # a batch of queries against a table passed in (fixed rows)
+    @nn.compact
+    def __call__(self, queries, table):
+        scores = nn.Dense(3)(queries) @ table.T
+        return jax.nn.softmax(scores) @ table
+
+
+def test_per_input_leading_dims_reach_a_flax_module():
+    queries, table = _rand_np(4, 3), _rand_np(7, 3, seed=1)
+    module = Lookup()
+    variables = module.init(jax.random.key(0), queries, table)
+    with pytest.raises(pd.BatchPolymorphismError, match=r"leading dims differ"):
+        pd.from_flax(module, variables, queries, table, scope=pd.Scope())
+    scope = pd.Scope()
+    program, feeds, fetches = pd.from_flax(module, variables, queries, table, scope=scope,
+                                           batch_polymorphic={"table": False})
+    assert [program.global_block().var(f).shape for f in feeds] == [(-1, 3), (7, 3)]
+    for batch in (2, 5):
+        q = _rand_np(batch, 3, seed=batch)
+        (got,) = pd.Executor().run(program, feed={"queries": q, "table": table},
+                                   fetch_list=fetches, scope=scope)
+        np.testing.assert_allclose(got, module.apply(variables, q, table), rtol=1e-5,
+                                   atol=1e-6)
+
+
+def _rand_np(*shape, seed=0):
+    return np.random.default_rng(seed).uniform(-1, 1, size=shape).astype(np.float32)
