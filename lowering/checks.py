@@ -76,7 +76,15 @@ def broadcast(**arrays):
                 raise ShapeError(
                     f"{other} {typed(y)} and {slot} {typed(x)} do not broadcast: dim "
                     f"{y.ndim - k} of {other} is {dims(y.shape)[-k]} and dim {x.ndim - k} of "
-                    f"{slot} is {dims(x.shape)[-k]} (sizes must be equal, or 1)", slot=slot)
+                    f"{slot} is {dims(x.shape)[-k]} (sizes must be equal, or 1)"
+                    + (_UNKNOWN_MEETS_FIXED if isinstance(y.shape[-k], int)
+                       != isinstance(x.shape[-k], int) else ""), slot=slot)
+
+
+_UNKNOWN_MEETS_FIXED = (
+    "; an unknown size (-1, None in pd.data) never meets a fixed one: declare both fixed "
+    "(pd.data with the fixed size) or both unknown (a program from from_jax/from_flax: "
+    "import it with batch_polymorphic=True)")
 
 
 def broadcasts_to(slot, x, target, meaning):

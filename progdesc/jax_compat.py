@@ -154,6 +154,30 @@ def unfiltered_tracebacks():
         return contextlib.nullcontext()
 
 
+# --- dead-code elimination of a traced function (from_jax) ---
+
+def dead_code_removed(closed):
+    """`closed`, a `jax.extend.core.ClosedJaxpr`, without the equations whose results
+    nobody uses and that have no effects (inside nested jaxprs too); its inputs and
+    outputs stay as they are.
+
+    Reaches `jax.interpreters.partial_eval.dce_jaxpr`, JAX's own dead-code pass, which
+    `jax.interpreters` exports but JAX does not list among its public APIs (no `jax.extend`
+    function does this). from_jax runs it before translating, so that an equation nobody
+    reads (a PRNG key made and never used) is neither translated nor reported. Where it is
+    missing, returns `closed` itself: dead equations are then translated (and an
+    untranslatable one among them is reported) as before.
+    """
+    try:
+        dce_jaxpr = _resolve("jax.interpreters.partial_eval", "dce_jaxpr",
+                             "from_jax's dead-code removal", "dead equations are translated")
+    except JaxCompatError:
+        return closed
+    jaxpr, _ = dce_jaxpr(closed.jaxpr, [True] * len(closed.jaxpr.outvars), instantiate=True)
+    from jax.extend import core
+    return core.ClosedJaxpr(jaxpr, closed.consts)
+
+
 # --- JAX's distributed runtime (progdesc.distributed.initialize) ---
 
 _DISTRIBUTED_FEATURE = "progdesc.distributed.initialize (runs across processes)"

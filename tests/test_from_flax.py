@@ -368,3 +368,116 @@ def test_random_draws_are_reported_and_eval_mode_imports():
     program, _, fetches = pd.from_flax(model, None, x, scope=scope)
     got, = pd.Executor().run(program, feed={"x": x}, fetch_list=fetches, scope=scope)
     np.testing.assert_allclose(got, model(x), rtol=RTOL, atol=ATOL)
+
+
+class PartitionedDecoder(nn.Module):   # lm1b's way: boxed (partitioned) initializers
+    @nn.compact
+    def __call__(self, ids):
+        embed = nn.Embed(7, 4, embedding_init=nn.with_logical_partitioning(
+            nn.initializers.normal(1.0), ("vocab", "embed")))
+        x = embed(ids)
+        return nn.Dense(3, kernel_init=nn.with_partitioning(
+            nn.initializers.lecun_normal(), (None, "model")))(x)
+
+
+def test_partitioning_metadata_leaves_parameter_names_clean():
+    ids = np.array([[1, 2, 6], [0, 3, 3]], np.int32)
+    module = PartitionedDecoder()
+    variables = module.init(jax.random.key(0), ids)
+    scope = pd.Scope()
+    program, feeds, fetches = pd.from_flax(module, variables, ids, scope=scope)
+    unboxed = traverse_util.flatten_dict(nn.meta.unbox(variables)["params"], sep=".")
+    assert sorted(p.name for p in program.all_parameters()) == sorted(unboxed) \
+        == ["Dense_0.bias", "Dense_0.kernel", "Embed_0.embedding"]
+    for name, value in unboxed.items():
+        np.testing.assert_array_equal(np.asarray(scope.get(name)), value)
+    (got,) = pd.Executor().run(program, feed={feeds[0]: ids}, fetch_list=fetches, scope=scope)
+    np.testing.assert_allclose(got, module.apply(variables, ids), rtol=1e-6)
+
+
+def test_nnx_partitioning_metadata_leaves_parameter_names_clean():
+    class Model(nnx.Module):
+        def __init__(self, rngs):
+            self.l1 = nnx.Linear(3, 4, rngs=rngs, kernel_init=nnx.with_partitioning(
+                nnx.initializers.lecun_normal(), (None, "model")))
+
+        def __call__(self, x):
+            return self.l1(x)
+    with jax.set_mesh(jax.make_mesh((1,), ("model",))):
+        model = Model(nnx.Rngs(0))
+    x = np.ones((2, 3), np.float32)
+    scope = pd.Scope()
+    program, feeds, fetches = pd.from_flax(model, None, x, scope=scope)
+    assert sorted(p.name for p in program.all_parameters()) == [
+        "l1.bias", "l1.kernel"]
+    np.testing.assert_array_equal(np.asarray(scope.get("l1.kernel")), model.l1.kernel[...])
+    (got,) = pd.Executor().run(program, feed={feeds[0]: x}, fetch_list=fetches, scope=scope)
+    np.testing.assert_allclose(got, model(x), rtol=1e-6)
+
+
+def test_importing_into_a_scope_holding_other_values_refuses_unless_asked():
+    class Model(nnx.Module):
+        def __init__(self, rngs):
+            self.l1 = nnx.Linear(3, 4, rngs=rngs)
+            self.bn = nnx.BatchNorm(4, rngs=rngs)
+
+        def __call__(self, x):
+            return self.bn(self.l1(x))
+    model = Model(nnx.Rngs(0))
+    x = np.random.default_rng(0).normal(size=(5, 3)).astype(np.float32)
+    scope = pd.Scope()
+    pd.from_flax(model, None, x, scope=scope)
+    pd.from_flax(model, None, x, scope=scope)   # the same values again: nothing overwritten
+    trained = np.asarray(scope.get("l1.kernel")) + 1.0
+    scope.set("l1.kernel", trained)
+    model.eval()
+    with pytest.raises(pd.ScopeError, match="overwrite=True") as info:
+        pd.from_flax(model, None, x, scope=scope)
+    assert info.value.var == "l1.kernel"
+    np.testing.assert_array_equal(scope.get("l1.kernel"), trained)
+    program, feeds, fetches = pd.from_flax(model, None, x, scope=scope, overwrite=True)
+    np.testing.assert_array_equal(scope.get("l1.kernel"), model.l1.kernel[...])
+    (got,) = pd.Executor().run(program, feed={feeds[0]: x}, fetch_list=fetches, scope=scope)
+    np.testing.assert_allclose(got, model(x), rtol=1e-5, atol=1e-6)
+
+
+def test_from_jax_refuses_to_overwrite_a_held_parameter_unless_asked():
+    scope = pd.Scope()
+    scope.set("w", np.zeros(3, np.float32))
+    with pytest.raises(pd.ScopeError, match="'w'"):
+        pd.from_jax(lambda p, x: x * p["w"], np.ones(3, np.float32),
+                    params={"w": np.ones(3, np.float32)}, scope=scope, batch_polymorphic=False)
+    np.testing.assert_array_equal(scope.get("w"), np.zeros(3))
+    pd.from_jax(lambda p, x: x * p["w"], np.ones(3, np.float32),
+                params={"w": np.ones(3, np.float32)}, scope=scope, overwrite=True,
+                batch_polymorphic=False)
+    np.testing.assert_array_equal(scope.get("w"), np.ones(3))
+
+
+class Lookup(nn.Module):   # a batch of queries against a table passed in (fixed rows)
+    @nn.compact
+    def __call__(self, queries, table):
+        scores = nn.Dense(3)(queries) @ table.T
+        return jax.nn.softmax(scores) @ table
+
+
+def test_per_input_leading_dims_reach_a_flax_module():
+    queries, table = _rand_np(4, 3), _rand_np(7, 3, seed=1)
+    module = Lookup()
+    variables = module.init(jax.random.key(0), queries, table)
+    with pytest.raises(pd.BatchPolymorphismError, match=r"leading dims differ"):
+        pd.from_flax(module, variables, queries, table, scope=pd.Scope())
+    scope = pd.Scope()
+    program, feeds, fetches = pd.from_flax(module, variables, queries, table, scope=scope,
+                                           batch_polymorphic={"table": False})
+    assert [program.global_block().var(f).shape for f in feeds] == [(-1, 3), (7, 3)]
+    for batch in (2, 5):
+        q = _rand_np(batch, 3, seed=batch)
+        (got,) = pd.Executor().run(program, feed={"queries": q, "table": table},
+                                   fetch_list=fetches, scope=scope)
+        np.testing.assert_allclose(got, module.apply(variables, q, table), rtol=1e-5,
+                                   atol=1e-6)
+
+
+def _rand_np(*shape, seed=0):
+    return np.random.default_rng(seed).uniform(-1, 1, size=shape).astype(np.float32)

@@ -346,3 +346,141 @@ def test_unsupported_primitives_in_branches_are_reported_with_the_rest():
     assert sorted((n, w) for n, w, _ in info.value.unsupported) == [   # jaxpr's order
         ("cumprod", line_of(__file__, "lambda v: lax.cumprod(v, axis=0), x)")),
         ("sort", line_of(__file__, "lambda v: jnp.sort(v),"))]
+
+
+def test_equations_nobody_uses_are_not_translated():
+    def initialize_carry(x):   # sst2's LSTM: a key made, then only zeros used
+        key = jax.random.key(0)
+        unused = jax.random.fold_in(key, 1)
+        del unused
+        carry = jnp.zeros((x.shape[0], 3), x.dtype)
+        jnp.sort(x)   # untranslatable too, and dead
+        return jnp.tanh(x[:, :3] + carry) * 2.0
+    x = _rand(4, 5)
+    scope = pd.Scope()
+    program, feeds, fetches = pd.from_jax(initialize_carry, x, scope=scope)
+    for batch in (4, 2):
+        xb = _rand(batch, 5, seed=batch)
+        (got,) = _run(program, feeds, fetches, [xb], scope)
+        np.testing.assert_allclose(got, np.tanh(xb[:, :3]) * 2.0, rtol=1e-6)
+
+
+def shift_right(x, axis=1):   # lm1b's: pad one step in front, drop the last
+    pad_widths = [(0, 0)] * x.ndim
+    pad_widths[axis] = (1, 0)
+    padded = jnp.pad(x, pad_widths, constant_values=x.dtype.type(0))
+    return lax.dynamic_slice_in_dim(padded, 0, padded.shape[axis] - 1, axis)
+
+
+def test_slices_pads_and_dynamic_slices_keeping_the_batch_dim_whole_stay_polymorphic():
+    def fn(x, y):
+        z = shift_right(x * 2.0) + x[:, 1:].sum() + lax.dynamic_slice(x, (0, 1), (x.shape[0], 2)
+                                                                      ).sum()
+        return lax.dynamic_update_slice(z, y, (0, 2)), jnp.pad(x, ((0, 0), (2, 1)))
+    scope = pd.Scope()
+    program, feeds, fetches = pd.from_jax(fn, _rand(3, 5), _rand(3, 2, seed=1), scope=scope)
+    block = program.global_block()
+    assert [block.var(f).shape for f in feeds] == [(-1, 5), (-1, 2)]
+    with pd.program_guard(program):
+        total = pd.ops.sum([pd.ops.reduce_sum(pd.ops.square(t)) for t in fetches])
+        grads = pd.gradients(total, [block.var(f) for f in feeds])
+
+    def total_of(x, y):
+        return sum(jnp.sum(o ** 2) for o in fn(x, y))
+    for batch in (4, 1):
+        args = [_rand(batch, 5, seed=batch), _rand(batch, 2, seed=batch + 1)]
+        got = _run(program, feeds, [*fetches, *grads], args, scope)
+        want = [*fn(*args), *jax.grad(total_of, argnums=(0, 1))(*args)]
+        assert len(got) == len(want) == 4
+        for g, w in zip(got, want):
+            assert g.shape == w.shape
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
+
+
+def test_a_dynamic_slice_of_part_of_the_batch_dim_is_refused():
+    with pytest.raises(pd.BatchPolymorphismError, match="not the operand's whole dim"):
+        pd.from_jax(lambda x: lax.dynamic_slice_in_dim(x, 0, x.shape[0] - 1, 0), _rand(3, 4),
+                    scope=pd.Scope())
+
+
+def message_passing(nodes, edges, senders, receivers):   # a graph network's step, jraph-style
+    messages = nodes[senders] * edges
+    incoming = jax.ops.segment_sum(messages, receivers, num_segments=nodes.shape[0])
+    return jnp.tanh(incoming + nodes), messages.mean(0) + jnp.zeros_like(nodes).sum()
+
+
+def _graph(n_node, n_edge, seed):
+    rng = np.random.default_rng(seed)
+    return [_rand(n_node, 3, seed=seed), _rand(n_edge, 3, seed=seed + 1),
+            rng.integers(0, n_node, n_edge).astype(np.int32),
+            rng.integers(0, n_node, n_edge).astype(np.int32)]
+
+
+def test_each_input_can_have_its_own_symbolic_leading_dim():
+    dims = {"nodes": "nodes", "edges": "edges", "senders": "edges", "receivers": "edges"}
+    scope = pd.Scope()
+    program, feeds, fetches = pd.from_jax(message_passing, *_graph(4, 6, 0), scope=scope,
+                                          batch_polymorphic=dims)
+    block = program.global_block()
+    assert [block.var(f).shape for f in feeds] == [(-1, 3), (-1, 3), (-1,), (-1,)]
+    with pd.program_guard(program):
+        total = pd.ops.sum([pd.ops.reduce_sum(pd.ops.square(t)) for t in fetches])
+        grads = pd.gradients(total, [block.var("nodes"), block.var("edges")])
+
+    def total_of(nodes, edges, senders, receivers):
+        return sum(jnp.sum(o ** 2) for o in message_passing(nodes, edges, senders, receivers))
+    for n_node, n_edge in ((5, 9), (3, 2)):
+        graph = _graph(n_node, n_edge, n_node)
+        got = _run(program, feeds, [*fetches, *grads], graph, scope)
+        want = [*message_passing(*graph), *jax.grad(total_of, argnums=(0, 1))(*graph)]
+        for g, w in zip(got, want):
+            assert g.shape == w.shape
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
+
+
+def test_an_input_can_keep_a_fixed_leading_dim_while_the_others_are_polymorphic():
+    scope = pd.Scope()
+    program, feeds, fetches = pd.from_jax(lambda x, w: x @ w, _rand(2, 3), _rand(3, 4),
+                                          batch_polymorphic={"w": False}, scope=scope)
+    assert [program.global_block().var(f).shape for f in feeds] == [(-1, 3), (3, 4)]
+    x, w = _rand(5, 3, seed=1), _rand(3, 4, seed=2)
+    (got,) = _run(program, feeds, fetches, [x, w], scope)
+    np.testing.assert_allclose(got, x @ w, rtol=1e-5)
+    with pytest.raises(pd.ProgramError, match="names 'ww', which is no input.*did you mean 'w'"):
+        pd.from_jax(lambda x, w: x @ w, _rand(2, 3), _rand(3, 4),
+                    batch_polymorphic={"ww": False}, scope=pd.Scope())
+    with pytest.raises(pd.BatchPolymorphismError, match="batch_polymorphic={'w': False}"):
+        pd.from_jax(lambda x, w: x @ w, _rand(2, 3), _rand(3, 4), scope=pd.Scope())
+
+
+def _with_label(program, out):
+    with pd.program_guard(program):
+        label = pd.data("label", [None, 16, 1])
+        return pd.ops.reduce_mean(pd.ops.square(pd.ops.sub(out, label)))
+
+
+def test_an_import_meets_data_declared_by_hand():
+    w = _rand(3, 1)
+    x, y = _rand(8, 16, 3, seed=1), _rand(8, 16, 1, seed=2)
+    scope = pd.Scope()
+    program, feeds, (out,) = pd.from_jax(lambda p, x: x @ p["w"], x, params={"w": w},
+                                         scope=scope)
+    loss = _with_label(program, out)
+    (grad,) = pd.gradients(loss, [program.global_block().var("w")])
+    for batch in (8, 3):
+        got_loss, got_grad = pd.Executor().run(
+            program, feed={"x": x[:batch], "label": y[:batch]}, fetch_list=[loss, grad],
+            scope=scope)
+        want_loss, want_grad = jax.value_and_grad(
+            lambda w: jnp.mean((x[:batch] @ w - y[:batch]) ** 2))(w)
+        np.testing.assert_allclose(got_loss, want_loss, rtol=1e-5)
+        np.testing.assert_allclose(got_grad, want_grad, rtol=1e-4, atol=1e-6)
+
+
+def test_a_fixed_batch_import_meeting_an_unknown_batch_says_what_to_do():
+    program, _, (out,) = pd.from_jax(lambda p, x: x @ p["w"], _rand(8, 16, 3),
+                                     params={"w": _rand(3, 1)}, scope=pd.Scope(),
+                                     batch_polymorphic=False)
+    with pytest.raises(pd.ShapeError, match=r"dim 0 of X is 8 and dim 0 of Y is -1.*"
+                                            r"import it with batch_polymorphic=True"):
+        _with_label(program, out)

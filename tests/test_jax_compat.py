@@ -311,3 +311,36 @@ def test_without_the_distributed_internals_initialize_says_so(monkeypatch, modul
         dist.initialize("127.0.0.1:1234", 2, 1)
     assert_names(info.value, internal, "progdesc.distributed.initialize")
     assert isinstance(info.value, pd.ProgdescError) and not jax.distributed.is_initialized()
+
+
+# --- dce_jaxpr: from_jax removes dead equations before translating ---
+
+def _with_dead_key(x):
+    jax.random.key(0)   # made, never used: draws 'random_seed'
+    return x * 2.0
+
+
+def test_dead_code_removal_drops_unused_equations_and_keeps_the_signature():
+    closed = jax.make_jaxpr(lambda x, y: (jnp.sin(x), jnp.exp(y) * 0.0 + 1.0, x + 1.0)[0::2])(
+        np.ones(3, np.float32), np.ones(2, np.float32))
+    pruned = jax_compat.dead_code_removed(closed)
+    assert [e.primitive.name for e in pruned.jaxpr.eqns] == ["sin", "add"], (
+        "jax.interpreters.partial_eval.dce_jaxpr no longer removes dead equations; "
+        "update progdesc/jax_compat.py")
+    assert len(pruned.jaxpr.invars) == 2 and len(pruned.jaxpr.outvars) == 2
+    a, b = jax.core.eval_jaxpr(pruned.jaxpr, pruned.consts, np.float32([0.5] * 3), np.ones(2))
+    np.testing.assert_allclose(a, np.sin(0.5) * np.ones(3), rtol=1e-6)
+    np.testing.assert_allclose(b, 1.5 * np.ones(3), rtol=1e-6)
+    scope = pd.Scope()
+    program, feeds, fetches = pd.from_jax(_with_dead_key, np.ones(3, np.float32), scope=scope)
+    (got,) = pd.Executor().run(program, feed={feeds[0]: np.float32([1, 2, 3])},
+                               fetch_list=fetches, scope=scope)
+    np.testing.assert_array_equal(got, np.float32([2, 4, 6]))
+
+
+def test_without_dead_code_removal_dead_equations_are_translated_as_before(monkeypatch):
+    lacking(monkeypatch, "jax.interpreters.partial_eval", dce_jaxpr=MISSING)
+    closed = jax.make_jaxpr(lambda x: (jnp.sin(x), x)[1])(np.ones(3, np.float32))
+    assert jax_compat.dead_code_removed(closed) is closed
+    with pytest.raises(pd.UnsupportedPrimitiveError, match="'random_seed'"):
+        pd.from_jax(_with_dead_key, np.ones(3, np.float32), scope=pd.Scope())

@@ -402,10 +402,11 @@ _STARTS = In("StartIndices", "int", many=True, differentiable=False,
 
 
 @op("dynamic_slice", inputs=[In("X"), _STARTS], outputs=[Out("Out")],
-    attrs={"sizes": Attr("sizes", "ints", REQUIRED, "the window's size in each dim",
-                        where=Dims())})
+    attrs={"sizes": Attr("sizes", "ints", REQUIRED, "the window's size in each dim; -1 "
+                        "takes that dim whole (a batch dim)", where=Dims(least=-1))})
 def dynamic_slice(X, StartIndices, *, sizes):
     """The window of X of `sizes` at run-time `StartIndices` (`lax.dynamic_slice`)."""
+    sizes = [n if k == -1 else k for k, n in zip(sizes, X.shape)]
     _check_starts(X, StartIndices, sizes)
     return lax.dynamic_slice(X, _clamp_low(StartIndices), tuple(sizes))
 
@@ -451,7 +452,7 @@ def _(g):
     if g.wants("X"):
         g.call("dynamic_update_slice", dout, g.call("fill_zeros_like", update), starts,
                out=g.in_grad("X"))
-    if g.wants("Update"):
+    if g.wants("Update"):   # an unknown dim of Update (-1) is one it has whole, as X
         g.call("dynamic_slice", dout, starts, sizes=list(g.var(update)[0]),
                out=g.in_grad("Update"))
 
@@ -510,6 +511,9 @@ def _(g):   # linear in OutGrad: a gather, whose dropped slices took no part (ze
            **dict(g.attrs, fill_value=0.0))
 
 
+_TO_THE_END = 2 ** 31 - 1   # a slice's end past any dim: clamped to the dim's end
+
+
 @op("pad", inputs=[In("X"), In("PaddingValue", doc="a scalar of X's dtype")],
     outputs=[Out("Out")], same_dtype=("X", "PaddingValue"),
     attrs={"padding_config": Attr("padding_config", "ints", REQUIRED,
@@ -539,10 +543,12 @@ def _(g):   # as JAX's transpose: cut the padding off, take every (interior + 1)
         zero = g.call("fill_constant", shape=[], dtype=g.var(x)[1])
         cut = g.call("pad", dout, zero,
                      padding_config=[v for a, b in zip(lo, hi) for v in (-a, -b, 0)])
-        dims = g.var(x)[0]
-        g.call("slice", cut, axes=list(range(len(dims))), starts=[0] * len(dims),
-               ends=[(d - 1) * (k + 1) + 1 for d, k in zip(dims, interior)],
-               strides=[k + 1 for k in interior], out=g.in_grad("X"))
+        dims = g.var(x)[0]   # the cut is X's shape but for interior padding: skip that
+        axes = [a for a, k in enumerate(interior) if k]
+        g.call("slice", cut, axes=axes, starts=[0] * len(axes),
+               ends=[(dims[a] - 1) * (interior[a] + 1) + 1 if dims[a] >= 0 else _TO_THE_END
+                     for a in axes],
+               strides=[interior[a] + 1 for a in axes], out=g.in_grad("X"))
     if g.wants("PaddingValue"):   # the elements of Out that are padding: a mask of them
         one = g.call("scale", g.call("fill_zeros_like", g.input("PaddingValue")), bias=1.0)
         mask = g.call("pad", g.call("fill_zeros_like", x), one, padding_config=list(config))

@@ -3,7 +3,9 @@ translator.
 
 - Parameters (linen's "params" collection, nnx's `nnx.Param`s) become trainable
   parameters named by their path in the module (`Dense_0.kernel`, `layers.0.bias`),
-  with the same values, placed in the Scope.
+  with the same values, placed in the Scope. Partitioning metadata
+  (`nn.with_partitioning`, `nn.with_logical_partitioning`, `nnx.with_partitioning`)
+  leaves the names as they are: `Embed_0.embedding`, not `Embed_0.embedding.value`.
 - Every other variable (linen's "batch_stats" and other collections, nnx's
   `BatchStat`s) becomes a persistable, non-trainable variable of the same name (its
   collection's name comes first if a parameter already has that name), except the keys
@@ -26,20 +28,27 @@ from progdesc.interop.from_jax import parameter_names, build, named_leaves
 
 
 def from_flax(module, variables, *example_inputs, scope=None, method=None,
-              batch_polymorphic=True, axis_names=None, eval_mode=None, **apply_kwargs):
+              batch_polymorphic=True, axis_names=None, eval_mode=None, overwrite=False,
+              **apply_kwargs):
     """Trace a Flax module applied to `example_inputs` into a program.
 
     For a linen module, `variables` is what `module.init` returned; `method` and
     `apply_kwargs` (e.g. `train=True`) are passed to `module.apply`. For an nnx module,
     `variables` is None (the module's own variables) or an `nnx.State` of its variables
-    other than random keys (`nnx.split(module, nnx.RngKey, ...)[2]`) to use instead; the module (or its method named `method`) is called with the inputs and
+    other than random keys (`nnx.split(module, nnx.RngKey, ...)[2]`) to use instead; the
+    module (or its method named `method`) is called with the inputs and
     `apply_kwargs`. Feeds are named after the call's parameters (`x`).
 
     Returns `(program, feed_names, fetch_targets)` with the parameters and statistics
     in `scope` (default: the global one); see the module's docstring for names, state
-    and training mode. The program trains with `minimize` like any other. With
+    and training mode. A variable the Scope already holds with other values (a parameter
+    trained since) is never replaced unless `overwrite=True`: a ScopeError naming it is
+    raised instead (import into a fresh `pd.Scope()`, or pass the held values). The
+    program trains with `minimize` like any other. With
     `batch_polymorphic` (the default) the inputs' leading dim is the batch dim (-1), and
-    the program runs at any batch size; see `from_jax`. `axis_names` maps the axis names
+    the program runs at any batch size; a dict chooses per input (a leading dim of its
+    own, the batch dim, or fixed: `{"edges": "edges", "mask": False}`); see `from_jax`.
+    `axis_names` maps the axis names
     of the module's collectives (`BatchNorm(axis_name="batch")`) to mesh axes, as in
     `from_jax`.
 
@@ -57,7 +66,7 @@ def from_flax(module, variables, *example_inputs, scope=None, method=None,
         raise TypeError("eval_mode is True for an nnx module, a dict of apply keywords for a "
                         f"linen module (e.g. {{'train': False}}), got {eval_mode!r}")
     options = {"batch_polymorphic": batch_polymorphic, "axis_names": axis_names,
-               "eval_mode": eval_mode}
+               "eval_mode": eval_mode, "overwrite": overwrite}
     if isinstance(module, nnx.Module):
         return _from_nnx(module, variables, example_inputs, scope, method, apply_kwargs,
                          options)
@@ -141,9 +150,7 @@ def _from_nnx(module, state, example_inputs, scope, method, apply_kwargs, option
     state = own_state if state is None else state
     types = {".".join(map(str, path)): type(v) for path, v in nnx.to_flat_state(state)}
     entries = []
-    for name, value in named_leaves(state):
-        if name.endswith(".value") and name.removesuffix(".value") in types:
-            name = name.removesuffix(".value")   # the Variable's own field
+    for name, value in named_leaves(state):   # a Variable's leaf is named after it
         kind = types.get(name, nnx.Variable)
         entries.append((kind.__name__, name, value,
                         "param" if issubclass(kind, nnx.Param) else "state"))

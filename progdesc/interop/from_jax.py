@@ -10,11 +10,13 @@ What becomes what:
   dim of every non-scalar feed is traced as one symbolic dim (`jax.export.symbolic_shape`)
   and declared -1, and a size computed from it becomes a form an op computes from its
   inputs at run time: a reshape's -1, a broadcast's -1 (the operand's dim, or a feed's
-  batch dim for `zeros_like` and the like), a slice or gather that takes the dim whole,
-  a count (`dim_size`) for a mean over the batch, a scan over it. A shape
-  that needs more raises `BatchPolymorphismError` naming the primitive and line; with
-  `batch_polymorphic=False` the program is made for the example's shapes, as `jax.jit`
-  makes one executable per shape.
+  leading dim for `zeros_like` and the like), a slice, dynamic slice, pad or gather
+  that keeps the dim whole, a count (`dim_size`) for a mean over the batch, a scan over
+  it. A shape that needs more raises `BatchPolymorphismError` naming the primitive and
+  line; with `batch_polymorphic=False` the program is made for the example's shapes, as
+  `jax.jit` makes one executable per shape. A dict chooses per input: a leading dim of
+  its own (a graph's nodes and edges: `{"nodes": "nodes", "edges": "edges"}`), the
+  shared batch dim, or fixed (`{"w": False}`); see `leading_dims`.
 - `params` (a pytree passed as the function's first argument) become trainable
   parameters named by their path (`Dense_0.kernel`), their values put in the Scope.
 - Constants (arrays the function closes over, and literals) are made as every importer
@@ -24,6 +26,9 @@ What becomes what:
   persistable, non-trainable variable named after a hash of its contents
   (`const_3f2a...`, so that programs sharing a Scope never overwrite each other's)
   whose value goes to the Scope with the parameters and is saved with them.
+- Equations whose results nobody uses (and that have no effects) are removed before
+  translation (`jax_compat.dead_code_removed`): a PRNG key made only to be dropped, say,
+  is neither translated nor reported.
 - Calls (`jit`, `custom_jvp_call`, `custom_vjp_call`, `remat`) are inlined. The
   program's gradients are then those of the primal computation: a custom JVP or VJP
   rule is replaced by the gradient makers of the ops it was inlined into (`relu`'s,
@@ -49,12 +54,14 @@ import numpy as np
 from jax.extend import core as jcore
 
 from lowering import dtypes
-from lowering.errors import BatchPolymorphismError, ProgramError, UnsupportedPrimitiveError
+from lowering.errors import (BatchPolymorphismError, ProgramError, ScopeError,
+                             UnsupportedPrimitiveError, did_you_mean)
 from progdesc import io, jax_compat
 from progdesc.callsites import PACKAGE_DIRS, cell_name
 from progdesc.framework import Program, program_guard
+from progdesc.scope import global_scope
 from progdesc.interop.jax_collective_rules import AXIS_SIZES
-from progdesc.interop.jax_rules import RULES, BatchDependent, is_batch_dim
+from progdesc.interop.jax_rules import RULES, BatchDependent, is_batch_dim, same_dim
 from progdesc.translate import FAILED, Environment, Literal, Node, Translator
 
 
@@ -62,21 +69,39 @@ class JaxTranslator(Translator):
     """The translator of jaxprs: each equation becomes a `Node` (its `params` the
     attributes, its avals the types), translated by `jax_rules.RULES`.
 
-    What is JAX's own stays here: `batch_ref`, the feed whose dim 0 is the symbolic
-    batch dim (and that dim), which the rules for sizes read; an attribute computed from
-    the batch dim is refused (`BatchDependent`), and an error of only such sizes is a
-    BatchPolymorphismError.
+    What is JAX's own stays here: `leading`, {symbolic dim: the first feed whose dim 0
+    it is}, which the rules for sizes read (`feed_with_leading`, `counted`); an attribute
+    computed from a symbolic dim is refused (`BatchDependent`), and an error of only such
+    sizes is a BatchPolymorphismError.
     """
 
     error_class = UnsupportedPrimitiveError
 
-    def __init__(self, program, strip_names=0, batch_ref=(None, None), axis_names=None):
+    def __init__(self, program, strip_names=0, leading=None, axis_names=None):
         super().__init__(program, RULES)
-        self.batch_ref = batch_ref
+        self.leading = dict(leading or {})
         self.axis_names = dict(axis_names or {})   # the function's axis -> our mesh axis
         self._axis_sizes = dict(zip(AXIS_SIZES, self.axis_names.values()))
         self._strip = strip_names
         self._jaxprs = 0   # jaxprs walked: the 'block' of an equation's place
+
+    def feed_with_leading(self, dim):
+        """The name of a feed whose dim 0 is the symbolic dim `dim`, or None."""
+        for d, name in self.leading.items():
+            if same_dim(d, dim):
+                return name
+        return None
+
+    def counted(self, dim):
+        """(feed, k) for a feed whose dim 0 times the int k is the symbolic dim `dim`, or None."""
+        for d, name in self.leading.items():
+            try:
+                factor = dim // d
+                if not is_batch_dim(factor) and factor * d == dim:
+                    return name, int(factor)
+            except Exception:   # noqa: BLE001  (JAX's symbolic arithmetic: not a multiple)
+                continue
+        return None
 
     def call(self, op_type, *args, **attrs):
         for key, value in attrs.items():
@@ -134,6 +159,8 @@ class JaxTranslator(Translator):
 
 _FIXED_HINT = ("; the function cannot run at any batch size: pass batch_polymorphic=False "
                "for a program of the example's shapes")
+_PER_INPUT_HINT = (", or give an input a leading dim of its own (batch_polymorphic={'w': "
+                   "False} keeps w's fixed; {'edges': 'edges'} makes it a dim 'edges')")
 
 
 def _operand(atom):
@@ -183,7 +210,11 @@ def _library_dirs():
 # --- building a program ---
 
 def _path_name(path):
-    """'Dense_0.kernel' of a pytree key path."""
+    """'Dense_0.kernel' of a pytree key path. A last key that is the attribute `value` (the
+    field where a box keeps its array: Flax's `Partitioned`, an nnx `Variable`) is left
+    out: the box's name is its array's."""
+    if path and isinstance(path[-1], jax.tree_util.GetAttrKey) and path[-1].name == "value":
+        path = path[:-1]
     parts = []
     for key in path:
         for attr in ("key", "idx", "name"):
@@ -200,19 +231,21 @@ def named_leaves(tree, prefix=""):
 
 
 def build(flat_fn, inputs, writes=(), strip_names=0, scope=None, batch_polymorphic=True,
-          axis_names=None, eval_fn=None):
+          overwrite=False, axis_names=None, eval_fn=None):
     """Trace `flat_fn(*arrays) -> [arrays]` and translate it into a new program.
 
     `inputs` is [(name, example value, kind)], kind 'feed', 'param' (trainable) or
     'state' (persistable, not trained). The last `len(writes)` results are written into
     the state variables `writes` (skipped where one is that variable unchanged); the
     others are the fetch targets. Parameter, state and constant values go into `scope`.
-    With `batch_polymorphic`, the leading dim of every feed that is not a scalar is
-    traced as one symbolic batch dim and declared -1. `axis_names` maps the named axes
-    the function's collectives use to mesh axes (see jax_collective_rules). `eval_fn`, a
-    second function of the same inputs and results, is the evaluation behaviour: each
-    result that differs becomes a `mode_select` of the two, which `clone(for_test=True)`
-    switches to `eval_fn`'s. Returns (program, feed names, fetch Variables).
+    `batch_polymorphic` says which feeds' leading dims are traced as which symbolic dim
+    and declared -1 (see `leading_dims`). Returns (program, feed names,
+    fetch Variables). Unless `overwrite`, a parameter or state variable `scope` already
+    holds with another value is refused (`check_not_held`) before anything is traced.
+    `axis_names` maps the named axes the function's collectives use to mesh axes (see
+    jax_collective_rules). `eval_fn`, a second function of the same inputs and results,
+    is the evaluation behaviour: each result that differs becomes a `mode_select` of the
+    two, which `clone(for_test=True)` switches to `eval_fn`'s.
     """
     axis_names = _axis_names(axis_names)
     flat_fn = _with_axes(flat_fn, axis_names)
@@ -223,22 +256,15 @@ def build(flat_fn, inputs, writes=(), strip_names=0, scope=None, batch_polymorph
         raise ProgramError(f"two inputs would share the variable name '{clash[0]}' (a "
                            "parameter's path and an argument's name?)", var=clash[0])
     values = [v if isinstance(v, jax.Array) else np.asarray(v) for _, v, _ in inputs]
+    if not overwrite:
+        check_not_held(scope, [(n, v) for (n, _, kind), v in zip(inputs, values)
+                               if kind != "feed"])
     for (name, _, _), value in zip(inputs, values):
         if _is_key(value):
             raise UnsupportedPrimitiveError(f"input '{name}' is a PRNG key, which a program "
                                             "variable cannot hold", unsupported=[])
-    batched = [name for (name, _, kind), v in zip(inputs, values)
-               if batch_polymorphic and kind == "feed" and v.ndim]
-    try:
-        closed, batch = _trace(flat_fn, inputs, values, batched)
-    except NameError as e:   # JAX's "unbound axis name: batch" of a collective
-        axis = re.search(r"unbound axis name: ([^\s.]+)", str(e))
-        if axis is None:
-            raise
-        raise UnsupportedPrimitiveError(
-            f"a collective reduces over axis '{axis[1]}', which is not bound: pass "
-            f"axis_names={{'{axis[1]}': 'data'}} (the mesh axis it reduces over under "
-            "Executor(mesh=...))", unsupported=[(axis[1], "", "unbound axis name")]) from None
+    leading = leading_dims(inputs, values, batch_polymorphic)
+    closed, refs = _traced(flat_fn, inputs, values, leading)
     program = Program()
     block = program.global_block()
     for (name, _, kind), aval in zip(inputs, closed.in_avals):
@@ -250,13 +276,12 @@ def build(flat_fn, inputs, writes=(), strip_names=0, scope=None, batch_polymorph
             block.create_parameter(name, shape, dtype)
         else:
             block.create_var(name, shape, dtype, persistable=True, stop_gradient=True)
-    translator = JaxTranslator(program, strip_names, (batched[0] if batched else None, batch),
-                               axis_names)
+    translator = JaxTranslator(program, strip_names, refs, axis_names)
     with program_guard(program):   # control-flow builders append to the current program
         outs = translator.run(closed.jaxpr, closed.consts, names)
     translator.check()
     if eval_fn is not None:
-        outs = _with_eval_mode(program, outs, eval_fn, inputs, values, batched, strip_names,
+        outs = _with_eval_mode(program, outs, eval_fn, inputs, values, leading, strip_names,
                                axis_names, translator.values)
     n_fetch = len(outs) - len(writes)
     for target, out in zip(writes, outs[n_fetch:]):
@@ -269,14 +294,34 @@ def build(flat_fn, inputs, writes=(), strip_names=0, scope=None, batch_polymorph
     return program, feeds, [block.var(n) for n in outs[:n_fetch]]
 
 
-def _with_eval_mode(program, outs, eval_fn, inputs, values, batched, strip_names, axis_names,
+def _traced(flat_fn, inputs, values, leading):
+    """(the closed jaxpr of `flat_fn`, dead code removed, {symbolic dim: the first feed
+    whose dim 0 it is}); a collective over an unbound axis is an UnsupportedPrimitiveError
+    saying what to pass."""
+    try:
+        closed, symbols = _trace(flat_fn, inputs, values, leading)
+    except NameError as e:   # JAX's "unbound axis name: batch" of a collective
+        axis = re.search(r"unbound axis name: ([^\s.]+)", str(e))
+        if axis is None:
+            raise
+        raise UnsupportedPrimitiveError(
+            f"a collective reduces over axis '{axis[1]}', which is not bound: pass "
+            f"axis_names={{'{axis[1]}': 'data'}} (the mesh axis it reduces over under "
+            "Executor(mesh=...))", unsupported=[(axis[1], "", "unbound axis name")]) from None
+    refs = {}
+    for name, _, _ in inputs:
+        if name in leading:
+            refs.setdefault(symbols[leading[name]], name)
+    return jax_compat.dead_code_removed(closed), refs   # what nobody reads is not translated
+
+
+def _with_eval_mode(program, outs, eval_fn, inputs, values, leading, strip_names, axis_names,
                     constants):
     """`outs` (the training results' names), each that `eval_fn` computes otherwise made a
     `mode_select` of the two; `eval_fn`'s ops are translated into the same block and its
     constants' values added to `constants`."""
-    closed, batch = _trace(eval_fn, inputs, values, batched)
-    translator = JaxTranslator(program, strip_names, (batched[0] if batched else None, batch),
-                               axis_names)
+    closed, refs = _traced(eval_fn, inputs, values, leading)
+    translator = JaxTranslator(program, strip_names, refs, axis_names)
     with program_guard(program):
         eval_outs = translator.run(closed.jaxpr, closed.consts, [name for name, _, _ in inputs])
     translator.check()
@@ -321,21 +366,83 @@ def _jaxpr_maker(flat_fn):
     return jax.make_jaxpr(flat_fn, axis_env=getattr(flat_fn, "axis_env", None))
 
 
-def _trace(flat_fn, inputs, values, batched):
-    """The jaxpr of `flat_fn`, with dim 0 of the inputs named in `batched` one symbolic
-    dim; returns (closed jaxpr, that dim or None)."""
-    if not batched:
-        return _jaxpr_maker(flat_fn)(*values), None
-    leading = {name: v.shape[0] for (name, _, _), v in zip(inputs, values) if name in batched}
-    if len(set(leading.values())) > 1:
-        raise BatchPolymorphismError(
-            f"the feeds' leading dims differ ({leading}), so they are not one batch dim"
-            + _FIXED_HINT, unsupported=[])
-    (batch,) = jax.export.symbolic_shape("batch")
-    specs = [jax.ShapeDtypeStruct((batch, *v.shape[1:]), v.dtype) if name in batched else v
-             for (name, _, _), v in zip(inputs, values)]
+def check_not_held(scope, values):
+    """Raise ScopeError if `scope` (None: the global one) holds any of the variables
+    `values` ([(name, value)]) with another shape, dtype or value: importing would
+    overwrite it (a parameter trained since, or another model's)."""
+    scope = scope or global_scope()
+    for name, value in values:
+        if name not in scope:
+            continue
+        held = np.asarray(scope.get(name))
+        value = np.asarray(value)
+        if held.shape == value.shape and held.dtype == value.dtype and np.array_equal(
+                held, value, equal_nan=held.dtype.kind in "fc"):
+            continue
+        raise ScopeError(
+            f"the Scope already holds '{name}' ({held.dtype}{list(held.shape)}) with other "
+            f"values than the import's ({value.dtype}{list(value.shape)}), and importing "
+            "would overwrite it (a parameter trained since, or another model's?): pass "
+            "overwrite=True to replace it, or scope=pd.Scope() to import into a Scope of "
+            "its own; to import with the held values, pass them as the parameters",
+            var=name)
+
+
+def leading_dims(inputs, values, choice):
+    """{feed name: the name of the symbolic dim its dim 0 is}, from `batch_polymorphic`.
+
+    True: every feed that is not a scalar has the dim 'batch'. False or None: none has.
+    A dict {input: True, False or a name}: an input is a feed's name (`graph.nodes`) or
+    an argument's (then it holds for each of its leaves; the longest matching input
+    wins); True is 'batch', False a fixed dim, a name (`'edges'`) a symbolic dim of its
+    own that the feeds given that name share. Feeds not named have 'batch'.
+    """
+    feeds = [(name, v) for (name, _, kind), v in zip(inputs, values) if kind == "feed"]
+    if choice is None or choice is False:
+        return {}
+    if choice is True:
+        choice = {}
+    if not isinstance(choice, dict):
+        raise ProgramError("batch_polymorphic must be True, False or a dict {input name: "
+                           f"True, False or a dim name}}, got {type(choice).__name__}")
+    names = [name for name, _ in feeds]
+    for key, dim in choice.items():
+        if not any(n == key or n.startswith(f"{key}.") for n in names):
+            raise ProgramError(f"batch_polymorphic names '{key}', which is no input of the "
+                               f"function (its inputs: {names}){did_you_mean(key, names)}")
+        if not (isinstance(dim, bool) or dim is None
+                or isinstance(dim, str) and dim.isidentifier()):
+            raise ProgramError(f"batch_polymorphic['{key}'] must be True, False or a dim name "
+                               f"(a Python identifier), got {dim!r}")
+    dims = {}
+    for name, value in feeds:
+        keys = [k for k in choice if name == k or name.startswith(f"{k}.")]
+        dim = choice[max(keys, key=len)] if keys else True
+        if value.ndim and dim is not False and dim is not None:
+            dims[name] = "batch" if dim is True else dim
+    return dims
+
+
+def _trace(flat_fn, inputs, values, leading):
+    """The jaxpr of `flat_fn`, with dim 0 of each input named in `leading` the symbolic
+    dim named there; returns (closed jaxpr, {dim name: symbolic dim})."""
+    if not leading:
+        return _jaxpr_maker(flat_fn)(*values), {}
+    groups = {}
+    for (name, _, _), v in zip(inputs, values):
+        if name in leading:
+            groups.setdefault(leading[name], {})[name] = v.shape[0]
+    for dim, sizes in groups.items():
+        if len(set(sizes.values())) > 1:
+            what = "one batch dim" if dim == "batch" else f"one dim '{dim}'"
+            raise BatchPolymorphismError(
+                f"the feeds' leading dims differ ({sizes}), so they are not {what}"
+                + _FIXED_HINT + _PER_INPUT_HINT, unsupported=[])
+    symbols = dict(zip(groups, jax.export.symbolic_shape(", ".join(groups))))
+    specs = [jax.ShapeDtypeStruct((symbols[leading[name]], *v.shape[1:]), v.dtype)
+             if name in leading else v for (name, _, _), v in zip(inputs, values)]
     try:
-        return _jaxpr_maker(flat_fn)(*specs), batch
+        return _jaxpr_maker(flat_fn)(*specs), symbols
     except Exception as e:   # noqa: BLE001  (told apart below)
         error = e
     _jaxpr_maker(flat_fn)(*values)   # raises the function's own error, if the batch dim's is not
@@ -380,7 +487,7 @@ def _is_library(frame):
 
 
 def from_jax(fn, *example_args, params=None, scope=None, batch_polymorphic=True,
-             axis_names=None):
+             overwrite=False, axis_names=None):
     """Trace `fn(*example_args)` (or `fn(params, *example_args)`) into a program.
 
     Each array leaf of the example arguments becomes a feed variable named after `fn`'s
@@ -388,10 +495,17 @@ def from_jax(fn, *example_args, params=None, scope=None, batch_polymorphic=True,
     example's shape and dtype, except that with `batch_polymorphic` (the default) the
     leading dim of every feed that is not a scalar is the batch dim, -1: the function is
     traced with that dim symbolic and the program runs at any batch size (all feeds
-    sharing it). The leaves of `params`, if given, become trainable
-    parameters named by their path (`w`, `layer1.b`), their values placed in `scope`
-    (default: the global one) with the program's constants. The results of `fn` (any
-    pytree of arrays) are the fetch targets, flattened in pytree order.
+    sharing it). `batch_polymorphic` may also be a dict choosing per input (a feed's name,
+    or an argument's for all its leaves): `True` the shared batch dim, `False` the
+    example's fixed size, a name a symbolic dim of its own, shared by the inputs given
+    that name; inputs not named have the batch dim. A graph whose node and edge counts
+    differ: `{"nodes": "nodes", "edges": "edges", "senders": "edges"}`. The leaves of
+    `params`, if given, become trainable parameters named by their path (`w`,
+    `layer1.b`), their values placed in `scope` (default: the global one) with the
+    program's constants; a parameter the Scope already holds with other values (one
+    trained since) is never replaced unless `overwrite=True`: a ScopeError naming it is
+    raised instead. The results of `fn` (any pytree of arrays) are the fetch targets,
+    flattened in pytree order.
 
     Returns `(program, feed_names, fetch_targets)`, as `progdesc.io.load_inference_model`
     does. Raises UnsupportedPrimitiveError listing every primitive it cannot translate,
@@ -424,7 +538,7 @@ def from_jax(fn, *example_args, params=None, scope=None, batch_polymorphic=True,
             fn(jax.tree_util.tree_unflatten(param_tree, leaves[:n_params]), *args))
 
     return build(flat_fn, inputs, scope=scope, batch_polymorphic=batch_polymorphic,
-                 axis_names=axis_names)
+                 overwrite=overwrite, axis_names=axis_names)
 
 
 def parameter_names(fn, count, skip=0):

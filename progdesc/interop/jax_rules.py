@@ -26,7 +26,7 @@ def is_batch_dim(d):
     return export.is_symbolic_dim(d)
 
 
-def _same_dim(a, b):
+def same_dim(a, b):
     """Whether two dims of traced shapes are equal (symbolic ones compared as expressions)."""
     return is_batch_dim(a) == is_batch_dim(b) and a == b
 
@@ -134,14 +134,14 @@ def broadcast_in_dim(t, x, *dynamic, shape, broadcast_dimensions, in_types):
     if dynamic:
         raise Unsupported("dynamic shapes")
     source = dict(zip(broadcast_dimensions, in_types[0].shape))
-    ref, batch = t.batch_ref
-    like = None
+    like = like_dim = None
     for i, d in enumerate(shape):   # a -1 takes the operand's dim mapped there, else Like's
         if not is_batch_dim(d):
             continue
-        if i not in source and _same_dim(d, batch):
-            like = ref   # the batch dim of a feed
-        elif i not in source or not _same_dim(source[i], d):
+        ref = t.feed_with_leading(d) if i not in source else None
+        if ref is not None and (like is None or same_dim(d, like_dim)):
+            like, like_dim = ref, d   # the leading dim of a feed
+        elif i not in source or not same_dim(source[i], d):
             raise BatchDependent(f"broadcasts to size {d}, which neither the operand "
                                  f"{in_types[0].str_short()} nor a feed has there")
     return t.call("broadcast_in_dim", x, like, shape=_batch_free(shape),
@@ -183,19 +183,32 @@ def slice_(t, x, *, start_indices, limit_indices, strides=None, in_types):
     dims = in_types[0].shape
     strides = strides or (1,) * len(dims)
     axes = [a for a in range(len(dims))   # an axis taken whole (a batch dim) is left out
-            if (start_indices[a], strides[a]) != (0, 1) or not _same_dim(limit_indices[a],
+            if (start_indices[a], strides[a]) != (0, 1) or not same_dim(limit_indices[a],
                                                                         dims[a])]
     return t.call("slice", x, axes=axes, starts=[start_indices[a] for a in axes],
                   ends=[limit_indices[a] for a in axes], strides=[strides[a] for a in axes])
 
 
+def _whole(sizes, dims):
+    """`sizes` of a window into an operand of `dims`, a symbolic size the operand's whole
+    dim written -1 (the op takes it from its input); another symbolic size is refused."""
+    out = []
+    for i, (k, n) in enumerate(zip(sizes, dims)):
+        if is_batch_dim(k) and not same_dim(k, n):
+            raise BatchDependent(f"size {k} of dim {i} is not the operand's whole dim {n}")
+        out.append(-1 if is_batch_dim(k) else k)
+    return out
+
+
 @RULES.rule("dynamic_slice")
-def dynamic_slice(t, x, *starts, slice_sizes):
-    return t.call("dynamic_slice", x, list(starts), sizes=list(slice_sizes))
+def dynamic_slice(t, x, *starts, slice_sizes, in_types):
+    return t.call("dynamic_slice", x, list(starts),
+                  sizes=_whole(slice_sizes, in_types[0].shape))
 
 
 @RULES.rule("dynamic_update_slice")
-def dynamic_update_slice(t, x, update, *starts):
+def dynamic_update_slice(t, x, update, *starts, in_types):
+    _whole(in_types[1].shape, in_types[0].shape)   # the update's gradient slices it so
     return t.call("dynamic_update_slice", x, update, list(starts))
 
 
@@ -208,11 +221,11 @@ def select_n(t, which, *cases):
 
 @RULES.rule("dim_as_value")
 def dim_as_value(t, *, dim, out_types):
-    ref, batch = t.batch_ref
-    factor = dim // batch if ref is not None else None
-    if factor is None or is_batch_dim(factor) or factor * batch != dim:
+    counted = t.counted(dim)
+    if counted is None:
         raise BatchDependent(f"the size {dim} as a value")
-    return t.call("dim_size", ref, axis=0, multiplier=int(factor),
+    ref, factor = counted
+    return t.call("dim_size", ref, axis=0, multiplier=factor,
                   dtype=dtypes.name_of(out_types[0].dtype))
 
 
@@ -241,7 +254,7 @@ def gather(t, x, indices, *, dimension_numbers, slice_sizes, mode, fill_value=No
                   start_index_map=list(dn.start_index_map),
                   operand_batching_dims=list(dn.operand_batching_dims),
                   start_indices_batching_dims=list(dn.start_indices_batching_dims),
-                  slice_sizes=[-1 if is_batch_dim(s) and _same_dim(s, n) else s for s, n in
+                  slice_sizes=[-1 if is_batch_dim(s) and same_dim(s, n) else s for s, n in
                                zip(slice_sizes, in_types[0].shape)],
                   mode=_mode(mode),
                   fill_value=float("nan") if fill_value is None else float(fill_value))
