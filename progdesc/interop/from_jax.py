@@ -52,6 +52,7 @@ from lowering.errors import BatchPolymorphismError, ProgramError, UnsupportedPri
 from progdesc import io, jax_compat
 from progdesc.callsites import PACKAGE_DIRS, cell_name
 from progdesc.framework import Program, program_guard
+from progdesc.interop.jax_random_rules import is_key   # also registers the rules of keys
 from progdesc.interop.jax_rules import RULES, BatchDependent, is_batch_dim
 from progdesc.translate import FAILED, Environment, Literal, Node, Translator
 
@@ -91,8 +92,8 @@ class JaxTranslator(Translator):
         """Translate `jaxpr` with its constvars bound to `consts` (arrays) and its invars to
         `args` (our names; None: all FAILED); returns the names of its outputs."""
         env = Environment(self)
-        env.bind(jaxpr.constvars, [FAILED if _is_key(c) else self.constant(c)   # a PRNG key:
-                                   for c in consts])                           # users reported
+        env.bind(jaxpr.constvars, [self.constant(jax.random.key_data(c) if is_key(c) else c)
+                                   for c in consts])   # a key: its raw data
         env.bind(jaxpr.invars, [FAILED] * len(jaxpr.invars) if args is None else args)
         block, self._jaxprs = self._jaxprs, self._jaxprs + 1
         self.translate((self._node(eqn, block, i) for i, eqn in enumerate(jaxpr.eqns)), env)
@@ -130,10 +131,6 @@ def _operand(atom):
 
 def _dims_text(value):
     return str(list(map(str, value)) if isinstance(value, (list, tuple)) else value)
-
-
-def _is_key(value):
-    return jax.dtypes.issubdtype(getattr(value, "dtype", None), jax.dtypes.prng_key)
 
 
 def _sub_jaxprs(eqn):
@@ -201,12 +198,9 @@ def build(flat_fn, inputs, writes=(), strip_names=0, scope=None, batch_polymorph
         raise ProgramError(f"two inputs would share the variable name '{clash[0]}' (a "
                            "parameter's path and an argument's name?)", var=clash[0])
     values = [v if isinstance(v, jax.Array) else np.asarray(v) for _, v, _ in inputs]
-    for (name, _, _), value in zip(inputs, values):
-        if _is_key(value):
-            raise UnsupportedPrimitiveError(f"input '{name}' is a PRNG key, which a program "
-                                            "variable cannot hold", unsupported=[])
-    batched = [name for (name, _, kind), v in zip(inputs, values)
-               if batch_polymorphic and kind == "feed" and v.ndim]
+    flat_fn, values, keys = _keys_as_data(flat_fn, values)
+    batched = [name for (name, _, kind), v, key in zip(inputs, values, keys)
+               if batch_polymorphic and kind == "feed" and v.ndim and not key]
     closed, batch = _trace(flat_fn, inputs, values, batched)
     program = Program()
     block = program.global_block()
@@ -232,6 +226,24 @@ def build(flat_fn, inputs, writes=(), strip_names=0, scope=None, batch_polymorph
     io.set_values(program, {k: np.asarray(v) for k, v in state.items()}, scope)
     feeds = [name for name, _, kind in inputs if kind == "feed"]
     return program, feeds, [block.var(n) for n in outs[:n_fetch]]
+
+
+def _keys_as_data(flat_fn, values):
+    """A PRNG key input is held as its raw data (`jax.random.key_data`): returns (`flat_fn`
+    taking that data in its place, the values with each typed key's data, which inputs are
+    keys). A single key of the old style (`PRNGKey`, uint32[2]) counts as a key too, so that
+    it is not taken for a batch of 2."""
+    impls = [jax.random.key_impl(v) if is_key(v) else None for v in values]
+    keys = [impl is not None or (v.dtype == np.uint32 and v.shape == (2,))
+            for v, impl in zip(values, impls)]
+    if not any(impl is not None for impl in impls):
+        return flat_fn, values, keys
+
+    def fn(*leaves):
+        return flat_fn(*(leaf if impl is None else jax.random.wrap_key_data(leaf, impl=impl)
+                         for leaf, impl in zip(leaves, impls)))
+    return fn, [v if impl is None else jax.random.key_data(v)
+                for v, impl in zip(values, impls)], keys
 
 
 def _trace(flat_fn, inputs, values, batched):
