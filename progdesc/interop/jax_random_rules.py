@@ -9,11 +9,13 @@ same key draws the same numbers as the original, bit for bit. `random_wrap` and
 forms stay logical ops (this module's rows replace jax_rules' for these primitives).
 """
 import functools
+import inspect
 
 import jax
+import numpy as np
 
 from lowering import dtypes
-from lowering.ops.prng import IMPLS
+from lowering.ops.prng import IMPLS, key_shape
 from progdesc.interop.jax_rules import RULES, BatchDependent, is_batch_dim
 from progdesc.translate import Unsupported
 
@@ -125,3 +127,97 @@ def bitcast_convert_type(t, x, *, new_dtype):
     if dtypes.to_numpy(want).itemsize != dtypes.to_numpy(dtype).itemsize:
         raise Unsupported(f"a bitcast from {dtype} to {want}, another width")
     return x if want == dtype else t.call("bitcast", x, dtype=want)
+
+
+# --- shape operations on arrays of keys: the data has the key's dims after the array's ---
+
+def _key_dims(aval):
+    """The trailing dims of the data of a key aval (the impl's key shape), () if not a key."""
+    if not is_key(aval):
+        return ()
+    return key_shape(_impl(aval))
+
+
+def _for_keys(prim):
+    """Decorator: `key_rule(t, *operands, key_dims, **params)` translates `prim` where an
+    operand is an array of keys; other uses go to the rule registered before it."""
+    original = RULES.lookup(prim)
+
+    def register(key_rule):
+        wanted = inspect.signature(key_rule).parameters
+
+        def rule(t, *operands, in_types, **params):
+            dims = next((_key_dims(a) for a in in_types if is_key(a)), ())
+            if not dims:
+                kwargs = dict(params)
+                if "in_types" in original.keywords:
+                    kwargs["in_types"] = in_types
+                return original.fn(t, *operands, **kwargs)
+            if any(map(is_batch_dim, (d for a in in_types for d in a.shape))):
+                raise BatchDependent(f"{prim} of an array of keys of a batch-dependent shape")
+            return key_rule(t, *operands, key_dims=dims,
+                            **{k: v for k, v in params.items() if k in wanted})
+        keyword = inspect.Parameter.KEYWORD_ONLY
+        params = {p.name: p for p in inspect.signature(original.fn).parameters.values()
+                  if p.kind is keyword}   # the original's attributes, defaults and all
+        params.update((p.name, p) for p in wanted.values()
+                      if p.kind is keyword and p.name not in params and p.name != "key_dims")
+        params["in_types"] = inspect.Parameter("in_types", keyword)
+        rule.__signature__ = inspect.Signature(
+            [inspect.Parameter("t", inspect.Parameter.POSITIONAL_OR_KEYWORD),
+             inspect.Parameter("operands", inspect.Parameter.VAR_POSITIONAL), *params.values()])
+        RULES.rule(prim)(rule)
+        return key_rule
+    return register
+
+
+def _trailing(dims, count):
+    return list(range(count, count + len(dims)))
+
+
+@_for_keys("reshape")
+def _reshape_keys(t, x, *dynamic, key_dims, new_sizes, dimensions=None):
+    if dimensions is not None or dynamic:
+        raise Unsupported("a reshape that transposes or has dynamic sizes")
+    return t.call("reshape", x, shape=[*new_sizes, *key_dims])
+
+
+@_for_keys("broadcast_in_dim")
+def _broadcast_keys(t, x, *dynamic, key_dims, shape, broadcast_dimensions):
+    if dynamic:
+        raise Unsupported("dynamic shapes")
+    return t.call("broadcast_in_dim", x, shape=[*shape, *key_dims],
+                  broadcast_dimensions=[*broadcast_dimensions, *_trailing(key_dims, len(shape))])
+
+
+@_for_keys("transpose")
+def _transpose_keys(t, x, *, key_dims, permutation):
+    return t.call("transpose", x, perm=[*permutation, *_trailing(key_dims, len(permutation))])
+
+
+@_for_keys("dynamic_slice")
+def _dynamic_slice_keys(t, x, *starts, key_dims, slice_sizes):
+    zeros = [t.constant(np.zeros((), t.var(starts[0])[1]))] * len(key_dims) if starts else []
+    return t.call("dynamic_slice", x, [*starts, *zeros], sizes=[*slice_sizes, *key_dims])
+
+
+@_for_keys("dynamic_update_slice")
+def _dynamic_update_keys(t, x, update, *starts, key_dims):
+    zeros = [t.constant(np.zeros((), t.var(starts[0])[1]))] * len(key_dims) if starts else []
+    return t.call("dynamic_update_slice", x, update, [*starts, *zeros])
+
+
+@_for_keys("select_n")
+def _select_keys(t, which, *cases, key_dims):
+    dims, _ = t.var(which)
+    which = t.call("broadcast_in_dim", which, shape=[*dims, *key_dims],
+                   broadcast_dimensions=list(range(len(dims))))
+    if len(cases) == 2 and dtypes.kind_of(t.var(which)[1]) == "bool":
+        return t.call("where", which, cases[1], cases[0])
+    return t.call("select_n", which, list(cases))
+
+
+@_for_keys("gather")
+def _gather_keys(t, x, indices, *, key_dims):
+    raise Unsupported("indexing an array of keys with an array of indices; index it with "
+                      "integers or slices (keys[i], keys[1:3]), or split the key again")
