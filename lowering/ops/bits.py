@@ -1,5 +1,6 @@
-"""Bit operations on integers: shifts, bitwise and/or/xor/not, and `bitcast` (the same
-bits read as another type of the same width), all broadcasting like NumPy.
+"""Bit operations on integers: shifts, bitwise and/or/xor/not, `bitcast` (the same
+bits read as another type of the same width), all broadcasting like NumPy, and
+`nextafter` (the neighbouring float).
 
 They are what JAX's random functions use to turn random bits into floats
 (`shift_right_logical`, `bitwise_or` with the exponent of 1.0, `bitcast` to float32).
@@ -60,3 +61,12 @@ def bitcast(X, *, dtype):
                          f"X's width ({X.dtype.itemsize * 8} bits), got {checks.typed(X)}",
                          slot="X")
     return lax.bitcast_convert_type(X, want)
+
+
+@op("nextafter", inputs=[In("X", "float"), In("Y", "float")], outputs=[Out("Out")],
+    same_dtype=("X", "Y"), differentiable=False)
+def nextafter(X, Y):
+    """The float next to X in the direction of Y elementwise (Y where they are equal),
+    broadcasting; JAX's truncated normal draws use it to keep samples inside the bounds."""
+    checks.broadcast(X=X, Y=Y)
+    return lax.nextafter(*jnp.broadcast_arrays(X, Y))

@@ -83,8 +83,9 @@ _BITS_DTYPES = {8: "uint8", 32: "uint32"}
 def random_bits(t, key, *, bit_width, shape, in_types):
     dtype = _BITS_DTYPES.get(bit_width)
     if dtype is None:
-        raise Unsupported(f"{bit_width}-bit random bits (translated: 8 and 32, the bits of "
-                          "float32 draws and smaller)")
+        raise Unsupported(f"{bit_width}-bit random bits (translated: 8 and 32); draw "
+                          "uint32 bits (jax.random.bits(key, shape, jnp.uint32)) and convert "
+                          "them")
     like = None
     if any(map(is_batch_dim, shape)):   # e.g. a dropout mask of the input's shape
         ref, batch = t.batch_ref
@@ -95,11 +96,18 @@ def random_bits(t, key, *, bit_width, shape, in_types):
                   dtype=dtype, impl=_impl(in_types[0]))
 
 
+@RULES.rule("random_gamma")
+def random_gamma(t, *operands):
+    raise Unsupported("jax.random.gamma (and beta, dirichlet, poisson... built on it) is not "
+                      "translated; draw these samples outside and feed them as data")
+
+
 # --- bits ---
 
 for _prim in ("shift_left", "shift_right_logical", "shift_right_arithmetic"):
     RULES.rename(_prim, _prim)
 RULES.rename("erf_inv", "erf_inv")
+RULES.rename("nextafter", "nextafter")
 del _prim
 
 

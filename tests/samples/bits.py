@@ -32,6 +32,11 @@ SAMPLES = [
            lambda X, dtype: X.view(np.float32), {"dtype": "float32"}, name="uint32_to_float32"),
     Sample("bitcast", {"X": np.array([1.0, -2.5, 0.0], np.float32)},
            lambda X, dtype: X.view(np.int32), {"dtype": "int32"}, name="float32_to_int32"),
+    Sample("nextafter", {"X": np.array([1.0, -2.5, 0.0, 3.0], np.float32),
+                         "Y": np.array([2.0, -3.0, -1.0, 3.0], np.float32)},
+           lambda X, Y: np.nextafter(X, Y), rtol=0, atol=0),
+    Sample("nextafter", {"X": np.array([[1.0], [0.0]]), "Y": np.float64(np.inf)},
+           lambda X, Y: np.nextafter(X, Y), rtol=0, atol=0, name="float64_scalar"),
 ]
 
 INVALID = [
