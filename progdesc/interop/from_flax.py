@@ -7,9 +7,10 @@ translator.
 - Every other variable (linen's "batch_stats" and other collections, nnx's
   `BatchStat`s) becomes a persistable, non-trainable variable of the same name (its
   collection's name comes first if a parameter already has that name), except the keys
-  of nnx's random-number streams (`nnx.RngKey`): they stay constants of the trace, so a
-  module that draws random numbers (Dropout in training mode) is reported as using
-  primitives progdesc does not translate; import it in eval mode.
+  of nnx's random-number streams (`nnx.RngKey`): they are constants of the program
+  (their raw key data), while each stream's count (`nnx.RngCount`) is state, so Dropout
+  in training mode draws Flax's masks, a fresh one at each run. A linen module's
+  `rngs={'dropout': key}` keys are constants too: the same mask at each run.
 - State the module updates when called (BatchNorm in training mode: linen traced with
   every non-"params" collection mutable, nnx by splitting the module again after the
   call) is written back by an `assign` from the new value into that variable, so each

@@ -15,6 +15,10 @@ What becomes what:
   that needs more raises `BatchPolymorphismError` naming the primitive and line; with
   `batch_polymorphic=False` the program is made for the example's shapes, as `jax.jit`
   makes one executable per shape.
+- A PRNG key argument (`jax.random.key(0)`, or a `PRNGKey`'s uint32[2]) becomes a feed
+  variable holding the key's raw data (`jax.random.key_data`), never a batch dim; JAX's
+  random primitives become the ops of `lowering/ops/prng.py` and `bits.py`
+  (`jax_random_rules`), so the program draws the original's numbers, bit for bit.
 - `params` (a pytree passed as the function's first argument) become trainable
   parameters named by their path (`Dense_0.kernel`), their values put in the Scope.
 - Constants (arrays the function closes over, and literals) are made as every importer

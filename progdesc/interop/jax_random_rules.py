@@ -161,8 +161,6 @@ def _for_keys(prim):
                 if "in_types" in original.keywords:
                     kwargs["in_types"] = in_types
                 return original.fn(t, *operands, **kwargs)
-            if any(map(is_batch_dim, (d for a in in_types for d in a.shape))):
-                raise BatchDependent(f"{prim} of an array of keys of a batch-dependent shape")
             return key_rule(t, *operands, key_dims=dims,
                             **{k: v for k, v in params.items() if k in wanted})
         keyword = inspect.Parameter.KEYWORD_ONLY

@@ -1,0 +1,175 @@
+"""pd.from_jax / pd.from_flax of functions that draw random numbers: given the same key, the
+imported program draws the same numbers as the original compiled by `jax.jit`, bit for bit
+(np.testing.assert_array_equal), with old-style (`PRNGKey`) and typed (`jax.random.key`)
+keys; a key argument is a data variable holding the key's raw data; what is not translated
+is refused saying what to do."""
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+import progdesc as pd
+from source_lines import line_of
+
+KEYS = {"PRNGKey": jax.random.PRNGKey(3), "typed": jax.random.key(3)}
+
+
+def _data(*shape, seed=0):
+    return np.random.default_rng(seed).uniform(-1, 1, size=shape).astype(np.float32)
+
+
+def _raw(value):
+    """A key's raw data (any other array as it is), as a program variable holds it."""
+    value = jnp.asarray(value)
+    if jax.dtypes.issubdtype(value.dtype, jax.dtypes.prng_key):
+        return np.asarray(jax.random.key_data(value))
+    return np.asarray(value)
+
+
+def bernoulli(k, x):
+    return jax.random.bernoulli(k, 0.3, x.shape)
+
+
+def uniform(k, x):
+    return jax.random.uniform(k, x.shape, minval=-2.0, maxval=3.0) * x
+
+
+def normal(k, x):
+    return jax.random.normal(k, x.shape) + x
+
+
+def split(k, x):
+    return jax.random.split(k, 3)
+
+
+def fold_in(k, x):
+    return jax.random.fold_in(k, 7), jax.random.fold_in(k, x.shape[1])
+
+
+def dropout(k, x):
+    keep = jax.random.bernoulli(k, 0.8, x.shape)
+    return jnp.where(keep, x / 0.8, 0.0)
+
+
+def integers_and_choices(k, x):
+    a, b, c = jax.random.split(k, 3)
+    return (jax.random.randint(a, x.shape, 0, 10), jax.random.categorical(b, x),
+            jax.random.truncated_normal(c, -1.0, 1.0, x.shape), jax.random.gumbel(c, (2,)))
+
+
+def arrays_of_keys(k, x):
+    a, b = jax.random.split(k)
+    keys = jax.random.split(b, 4)
+    picked = jnp.where(x[0, 0] > 0, keys[1], keys[2])
+    per_key = jax.vmap(lambda key: jax.random.normal(key, (2,)))(keys)
+    return (jax.random.normal(a, (2,)), per_key, jax.random.uniform(picked, (3,)),
+            jax.random.normal(keys.reshape(2, 2).T[1, 0], (2,)))
+
+
+FUNCTIONS = [bernoulli, uniform, normal, split, fold_in, dropout, integers_and_choices,
+             arrays_of_keys]
+
+
+def _run(fn, key, x, **kwargs):
+    program, feeds, fetches = pd.from_jax(fn, key, x, **kwargs)
+    assert feeds == ["k", "x"]
+    return pd.Executor().run(program, feed={"k": _raw(key), "x": x}, fetch_list=fetches)
+
+
+@pytest.mark.parametrize("key", KEYS.values(), ids=KEYS.keys())
+@pytest.mark.parametrize("fn", FUNCTIONS, ids=lambda f: f.__name__)
+def test_draws_equal_the_originals_bit_for_bit(fn, key):
+    if fn is arrays_of_keys and key is KEYS["PRNGKey"]:
+        pytest.skip("old-style keys are plain uint32 arrays: (4, 2) reshaped is no array of keys")
+    x = _data(4, 3)
+    got = _run(fn, key, x, batch_polymorphic=fn not in (integers_and_choices, arrays_of_keys))
+    want = jax.tree_util.tree_leaves(jax.jit(fn)(key, x))
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, _raw(w))
+
+
+def test_a_key_argument_is_a_data_variable_of_its_raw_data():
+    program, feeds, _ = pd.from_jax(dropout, KEYS["typed"], _data(4, 3))
+    k = program.global_block().var("k")
+    assert (list(k.shape), k.dtype) == ([2], "uint32")   # not taken for a batch of 2
+    assert list(program.global_block().var("x").shape) == [-1, 3]
+
+
+def test_a_dropout_mask_is_drawn_for_the_batch_size_run():
+    key = KEYS["typed"]
+    program, _, fetches = pd.from_jax(dropout, key, _data(4, 3))
+    for batch in (1, 7):
+        x = _data(batch, 3, seed=batch)
+        got, = pd.Executor().run(program, feed={"k": _raw(key), "x": x}, fetch_list=fetches)
+        np.testing.assert_array_equal(got, jax.jit(dropout)(key, x))
+
+
+def test_a_key_made_inside_from_a_seed_draws_jaxs_numbers():
+    def seeded(seed, x):
+        return jax.random.normal(jax.random.key(seed), x.shape) + jax.random.uniform(
+            jax.random.PRNGKey(0), x.shape)
+    x = _data(2, 3)
+    program, _, fetches = pd.from_jax(seeded, np.int32(11), x)
+    got, = pd.Executor().run(program, feed={"seed": np.int32(11), "x": x}, fetch_list=fetches)
+    np.testing.assert_array_equal(got, jax.jit(seeded)(np.int32(11), x))
+
+
+class DropoutMLP(nnx.Module):
+    def __init__(self, rngs):
+        self.hidden = nnx.Linear(4, 8, rngs=rngs)
+        self.drop = nnx.Dropout(0.5, rngs=rngs)
+        self.out = nnx.Linear(8, 2, rngs=rngs)
+
+    def __call__(self, x):
+        return self.out(self.drop(nnx.relu(self.hidden(x))))
+
+
+def test_nnx_dropout_in_training_mode_draws_flaxs_masks_step_after_step():
+    model = DropoutMLP(nnx.Rngs(params=0, dropout=1))
+    twin = nnx.clone(model)
+    scope = pd.Scope()
+    program, _, fetches = pd.from_flax(model, None, _data(5, 4), scope=scope)
+    step = nnx.jit(lambda m, x: m(x))
+    outs = []
+    for i, batch in enumerate((5, 5, 3)):   # the stream's count advances as Flax's does
+        x = _data(batch, 4, seed=i)
+        got, = pd.Executor().run(program, feed={"x": x}, fetch_list=fetches, scope=scope)
+        np.testing.assert_array_equal(got, step(twin, x))
+        outs.append(got)
+    assert not np.array_equal(outs[0], outs[1])   # a fresh mask at each step
+
+
+def test_linen_dropout_with_an_rng_key_draws_flaxs_mask():
+    class Model(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            return nn.Dropout(0.5, deterministic=False)(nn.Dense(3)(x))
+    x = _data(4, 5)
+    model = Model()
+    variables = model.init(jax.random.key(0), x)
+    key = jax.random.key(9)
+    scope = pd.Scope()
+    program, _, fetches = pd.from_flax(model, variables, x, scope=scope, rngs={"dropout": key})
+    got, = pd.Executor().run(program, feed={"x": x}, fetch_list=fetches, scope=scope)
+    want = jax.jit(lambda v, x: model.apply(v, x, rngs={"dropout": key}))(variables, x)
+    np.testing.assert_array_equal(got, want)
+
+
+def test_what_is_not_translated_says_what_to_do():
+    def draws(k, x):
+        return (jax.random.gamma(k, x + 2.0), jax.random.bits(k, (3,), jnp.uint16))
+    with pytest.raises(pd.UnsupportedPrimitiveError) as info:
+        pd.from_jax(draws, KEYS["typed"], _data(4, 3))
+    line = line_of(__file__, "return (jax.random.gamma(k, x + 2.0)")
+    reasons = {name: (where, why) for name, where, why in info.value.unsupported}
+    assert reasons["random_gamma"][0] == line
+    assert "feed them as data" in reasons["random_gamma"][1]
+    assert "draw uint32 bits" in reasons["random_bits"][1]
+
+    def gathered(k, i):
+        return jax.random.key_data(jax.random.split(k, 4)[i])
+    with pytest.raises(pd.UnsupportedPrimitiveError, match="index it with integers or slices"):
+        pd.from_jax(gathered, KEYS["typed"], np.array([0, 2]))
