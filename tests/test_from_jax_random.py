@@ -173,3 +173,28 @@ def test_what_is_not_translated_says_what_to_do():
         return jax.random.key_data(jax.random.split(k, 4)[i])
     with pytest.raises(pd.UnsupportedPrimitiveError, match="index it with integers or slices"):
         pd.from_jax(gathered, KEYS["typed"], np.array([0, 2]))
+
+
+@pytest.mark.parametrize("key", KEYS.values(), ids=KEYS.keys())
+def test_program_keys_draw_afresh_each_run_reproducibly_from_the_programs_seed(key):
+    x = np.ones((6, 5), np.float32)
+    program, feeds, fetches = pd.from_jax(dropout, key, x, program_keys=["k"])
+    assert feeds == ["x"]
+
+    def masks(seed, runs):
+        program.random_seed = seed
+        exe, scope = pd.Executor(), pd.Scope()
+        return [exe.run(program, feed={"x": x}, fetch_list=fetches, scope=scope)[0] != 0
+                for _ in range(runs)]
+    first, second = masks(1, 2)
+    assert not np.array_equal(first, second)          # a fresh key at each run
+    assert 0 < first.mean() < 1
+    np.testing.assert_array_equal(masks(1, 1)[0], first)   # the same seed, the same masks
+    assert not np.array_equal(masks(2, 1)[0], first)
+
+
+def test_program_keys_must_name_key_arguments():
+    with pytest.raises(pd.ProgramError, match=r"program_keys names \['key'\]"):
+        pd.from_jax(dropout, KEYS["typed"], _data(2, 3), program_keys=["key"])
+    with pytest.raises(pd.ProgramError, match="'x' is no PRNG key"):
+        pd.from_jax(dropout, KEYS["typed"], _data(2, 3), program_keys=["x"])

@@ -56,6 +56,7 @@ from lowering.errors import BatchPolymorphismError, ProgramError, UnsupportedPri
 from progdesc import io, jax_compat
 from progdesc.callsites import PACKAGE_DIRS, cell_name
 from progdesc.framework import Program, program_guard
+from lowering.ops.prng import key_shape
 from progdesc.interop.jax_random_rules import is_key   # also registers the rules of keys
 from progdesc.interop.jax_rules import RULES, BatchDependent, is_batch_dim
 from progdesc.translate import FAILED, Environment, Literal, Node, Translator
@@ -188,8 +189,9 @@ def named_leaves(tree, prefix=""):
 def build(flat_fn, inputs, writes=(), strip_names=0, scope=None, batch_polymorphic=True):
     """Trace `flat_fn(*arrays) -> [arrays]` and translate it into a new program.
 
-    `inputs` is [(name, example value, kind)], kind 'feed', 'param' (trainable) or
-    'state' (persistable, not trained). The last `len(writes)` results are written into
+    `inputs` is [(name, example value, kind)], kind 'feed', 'param' (trainable),
+    'state' (persistable, not trained) or 'rng' (a PRNG key drawn afresh from the
+    program's RNG state at each run, by a `random_key` op). The last `len(writes)` results are written into
     the state variables `writes` (skipped where one is that variable unchanged); the
     others are the fetch targets. Parameter, state and constant values go into `scope`.
     With `batch_polymorphic`, the leading dim of every feed that is not a scalar is
@@ -208,13 +210,17 @@ def build(flat_fn, inputs, writes=(), strip_names=0, scope=None, batch_polymorph
     closed, batch = _trace(flat_fn, inputs, values, batched)
     program = Program()
     block = program.global_block()
-    for (name, _, kind), aval in zip(inputs, closed.in_avals):
+    for (name, value, kind), aval in zip(inputs, closed.in_avals):
         shape = [-1 if is_batch_dim(d) else d for d in aval.shape]
         dtype = dtypes.name_of(aval.dtype)
         if kind == "feed":
             block.create_var(name, shape, dtype, stop_gradient=True, need_check_feed=True)
         elif kind == "param":
             block.create_parameter(name, shape, dtype)
+        elif kind == "rng":
+            impl = _impl_name(value)
+            block.append_op("random_key", outputs={"Out": name}, callsite="", attrs={
+                "shape": shape[:len(shape) - len(key_shape(impl))], "impl": impl})
         else:
             block.create_var(name, shape, dtype, persistable=True, stop_gradient=True)
     translator = JaxTranslator(program, strip_names, (batched[0] if batched else None, batch))
@@ -225,11 +231,16 @@ def build(flat_fn, inputs, writes=(), strip_names=0, scope=None, batch_polymorph
     for target, out in zip(writes, outs[n_fetch:]):
         if out != target:
             block.append_op("assign", {"X": out}, {"Out": target}, callsite="")
-    state = {name: value for name, value, kind in inputs if kind != "feed"}
+    state = {name: value for name, value, kind in inputs if kind not in ("feed", "rng")}
     state.update(translator.values)
     io.set_values(program, {k: np.asarray(v) for k, v in state.items()}, scope)
     feeds = [name for name, _, kind in inputs if kind == "feed"]
     return program, feeds, [block.var(n) for n in outs[:n_fetch]]
+
+
+def _impl_name(key):
+    """The name of the PRNG implementation of `key` (JAX's default for old-style keys)."""
+    return str(jax.random.key_impl(key) if is_key(key) else jax.config.jax_default_prng_impl)
 
 
 def _keys_as_data(flat_fn, values):
@@ -308,7 +319,8 @@ def _is_library(frame):
     return os.path.abspath(frame.f_code.co_filename).startswith(_library_dirs())
 
 
-def from_jax(fn, *example_args, params=None, scope=None, batch_polymorphic=True):
+def from_jax(fn, *example_args, params=None, scope=None, batch_polymorphic=True,
+             program_keys=()):
     """Trace `fn(*example_args)` (or `fn(params, *example_args)`) into a program.
 
     Each array leaf of the example arguments becomes a feed variable named after `fn`'s
@@ -327,13 +339,29 @@ def from_jax(fn, *example_args, params=None, scope=None, batch_polymorphic=True)
     naming the primitive and line where the function needs a fixed batch size (then pass
     `batch_polymorphic=False`); see the module's docstring for how constants, nested
     calls and custom derivatives are translated.
+
+    A PRNG key argument is a feed of the key's raw data (`jax.random.key_data(key)`, or
+    a `PRNGKey` as it is), and the program draws the numbers `fn` draws from that key,
+    bit for bit. The arguments named in `program_keys` instead take a fresh key from the
+    program's RNG state at each run (different at every step, reproducible from
+    `program.random_seed`), as our own random ops (dropout) do; they are not feeds.
     """
     arg_names = parameter_names(fn, len(example_args), skip=1 if params is not None else 0)
+    unknown = sorted(set(program_keys) - set(arg_names))
+    if unknown:
+        raise ProgramError(f"program_keys names {unknown}, which are not arguments of the "
+                           f"function (its arguments: {arg_names})", var=unknown[0])
     inputs = []
     if params is not None:
         inputs += [(n, v, "param") for n, v in named_leaves(params)]
     for arg_name, arg in zip(arg_names, example_args):
-        inputs += [(n, v, "feed") for n, v in named_leaves(arg, arg_name)]
+        kind = "rng" if arg_name in program_keys else "feed"
+        inputs += [(n, v, kind) for n, v in named_leaves(arg, arg_name)]
+    for name, value, kind in inputs:
+        if kind == "rng" and not (is_key(value) or np.asarray(value).dtype == np.uint32):
+            raise ProgramError(f"program_keys: '{name}' is no PRNG key (a jax.random.key, "
+                               f"or a PRNGKey's uint32 data), got {np.asarray(value).dtype}",
+                               var=name)
     param_tree = jax.tree_util.tree_structure(params) if params is not None else None
     arg_tree = jax.tree_util.tree_structure(tuple(example_args))
     n_params = param_tree.num_leaves if param_tree is not None else 0
