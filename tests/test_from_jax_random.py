@@ -7,10 +7,12 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 from flax import nnx
 
 import progdesc as pd
+from progdesc import ops
 from source_lines import line_of
 
 KEYS = {"PRNGKey": jax.random.PRNGKey(3), "typed": jax.random.key(3)}
@@ -198,3 +200,67 @@ def test_program_keys_must_name_key_arguments():
         pd.from_jax(dropout, KEYS["typed"], _data(2, 3), program_keys=["key"])
     with pytest.raises(pd.ProgramError, match="'x' is no PRNG key"):
         pd.from_jax(dropout, KEYS["typed"], _data(2, 3), program_keys=["x"])
+
+
+class LinenDropout(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+        return nn.Dropout(0.5, deterministic=False)(nn.Dense(6)(x))
+
+
+def _flax_cases():
+    x = _data(5, 4)
+    linen = LinenDropout()
+    return {"nnx": ((DropoutMLP(nnx.Rngs(params=0, dropout=1)), None, x), {}),
+            "linen": ((linen, linen.init(jax.random.key(0), x), x),
+                      {"rngs": {"dropout": jax.random.key(2)}})}
+
+
+@pytest.mark.parametrize("case", ["nnx", "linen"])
+def test_program_rngs_give_a_flax_module_fresh_masks_from_the_programs_seed(case):
+    args, kwargs = _flax_cases()[case]
+    x = np.abs(args[-1]) + 1.0
+    scope = pd.Scope()
+    program, feeds, fetches = pd.from_flax(*args, scope=scope, program_rngs=True, **kwargs)
+    assert feeds == ["x"]
+    params = {v.name: scope.get(v.name) for v in program.list_vars()
+              if v.persistable and not v.name.startswith("@")}   # not the RNG state
+
+    def outputs(seed, runs):
+        program.random_seed = seed
+        run_scope = pd.Scope()
+        for name, value in params.items():
+            run_scope.set(name, value)
+        exe = pd.Executor()
+        return [exe.run(program, feed={"x": x}, fetch_list=fetches, scope=run_scope)[0]
+                for _ in range(runs)]
+    first, second = outputs(3, 2)
+    assert not np.array_equal(first, second)
+    np.testing.assert_array_equal(outputs(3, 1)[0], first)
+
+
+def test_an_nnx_model_with_dropout_in_training_mode_trains_like_optax():
+    model = DropoutMLP(nnx.Rngs(params=0, dropout=1))
+    x, y = _data(16, 4, seed=1), _data(16, 2, seed=2)
+    scope = pd.Scope()
+    program, _, (out,) = pd.from_flax(model, None, x, scope=scope)
+    startup = pd.Program()
+    with pd.program_guard(program, startup):
+        loss = ops.mean(ops.square(out - pd.data("y", [None, 2])))
+        pd.optimizer.Adam(0.02).minimize(loss)
+    exe = pd.Executor()
+    exe.run(startup, scope=scope)
+    for _ in range(20):
+        exe.run(program, feed={"x": x, "y": y}, fetch_list=[loss], scope=scope)
+    optimizer = nnx.Optimizer(model, optax.adam(0.02), wrt=nnx.Param)
+
+    @nnx.jit
+    def step(model, optimizer):   # each step draws the next mask, as each run does
+        optimizer.update(model, nnx.grad(lambda m: jnp.mean((m(x) - y) ** 2))(model))
+
+    for _ in range(20):
+        step(model, optimizer)
+    for name, want in [("hidden.kernel", model.hidden.kernel), ("out.bias", model.out.bias)]:
+        np.testing.assert_allclose(scope.get(name), want[...], rtol=1e-4, atol=1e-5,
+                                   err_msg=name)
+    assert scope.get("drop.rngs.count") == model.drop.rngs.count[...] == 20

@@ -25,7 +25,7 @@ from progdesc.interop.from_jax import parameter_names, build, named_leaves
 
 
 def from_flax(module, variables, *example_inputs, scope=None, method=None,
-              batch_polymorphic=True, **apply_kwargs):
+              batch_polymorphic=True, program_rngs=False, **apply_kwargs):
     """Trace a Flax module applied to `example_inputs` into a program.
 
     For a linen module, `variables` is what `module.init` returned; `method` and
@@ -39,26 +39,33 @@ def from_flax(module, variables, *example_inputs, scope=None, method=None,
     and training mode. The program trains with `minimize` like any other. With
     `batch_polymorphic` (the default) the inputs' leading dim is the batch dim (-1), and
     the program runs at any batch size; see `from_jax`.
+
+    With `program_rngs`, the module's random-number streams (nnx's `RngKey`s, linen's
+    `rngs={...}` keys) take a fresh key from the program's RNG state at each run
+    instead: dropout masks differ from Flax's, but change at every step even in linen,
+    and are reproducible from `program.random_seed`.
     """
     from flax import linen, nnx
     if isinstance(module, nnx.Module):
         return _from_nnx(module, variables, example_inputs, scope, method, apply_kwargs,
-                         batch_polymorphic)
+                         batch_polymorphic, program_rngs)
     if isinstance(module, linen.Module):
         return _from_linen(module, variables, example_inputs, scope, method, apply_kwargs,
-                           batch_polymorphic)
+                           batch_polymorphic, program_rngs)
     raise TypeError(f"from_flax expects a flax.linen or flax.nnx Module, "
                     f"got {type(module).__name__}")
 
 
 def _build(call, state_tree, state_leaves, example_inputs, arg_names, scope, strip_names,
-           batch_polymorphic):
+           batch_polymorphic, rng_args=()):
     """Trace `call(state, *inputs) -> (output pytree, new state)` into a program; the
-    state's leaves are [(name, value, 'param' or 'state')]."""
+    state's leaves are [(name, value, 'param' or 'state')]; the keys of the inputs named
+    in `rng_args` come from the program's RNG state."""
     input_tree = jax.tree_util.tree_structure(tuple(example_inputs))
     inputs = list(state_leaves)
     for arg_name, arg in zip(arg_names, example_inputs):
-        inputs += [(n, v, "feed") for n, v in named_leaves(arg, arg_name)]
+        kind = "rng" if arg_name in rng_args else "feed"
+        inputs += [(n, v, kind) for n, v in named_leaves(arg, arg_name)]
     n_state = len(state_leaves)
     is_state = [kind == "state" for _, _, kind in state_leaves]
 
@@ -87,7 +94,12 @@ def _unique(entries):
             for c, name, value, kind in entries]
 
 
-def _from_linen(module, variables, example_inputs, scope, method, apply_kwargs, polymorphic):
+_RNGS = "rngs"   # the name of the keys of a module's random-number streams, drawn from the
+                 # program's RNG state (from_flax(program_rngs=True))
+
+
+def _from_linen(module, variables, example_inputs, scope, method, apply_kwargs, polymorphic,
+                program_rngs=False):
     from flax.core import unfreeze
     variables = unfreeze(variables)
     mutable = [c for c in variables if c != "params"]
@@ -96,21 +108,28 @@ def _from_linen(module, variables, example_inputs, scope, method, apply_kwargs, 
         collection, _, rest = name.partition(".")
         entries.append((collection, rest, value, "param" if collection == "params" else "state"))
 
+    fn = getattr(module, method) if isinstance(method, str) else method or module.__call__
+    arg_names = parameter_names(fn, len(example_inputs))
+    rngs = apply_kwargs.get("rngs") if program_rngs else None
+    if rngs:   # the keys: a last input, drawn from the program's RNG state
+        apply_kwargs = {k: v for k, v in apply_kwargs.items() if k != "rngs"}
+        example_inputs, arg_names = (*example_inputs, rngs), [*arg_names, _RNGS]
+
     def call(state, *inputs):
+        kwargs = dict(apply_kwargs, rngs=inputs[-1]) if rngs else apply_kwargs
+        inputs = inputs[:-1] if rngs else inputs
         if not mutable:
-            return module.apply(state, *inputs, method=method, **apply_kwargs), state
-        out, updates = module.apply(state, *inputs, mutable=mutable, method=method,
-                                    **apply_kwargs)
+            return module.apply(state, *inputs, method=method, **kwargs), state
+        out, updates = module.apply(state, *inputs, mutable=mutable, method=method, **kwargs)
         updates = unfreeze(updates)
         return out, {c: updates.get(c, state[c]) for c in state}
 
-    fn = getattr(module, method) if isinstance(method, str) else method or module.__call__
     return _build(call, jax.tree_util.tree_structure(variables), _unique(entries),
-                  example_inputs, parameter_names(fn, len(example_inputs)), scope, 1,
-                  polymorphic)
+                  example_inputs, arg_names, scope, 1, polymorphic, (_RNGS,) if rngs else ())
 
 
-def _from_nnx(module, state, example_inputs, scope, method, apply_kwargs, polymorphic):
+def _from_nnx(module, state, example_inputs, scope, method, apply_kwargs, polymorphic,
+              program_rngs=False):
     from flax import nnx
     graphdef, rng_state, own_state = nnx.split(module, nnx.RngKey, ...)
     state = own_state if state is None else state
@@ -123,11 +142,17 @@ def _from_nnx(module, state, example_inputs, scope, method, apply_kwargs, polymo
         entries.append((kind.__name__, name, value,
                         "param" if issubclass(kind, nnx.Param) else "state"))
 
+    fn = getattr(module, method or "__call__")
+    arg_names = parameter_names(fn, len(example_inputs))
+    keys_in = bool(program_rngs and jax.tree_util.tree_leaves(rng_state))
+    if keys_in:   # the streams' keys: a last input, drawn from the program's RNG state
+        example_inputs, arg_names = (*example_inputs, rng_state), [*arg_names, _RNGS]
+
     def call(state, *inputs):
-        model = nnx.merge(graphdef, rng_state, state)
-        out = getattr(model, method or "__call__")(*inputs, **apply_kwargs)
+        model = nnx.merge(graphdef, inputs[-1] if keys_in else rng_state, state)
+        out = getattr(model, method or "__call__")(*(inputs[:-1] if keys_in else inputs),
+                                                   **apply_kwargs)
         return out, nnx.split(model, nnx.RngKey, ...)[2]
 
-    fn = getattr(module, method or "__call__")
     return _build(call, jax.tree_util.tree_structure(state), _unique(entries), example_inputs,
-                  parameter_names(fn, len(example_inputs)), scope, 0, polymorphic)
+                  arg_names, scope, 0, polymorphic, (_RNGS,) if keys_in else ())
