@@ -100,6 +100,16 @@ def test_a_key_argument_is_a_data_variable_of_its_raw_data():
     assert list(program.global_block().var("x").shape) == [-1, 3]
 
 
+def test_a_typed_key_is_fed_as_its_data():
+    key, x = KEYS["typed"], _data(4, 3)
+    program, _, fetches = pd.from_jax(normal, key, x)
+    got, = pd.Executor().run(program, feed={"k": key, "x": x}, fetch_list=fetches)
+    np.testing.assert_array_equal(got, jax.jit(normal)(key, x))
+    with pytest.raises(pd.FeedError, match="the variable expects"):   # two keys, not one
+        pd.Executor().run(program, feed={"k": jax.random.split(key), "x": x},
+                          fetch_list=fetches)
+
+
 def test_a_dropout_mask_is_drawn_for_the_batch_size_run():
     key = KEYS["typed"]
     program, _, fetches = pd.from_jax(dropout, key, _data(4, 3))
