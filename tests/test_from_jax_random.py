@@ -110,13 +110,19 @@ def test_a_typed_key_is_fed_as_its_data():
                           fetch_list=fetches)
 
 
-def test_a_dropout_mask_is_drawn_for_the_batch_size_run():
-    key = KEYS["typed"]
-    program, _, fetches = pd.from_jax(dropout, key, _data(4, 3))
+def test_a_dropout_mask_is_drawn_for_the_batch_size_run_and_exported(tmp_path):
+    key, scope = KEYS["typed"], pd.Scope()
+    program, feeds, fetches = pd.from_jax(dropout, key, _data(4, 3), scope=scope)
+    path = str(tmp_path / "dropout.pdx")
+    pd.export.export_compiled(path, program, feeds, fetches, scope=scope)
+    exported = pd.export.load_compiled(path)
     for batch in (1, 7):
         x = _data(batch, 3, seed=batch)
-        got, = pd.Executor().run(program, feed={"k": _raw(key), "x": x}, fetch_list=fetches)
-        np.testing.assert_array_equal(got, jax.jit(dropout)(key, x))
+        got, = pd.Executor().run(program, feed={"k": _raw(key), "x": x}, fetch_list=fetches,
+                                 scope=scope)
+        want = jax.jit(dropout)(key, x)
+        np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(exported(_raw(key), x)[0], want)
 
 
 def test_a_key_made_inside_from_a_seed_draws_jaxs_numbers():
