@@ -280,3 +280,43 @@ def test_an_nnx_model_with_dropout_in_training_mode_trains_like_optax():
         np.testing.assert_allclose(scope.get(name), want[...], rtol=1e-4, atol=1e-5,
                                    err_msg=name)
     assert scope.get("drop.rngs.count") == model.drop.rngs.count[...] == 20
+
+
+class ScannedBlocks(nnx.Module):
+    """Layers stacked by nnx.vmap and run by nnx.scan, each with its own dropout key."""
+
+    def __init__(self, rngs):
+        @nnx.split_rngs(splits=3)
+        @nnx.vmap(in_axes=(0,), out_axes=0)
+        def make(rngs):
+            return DropoutBlock(rngs)
+        self.blocks = make(rngs)
+
+    def __call__(self, x):
+        @nnx.scan(in_axes=(0, nnx.Carry), out_axes=nnx.Carry)
+        def body(block, x):
+            return block(x)
+        return body(self.blocks, x)
+
+
+class DropoutBlock(nnx.Module):
+    def __init__(self, rngs):
+        self.linear = nnx.Linear(4, 4, rngs=rngs)
+        self.drop = nnx.Dropout(0.3, rngs=rngs)
+
+    def __call__(self, x):
+        return self.drop(nnx.relu(self.linear(x)))
+
+
+def test_nnx_scan_over_layers_with_stacked_dropout_keys_draws_flaxs_masks():
+    model = ScannedBlocks(nnx.Rngs(0))
+    twin = nnx.clone(model)
+    scope = pd.Scope()
+    program, feeds, fetches = pd.from_flax(model, None, _data(6, 4), scope=scope)
+    assert feeds == ["x"]
+    assert scope.get("blocks.drop.rngs.key.value").shape == (3, 2)   # a key per layer
+    step = nnx.jit(lambda m, x: m(x))
+    for i in range(2):
+        x = np.abs(_data(6, 4, seed=i))
+        got, = pd.Executor().run(program, feed={"x": x}, fetch_list=fetches, scope=scope)
+        np.testing.assert_array_equal(got, step(twin, x))

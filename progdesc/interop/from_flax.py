@@ -6,11 +6,12 @@ translator.
   with the same values, placed in the Scope.
 - Every other variable (linen's "batch_stats" and other collections, nnx's
   `BatchStat`s) becomes a persistable, non-trainable variable of the same name (its
-  collection's name comes first if a parameter already has that name), except the keys
-  of nnx's random-number streams (`nnx.RngKey`): they are constants of the program
-  (their raw key data), while each stream's count (`nnx.RngCount`) is state, so Dropout
-  in training mode draws Flax's masks, a fresh one at each run. A linen module's
-  `rngs={'dropout': key}` keys are constants too: the same mask at each run.
+  collection's name comes first if a parameter already has that name). The keys of
+  nnx's random-number streams (`nnx.RngKey`) are such variables too, holding the keys'
+  raw data (`drop.rngs.key.value`), and each stream's count (`nnx.RngCount`) is state
+  the program updates, so Dropout in training mode draws Flax's masks, the next one at
+  each run (inside `nnx.scan` over stacked layers too). A linen module's
+  `rngs={'dropout': key}` keys are constants: the same mask at each run.
 - State the module updates when called (BatchNorm in training mode: linen traced with
   every non-"params" collection mutable, nnx by splitting the module again after the
   call) is written back by an `assign` from the new value into that variable, so each
@@ -57,14 +58,15 @@ def from_flax(module, variables, *example_inputs, scope=None, method=None,
 
 
 def _build(call, state_tree, state_leaves, example_inputs, arg_names, scope, strip_names,
-           batch_polymorphic, rng_args=()):
+           batch_polymorphic, kinds=None):
     """Trace `call(state, *inputs) -> (output pytree, new state)` into a program; the
-    state's leaves are [(name, value, 'param' or 'state')]; the keys of the inputs named
-    in `rng_args` come from the program's RNG state."""
+    state's leaves are [(name, value, 'param' or 'state')]; `kinds` maps the name of an
+    input that is no feed to its kind ('rng': keys from the program's RNG state; 'state':
+    a persistable holding the value)."""
     input_tree = jax.tree_util.tree_structure(tuple(example_inputs))
     inputs = list(state_leaves)
     for arg_name, arg in zip(arg_names, example_inputs):
-        kind = "rng" if arg_name in rng_args else "feed"
+        kind = (kinds or {}).get(arg_name, "feed")
         inputs += [(n, v, kind) for n, v in named_leaves(arg, arg_name)]
     n_state = len(state_leaves)
     is_state = [kind == "state" for _, _, kind in state_leaves]
@@ -125,7 +127,8 @@ def _from_linen(module, variables, example_inputs, scope, method, apply_kwargs, 
         return out, {c: updates.get(c, state[c]) for c in state}
 
     return _build(call, jax.tree_util.tree_structure(variables), _unique(entries),
-                  example_inputs, arg_names, scope, 1, polymorphic, (_RNGS,) if rngs else ())
+                  example_inputs, arg_names, scope, 1, polymorphic,
+                  {_RNGS: "rng"} if rngs else None)
 
 
 def _from_nnx(module, state, example_inputs, scope, method, apply_kwargs, polymorphic,
@@ -144,9 +147,10 @@ def _from_nnx(module, state, example_inputs, scope, method, apply_kwargs, polymo
 
     fn = getattr(module, method or "__call__")
     arg_names = parameter_names(fn, len(example_inputs))
-    keys_in = bool(program_rngs and jax.tree_util.tree_leaves(rng_state))
-    if keys_in:   # the streams' keys: a last input, drawn from the program's RNG state
-        example_inputs, arg_names = (*example_inputs, rng_state), [*arg_names, _RNGS]
+    keys_in = bool(jax.tree_util.tree_leaves(rng_state))
+    rng_name = _RNGS if program_rngs else ""   # as state: named by their paths
+    if keys_in:   # the streams' keys: a last input, traced as the other variables are
+        example_inputs, arg_names = (*example_inputs, rng_state), [*arg_names, rng_name]
 
     def call(state, *inputs):
         model = nnx.merge(graphdef, inputs[-1] if keys_in else rng_state, state)
@@ -155,4 +159,5 @@ def _from_nnx(module, state, example_inputs, scope, method, apply_kwargs, polymo
         return out, nnx.split(model, nnx.RngKey, ...)[2]
 
     return _build(call, jax.tree_util.tree_structure(state), _unique(entries), example_inputs,
-                  arg_names, scope, 0, polymorphic, (_RNGS,) if keys_in else ())
+                  arg_names, scope, 0, polymorphic,
+                  {rng_name: "rng" if program_rngs else "state"} if keys_in else None)

@@ -231,7 +231,8 @@ def build(flat_fn, inputs, writes=(), strip_names=0, scope=None, batch_polymorph
     for target, out in zip(writes, outs[n_fetch:]):
         if out != target:
             block.append_op("assign", {"X": out}, {"Out": target}, callsite="")
-    state = {name: value for name, value, kind in inputs if kind not in ("feed", "rng")}
+    state = {name: jax.random.key_data(value) if is_key(value) else value   # a key: its data
+             for name, value, kind in inputs if kind not in ("feed", "rng")}
     state.update(translator.values)
     io.set_values(program, {k: np.asarray(v) for k, v in state.items()}, scope)
     feeds = [name for name, _, kind in inputs if kind == "feed"]
