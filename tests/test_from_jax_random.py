@@ -320,3 +320,48 @@ def test_nnx_scan_over_layers_with_stacked_dropout_keys_draws_flaxs_masks():
         x = np.abs(_data(6, 4, seed=i))
         got, = pd.Executor().run(program, feed={"x": x}, fetch_list=fetches, scope=scope)
         np.testing.assert_array_equal(got, step(twin, x))
+
+
+class VAE(nn.Module):
+    """The shape of flax's examples/vae: the sampling key is an argument of the call."""
+
+    @nn.compact
+    def __call__(self, x, z_rng):
+        h = nn.relu(nn.Dense(8)(x))
+        mean, logvar = nn.Dense(3)(h), nn.Dense(3)(h)
+        z = mean + jnp.exp(0.5 * logvar) * jax.random.normal(z_rng, logvar.shape)
+        return nn.sigmoid(nn.Dense(5)(z)), mean, logvar
+
+
+def _vae_loss(recon, x, mean, logvar, exp, average):
+    return average((recon - x) * (recon - x)) + average(exp(logvar) + mean * mean - logvar)
+
+
+def test_a_vae_samples_with_its_key_argument_as_flax_does_gradients_included():
+    model, key = VAE(), jax.random.key(7)
+    x = np.abs(_data(4, 5))
+    variables = model.init(jax.random.key(0), x, key)
+    scope = pd.Scope()
+    program, feeds, fetches = pd.from_flax(model, variables, x, key, scope=scope)
+    assert feeds == ["x", "z_rng"]
+    names = sorted(v.name for v in program.all_parameters())
+    with pd.program_guard(program):
+        recon, mean, logvar = fetches
+        loss = _vae_loss(recon, program.global_block().var("x"), mean, logvar, ops.exp, ops.mean)
+        grads = pd.gradients([loss], [program.global_block().var(n) for n in names])
+    x6 = np.abs(_data(6, 5, seed=1))   # another batch size
+    got = pd.Executor(precision="highest").run(
+        program, feed={"x": x6, "z_rng": key}, fetch_list=[*fetches, *grads], scope=scope)
+    want = jax.jit(model.apply)(variables, x6, key)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+
+    def flax_loss(params):
+        recon, mean, logvar = model.apply({"params": params}, x6, key)
+        return _vae_loss(recon, x6, mean, logvar, jnp.exp, jnp.mean)
+    with jax.default_matmul_precision("highest"):
+        want_grads = jax.grad(flax_loss)(variables["params"])
+    flat = {".".join(k): v for k, v in
+            nnx.traversals.flatten_mapping(nn.unbox(want_grads)).items()}
+    for name, g in zip(names, got[len(fetches):]):
+        np.testing.assert_allclose(g, flat[name], rtol=1e-4, atol=1e-6, err_msg=name)
