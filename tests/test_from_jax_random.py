@@ -70,8 +70,22 @@ def arrays_of_keys(k, x):
             jax.random.normal(keys.reshape(2, 2).T[1, 0], (2,)))
 
 
+def keys_in_control_flow(k, x):
+    def body(i, carry):
+        key, acc = carry
+        key, sub = jax.random.split(key)
+        return key, acc + jax.random.normal(sub, acc.shape)
+    key, acc = jax.lax.fori_loop(0, 3, body, (k, x))
+    per_step = jax.lax.scan(lambda c, kk: (c, jax.random.uniform(kk, (2,))), 0.0,
+                            jax.random.split(k, 4))[1]
+    branch = jax.lax.cond(x[0, 0] > 0, lambda kk: jax.random.normal(kk, (2,)),
+                          lambda kk: jnp.zeros(2), k)
+    return acc, key, per_step, branch
+
+
 FUNCTIONS = [bernoulli, uniform, normal, split, fold_in, dropout, integers_and_choices,
-             arrays_of_keys]
+             arrays_of_keys, keys_in_control_flow]
+FIXED_BATCH = (integers_and_choices, arrays_of_keys, keys_in_control_flow)
 
 
 def _run(fn, key, x, **kwargs):
@@ -86,7 +100,7 @@ def test_draws_equal_the_originals_bit_for_bit(fn, key):
     if fn is arrays_of_keys and key is KEYS["PRNGKey"]:
         pytest.skip("old-style keys are plain uint32 arrays: (4, 2) reshaped is no array of keys")
     x = _data(4, 3)
-    got = _run(fn, key, x, batch_polymorphic=fn not in (integers_and_choices, arrays_of_keys))
+    got = _run(fn, key, x, batch_polymorphic=fn not in FIXED_BATCH)
     want = jax.tree_util.tree_leaves(jax.jit(fn)(key, x))
     assert len(got) == len(want)
     for g, w in zip(got, want):
