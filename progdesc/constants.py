@@ -82,4 +82,4 @@ def imported_constant(block, array, values, *, name=None, callsite=""):
 
 def _fits_float32(value):
     """Whether a Python number survives the float32 `value` attribute of fill_constant."""
-    return bool(np.float32(value) == value) or bool(np.isnan(value))
+    return float(np.float32(value)) == value or bool(np.isnan(value))   # compared exactly

@@ -72,7 +72,14 @@ def convert_feed(var, value):
             arr = np.asarray(value)
         except (ValueError, TypeError) as e:
             raise FeedError(f"feed cannot be made an array: {e}", var=name) from None
-    if np.dtype(arr.dtype).kind not in "biuf":
+    try:
+        kind = np.dtype(arr.dtype).kind
+    except TypeError:   # not a NumPy dtype: a typed PRNG key is fed as its raw data
+        if not jax.dtypes.issubdtype(arr.dtype, jax.dtypes.prng_key):
+            raise
+        arr = jax.random.key_data(arr)
+        kind = "u"
+    if kind not in "biuf":
         raise FeedError(f"feed of dtype {arr.dtype} is not a rectangular numeric array",
                         var=name)
     if arr.dtype != want:

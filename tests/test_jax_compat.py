@@ -315,8 +315,8 @@ def test_without_the_distributed_internals_initialize_says_so(monkeypatch, modul
 
 # --- dce_jaxpr: from_jax removes dead equations before translating ---
 
-def _with_dead_key(x):
-    jax.random.key(0)   # made, never used: draws 'random_seed'
+def _with_dead_code(x):
+    jax.lax.cumlogsumexp(x)   # computed, never used: a primitive progdesc does not translate
     return x * 2.0
 
 
@@ -332,7 +332,7 @@ def test_dead_code_removal_drops_unused_equations_and_keeps_the_signature():
     np.testing.assert_allclose(a, np.sin(0.5) * np.ones(3), rtol=1e-6)
     np.testing.assert_allclose(b, 1.5 * np.ones(3), rtol=1e-6)
     scope = pd.Scope()
-    program, feeds, fetches = pd.from_jax(_with_dead_key, np.ones(3, np.float32), scope=scope)
+    program, feeds, fetches = pd.from_jax(_with_dead_code, np.ones(3, np.float32), scope=scope)
     (got,) = pd.Executor().run(program, feed={feeds[0]: np.float32([1, 2, 3])},
                                fetch_list=fetches, scope=scope)
     np.testing.assert_array_equal(got, np.float32([2, 4, 6]))
@@ -342,5 +342,5 @@ def test_without_dead_code_removal_dead_equations_are_translated_as_before(monke
     lacking(monkeypatch, "jax.interpreters.partial_eval", dce_jaxpr=MISSING)
     closed = jax.make_jaxpr(lambda x: (jnp.sin(x), x)[1])(np.ones(3, np.float32))
     assert jax_compat.dead_code_removed(closed) is closed
-    with pytest.raises(pd.UnsupportedPrimitiveError, match="'random_seed'"):
-        pd.from_jax(_with_dead_key, np.ones(3, np.float32), scope=pd.Scope())
+    with pytest.raises(pd.UnsupportedPrimitiveError, match="'cumlogsumexp'"):
+        pd.from_jax(_with_dead_code, np.ones(3, np.float32), scope=pd.Scope())

@@ -203,6 +203,19 @@ def erfc(X):
     return lax.erfc(X)
 
 
+@op("erf_inv", **_FLOAT)
+def erf_inv(X):
+    """The inverse error function elementwise (X in (-1, 1)), as JAX's normal draws use it."""
+    return lax.erf_inv(X)
+
+
+@erf_inv.gradient
+def _(g):  # sqrt(pi) / 2 * exp(y ** 2), y = erf_inv(x)
+    bell = g.call("exp", g.call("square", g.output("Out")))
+    g.call("mul", g.out_grad("Out"), g.call("scale", bell, scale=math.sqrt(math.pi) / 2.0),
+           out=g.in_grad("X"))
+
+
 @erf.gradient
 @erfc.gradient
 def _(g):  # +-2 / sqrt(pi) * exp(-x ** 2)

@@ -8,10 +8,12 @@ translator.
   leaves the names as they are: `Embed_0.embedding`, not `Embed_0.embedding.value`.
 - Every other variable (linen's "batch_stats" and other collections, nnx's
   `BatchStat`s) becomes a persistable, non-trainable variable of the same name (its
-  collection's name comes first if a parameter already has that name), except the keys
-  of nnx's random-number streams (`nnx.RngKey`): they stay constants of the trace, so a
-  module that draws random numbers (Dropout in training mode) is reported as using
-  primitives progdesc does not translate; import it in eval mode.
+  collection's name comes first if a parameter already has that name). The keys of
+  nnx's random-number streams (`nnx.RngKey`) are such variables too, holding the keys'
+  raw data (`drop.rngs.key`), and each stream's count (`nnx.RngCount`) is state
+  the program updates, so Dropout in training mode draws Flax's masks, the next one at
+  each run (inside `nnx.scan` over stacked layers too). A linen module's
+  `rngs={'dropout': key}` keys are constants: the same mask at each run.
 - State the module updates when called (BatchNorm in training mode: linen traced with
   every non-"params" collection mutable, nnx by splitting the module again after the
   call) is written back by an `assign` from the new value into that variable, so each
@@ -29,7 +31,7 @@ from progdesc.interop.from_jax import parameter_names, build, named_leaves
 
 def from_flax(module, variables, *example_inputs, scope=None, method=None,
               batch_polymorphic=True, axis_names=None, eval_mode=None, overwrite=False,
-              **apply_kwargs):
+              program_rngs=False, **apply_kwargs):
     """Trace a Flax module applied to `example_inputs` into a program.
 
     For a linen module, `variables` is what `module.init` returned; `method` and
@@ -59,6 +61,11 @@ def from_flax(module, variables, *example_inputs, scope=None, method=None,
     after `.train()` and once after `.eval()`). Where the two behaviours differ, the
     program holds both, chosen by a `mode_select` op's `is_test`: training runs use the
     first, a test clone the second.
+
+    With `program_rngs`, the module's random-number streams (nnx's `RngKey`s, linen's
+    `rngs={...}` keys) take a fresh key from the program's RNG state at each run
+    instead: dropout masks differ from Flax's, but change at every step even in linen,
+    and are reproducible from `program.random_seed`.
     """
     from flax import linen, nnx
     if eval_mode is not None and not (
@@ -66,7 +73,7 @@ def from_flax(module, variables, *example_inputs, scope=None, method=None,
         raise TypeError("eval_mode is True for an nnx module, a dict of apply keywords for a "
                         f"linen module (e.g. {{'train': False}}), got {eval_mode!r}")
     options = {"batch_polymorphic": batch_polymorphic, "axis_names": axis_names,
-               "eval_mode": eval_mode, "overwrite": overwrite}
+               "eval_mode": eval_mode, "overwrite": overwrite, "program_rngs": program_rngs}
     if isinstance(module, nnx.Module):
         return _from_nnx(module, variables, example_inputs, scope, method, apply_kwargs,
                          options)
@@ -78,17 +85,21 @@ def from_flax(module, variables, *example_inputs, scope=None, method=None,
 
 
 def _build(call, state_tree, state_leaves, example_inputs, arg_names, scope, strip_names,
-           options):
+           options, kinds=None):
     """Trace `call(state, *inputs, eval_mode=False) -> (output pytree, new state)` into a
     program; the state's leaves are [(name, value, 'param' or 'state')], `options` the
     keywords of from_jax's `build` the user chose, and `eval_mode` (whether the module has
-    an evaluation behaviour to import as well)."""
+    an evaluation behaviour to import as well); `kinds` maps the name of an input that is
+    no feed to its kind ('rng': keys from the program's RNG state; 'state': a persistable
+    holding the value)."""
     options = dict(options)
     with_eval = options.pop("eval_mode") is not None
+    options.pop("program_rngs")
     input_tree = jax.tree_util.tree_structure(tuple(example_inputs))
     inputs = list(state_leaves)
     for arg_name, arg in zip(arg_names, example_inputs):
-        inputs += [(n, v, "feed") for n, v in named_leaves(arg, arg_name)]
+        kind = (kinds or {}).get(arg_name, "feed")
+        inputs += [(n, v, kind) for n, v in named_leaves(arg, arg_name)]
     n_state = len(state_leaves)
     is_state = [kind == "state" for _, _, kind in state_leaves]
 
@@ -119,6 +130,10 @@ def _unique(entries):
             for c, name, value, kind in entries]
 
 
+_RNGS = "rngs"   # the name of the keys of a module's random-number streams, drawn from the
+                 # program's RNG state (from_flax(program_rngs=True))
+
+
 def _from_linen(module, variables, example_inputs, scope, method, apply_kwargs, options):
     from flax.core import unfreeze
     variables = unfreeze(variables)
@@ -128,20 +143,27 @@ def _from_linen(module, variables, example_inputs, scope, method, apply_kwargs, 
         collection, _, rest = name.partition(".")
         entries.append((collection, rest, value, "param" if collection == "params" else "state"))
 
+    fn = getattr(module, method) if isinstance(method, str) else method or module.__call__
+    arg_names = parameter_names(fn, len(example_inputs))
+    rngs = apply_kwargs.get("rngs") if options["program_rngs"] else None
+    if rngs:   # the keys: a last input, drawn from the program's RNG state
+        apply_kwargs = {k: v for k, v in apply_kwargs.items() if k != "rngs"}
+        example_inputs, arg_names = (*example_inputs, rngs), [*arg_names, _RNGS]
     eval_kwargs = {**apply_kwargs, **(options["eval_mode"] or {})}
 
     def call(state, *inputs, eval_mode=False):
         kwargs = eval_kwargs if eval_mode else apply_kwargs
+        if rngs:
+            kwargs, inputs = dict(kwargs, rngs=inputs[-1]), inputs[:-1]
         if not mutable:
             return module.apply(state, *inputs, method=method, **kwargs), state
         out, updates = module.apply(state, *inputs, mutable=mutable, method=method, **kwargs)
         updates = unfreeze(updates)
         return out, {c: updates.get(c, state[c]) for c in state}
 
-    fn = getattr(module, method) if isinstance(method, str) else method or module.__call__
     return _build(call, jax.tree_util.tree_structure(variables), _unique(entries),
-                  example_inputs, parameter_names(fn, len(example_inputs)), scope, 1,
-                  options)
+                  example_inputs, arg_names, scope, 1, options,
+                  {_RNGS: "rng"} if rngs else None)
 
 
 def _from_nnx(module, state, example_inputs, scope, method, apply_kwargs, options):
@@ -155,8 +177,16 @@ def _from_nnx(module, state, example_inputs, scope, method, apply_kwargs, option
         entries.append((kind.__name__, name, value,
                         "param" if issubclass(kind, nnx.Param) else "state"))
 
+    fn = getattr(module, method or "__call__")
+    arg_names = parameter_names(fn, len(example_inputs))
+    keys_in = bool(jax.tree_util.tree_leaves(rng_state))
+    rng_name = _RNGS if options["program_rngs"] else ""   # as state: named by their paths
+    if keys_in:   # the streams' keys: a last input, traced as the other variables are
+        example_inputs, arg_names = (*example_inputs, rng_state), [*arg_names, rng_name]
+
     def call(state, *inputs, eval_mode=False):
-        model = nnx.merge(graphdef, rng_state, state)
+        model = nnx.merge(graphdef, inputs[-1] if keys_in else rng_state, state)
+        inputs = inputs[:-1] if keys_in else inputs
         if options["eval_mode"] is not None:
             if eval_mode:
                 model.eval()
@@ -165,6 +195,6 @@ def _from_nnx(module, state, example_inputs, scope, method, apply_kwargs, option
         out = getattr(model, method or "__call__")(*inputs, **apply_kwargs)
         return out, nnx.split(model, nnx.RngKey, ...)[2]
 
-    fn = getattr(module, method or "__call__")
     return _build(call, jax.tree_util.tree_structure(state), _unique(entries), example_inputs,
-                  parameter_names(fn, len(example_inputs)), scope, 0, options)
+                  arg_names, scope, 0, options,
+                  {rng_name: "rng" if options["program_rngs"] else "state"} if keys_in else None)

@@ -17,6 +17,10 @@ What becomes what:
   `jax.jit` makes one executable per shape. A dict chooses per input: a leading dim of
   its own (a graph's nodes and edges: `{"nodes": "nodes", "edges": "edges"}`), the
   shared batch dim, or fixed (`{"w": False}`); see `leading_dims`.
+- A PRNG key argument (`jax.random.key(0)`, or a `PRNGKey`'s uint32[2]) becomes a feed
+  variable holding the key's raw data (`jax.random.key_data`), never a batch dim; JAX's
+  random primitives become the ops of `lowering/ops/prng.py` and `bits.py`
+  (`jax_random_rules`), so the program draws the original's numbers, bit for bit.
 - `params` (a pytree passed as the function's first argument) become trainable
   parameters named by their path (`Dense_0.kernel`), their values put in the Scope.
 - Constants (arrays the function closes over, and literals) are made as every importer
@@ -60,7 +64,9 @@ from progdesc import io, jax_compat
 from progdesc.callsites import PACKAGE_DIRS, cell_name
 from progdesc.framework import Program, program_guard
 from progdesc.scope import global_scope
+from lowering.ops.prng import key_shape
 from progdesc.interop.jax_collective_rules import AXIS_SIZES
+from progdesc.interop.jax_random_rules import is_key   # also registers the rules of keys
 from progdesc.interop.jax_rules import RULES, BatchDependent, is_batch_dim, same_dim
 from progdesc.translate import FAILED, Environment, Literal, Node, Translator
 
@@ -131,8 +137,8 @@ class JaxTranslator(Translator):
         """Translate `jaxpr` with its constvars bound to `consts` (arrays) and its invars to
         `args` (our names; None: all FAILED); returns the names of its outputs."""
         env = Environment(self)
-        env.bind(jaxpr.constvars, [FAILED if _is_key(c) else self.constant(c)   # a PRNG key:
-                                   for c in consts])                           # users reported
+        env.bind(jaxpr.constvars, [self.constant(jax.random.key_data(c) if is_key(c) else c)
+                                   for c in consts])   # a key: its raw data
         env.bind(jaxpr.invars, [FAILED] * len(jaxpr.invars) if args is None else args)
         block, self._jaxprs = self._jaxprs, self._jaxprs + 1
         self.translate((self._node(eqn, block, i) for i, eqn in enumerate(jaxpr.eqns)), env)
@@ -172,10 +178,6 @@ def _operand(atom):
 
 def _dims_text(value):
     return str(list(map(str, value)) if isinstance(value, (list, tuple)) else value)
-
-
-def _is_key(value):
-    return jax.dtypes.issubdtype(getattr(value, "dtype", None), jax.dtypes.prng_key)
 
 
 def _sub_jaxprs(eqn):
@@ -234,8 +236,9 @@ def build(flat_fn, inputs, writes=(), strip_names=0, scope=None, batch_polymorph
           overwrite=False, axis_names=None, eval_fn=None):
     """Trace `flat_fn(*arrays) -> [arrays]` and translate it into a new program.
 
-    `inputs` is [(name, example value, kind)], kind 'feed', 'param' (trainable) or
-    'state' (persistable, not trained). The last `len(writes)` results are written into
+    `inputs` is [(name, example value, kind)], kind 'feed', 'param' (trainable),
+    'state' (persistable, not trained) or 'rng' (a PRNG key drawn afresh from the
+    program's RNG state at each run, by a `random_key` op). The last `len(writes)` results are written into
     the state variables `writes` (skipped where one is that variable unchanged); the
     others are the fetch targets. Parameter, state and constant values go into `scope`.
     `batch_polymorphic` says which feeds' leading dims are traced as which symbolic dim
@@ -248,8 +251,6 @@ def build(flat_fn, inputs, writes=(), strip_names=0, scope=None, batch_polymorph
     two, which `clone(for_test=True)` switches to `eval_fn`'s.
     """
     axis_names = _axis_names(axis_names)
-    flat_fn = _with_axes(flat_fn, axis_names)
-    eval_fn = _with_axes(eval_fn, axis_names) if eval_fn is not None else None
     names = [name for name, _, _ in inputs]
     clash = sorted({n for n in names if names.count(n) > 1})
     if clash:
@@ -257,23 +258,29 @@ def build(flat_fn, inputs, writes=(), strip_names=0, scope=None, batch_polymorph
                            "parameter's path and an argument's name?)", var=clash[0])
     values = [v if isinstance(v, jax.Array) else np.asarray(v) for _, v, _ in inputs]
     if not overwrite:
-        check_not_held(scope, [(n, v) for (n, _, kind), v in zip(inputs, values)
-                               if kind != "feed"])
-    for (name, _, _), value in zip(inputs, values):
-        if _is_key(value):
-            raise UnsupportedPrimitiveError(f"input '{name}' is a PRNG key, which a program "
-                                            "variable cannot hold", unsupported=[])
-    leading = leading_dims(inputs, values, batch_polymorphic)
+        check_not_held(scope, [(n, jax.random.key_data(v) if is_key(v) else v)
+                               for (n, _, kind), v in zip(inputs, values)
+                               if kind not in ("feed", "rng")])
+    if eval_fn is not None:
+        eval_fn = _with_axes(_keys_as_data(eval_fn, values)[0], axis_names)
+    flat_fn, values, keys = _keys_as_data(flat_fn, values)
+    flat_fn = _with_axes(flat_fn, axis_names)
+    leading = {name: dim for name, dim in leading_dims(inputs, values, batch_polymorphic).items()
+               if not keys[names.index(name)]}   # a key is never a batch
     closed, refs = _traced(flat_fn, inputs, values, leading)
     program = Program()
     block = program.global_block()
-    for (name, _, kind), aval in zip(inputs, closed.in_avals):
+    for (name, value, kind), aval in zip(inputs, closed.in_avals):
         shape = [-1 if is_batch_dim(d) else d for d in aval.shape]
         dtype = dtypes.name_of(aval.dtype)
         if kind == "feed":
             block.create_var(name, shape, dtype, stop_gradient=True, need_check_feed=True)
         elif kind == "param":
             block.create_parameter(name, shape, dtype)
+        elif kind == "rng":
+            impl = _impl_name(value)
+            block.append_op("random_key", outputs={"Out": name}, callsite="", attrs={
+                "shape": shape[:len(shape) - len(key_shape(impl))], "impl": impl})
         else:
             block.create_var(name, shape, dtype, persistable=True, stop_gradient=True)
     translator = JaxTranslator(program, strip_names, refs, axis_names)
@@ -287,11 +294,35 @@ def build(flat_fn, inputs, writes=(), strip_names=0, scope=None, batch_polymorph
     for target, out in zip(writes, outs[n_fetch:]):
         if out != target:
             block.append_op("assign", {"X": out}, {"Out": target}, callsite="")
-    state = {name: value for name, value, kind in inputs if kind != "feed"}
+    state = {name: jax.random.key_data(value) if is_key(value) else value   # a key: its data
+             for name, value, kind in inputs if kind not in ("feed", "rng")}
     state.update(translator.values)
     io.set_values(program, {k: np.asarray(v) for k, v in state.items()}, scope)
     feeds = [name for name, _, kind in inputs if kind == "feed"]
     return program, feeds, [block.var(n) for n in outs[:n_fetch]]
+
+
+def _impl_name(key):
+    """The name of the PRNG implementation of `key` (JAX's default for old-style keys)."""
+    return str(jax.random.key_impl(key) if is_key(key) else jax.config.jax_default_prng_impl)
+
+
+def _keys_as_data(flat_fn, values):
+    """A PRNG key input is held as its raw data (`jax.random.key_data`): returns (`flat_fn`
+    taking that data in its place, the values with each typed key's data, which inputs are
+    keys). A single key of the old style (`PRNGKey`, uint32[2]) counts as a key too, so that
+    it is not taken for a batch of 2."""
+    impls = [jax.random.key_impl(v) if is_key(v) else None for v in values]
+    keys = [impl is not None or (v.dtype == np.uint32 and v.shape == (2,))
+            for v, impl in zip(values, impls)]
+    if not any(impl is not None for impl in impls):
+        return flat_fn, values, keys
+
+    def fn(*leaves):
+        return flat_fn(*(leaf if impl is None else jax.random.wrap_key_data(leaf, impl=impl)
+                         for leaf, impl in zip(leaves, impls)))
+    return fn, [v if impl is None else jax.random.key_data(v)
+                for v, impl in zip(values, impls)], keys
 
 
 def _traced(flat_fn, inputs, values, leading):
@@ -487,7 +518,7 @@ def _is_library(frame):
 
 
 def from_jax(fn, *example_args, params=None, scope=None, batch_polymorphic=True,
-             overwrite=False, axis_names=None):
+             overwrite=False, axis_names=None, program_keys=()):
     """Trace `fn(*example_args)` (or `fn(params, *example_args)`) into a program.
 
     Each array leaf of the example arguments becomes a feed variable named after `fn`'s
@@ -519,13 +550,29 @@ def from_jax(fn, *example_args, params=None, scope=None, batch_polymorphic=True,
     `axis_index`: a function written for `pmap` / `shard_map`) reduce over, and maps each
     to a mesh axis of the program: under `Executor(mesh=...)` they reduce across the
     devices of that axis; on one device they are the identity.
+
+    A PRNG key argument is a feed of the key's raw data (`jax.random.key_data(key)`, or
+    a `PRNGKey` as it is), and the program draws the numbers `fn` draws from that key,
+    bit for bit. The arguments named in `program_keys` instead take a fresh key from the
+    program's RNG state at each run (different at every step, reproducible from
+    `program.random_seed`), as our own random ops (dropout) do; they are not feeds.
     """
     arg_names = parameter_names(fn, len(example_args), skip=1 if params is not None else 0)
+    unknown = sorted(set(program_keys) - set(arg_names))
+    if unknown:
+        raise ProgramError(f"program_keys names {unknown}, which are not arguments of the "
+                           f"function (its arguments: {arg_names})", var=unknown[0])
     inputs = []
     if params is not None:
         inputs += [(n, v, "param") for n, v in named_leaves(params)]
     for arg_name, arg in zip(arg_names, example_args):
-        inputs += [(n, v, "feed") for n, v in named_leaves(arg, arg_name)]
+        kind = "rng" if arg_name in program_keys else "feed"
+        inputs += [(n, v, kind) for n, v in named_leaves(arg, arg_name)]
+    for name, value, kind in inputs:
+        if kind == "rng" and not (is_key(value) or np.asarray(value).dtype == np.uint32):
+            raise ProgramError(f"program_keys: '{name}' is no PRNG key (a jax.random.key, "
+                               f"or a PRNGKey's uint32 data), got {np.asarray(value).dtype}",
+                               var=name)
     param_tree = jax.tree_util.tree_structure(params) if params is not None else None
     arg_tree = jax.tree_util.tree_structure(tuple(example_args))
     n_params = param_tree.num_leaves if param_tree is not None else 0

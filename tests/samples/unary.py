@@ -2,6 +2,7 @@
 import math
 
 import numpy as np
+import scipy.special
 
 from op_table import Sample, positive, rand
 
@@ -72,6 +73,10 @@ SAMPLES += [
     Sample("erfc", {"X": np.array([4.0, 6.0, 9.0], np.float32)},
            lambda X: _erfc(X).astype(X.dtype), name="tail_keeps_precision", rtol=1e-4,
            atol=0.0),
+    Sample("erf_inv", {"X": rand(3, 4, low=-0.95, high=0.95)},
+           lambda X: scipy.special.erfinv(X).astype(X.dtype), rtol=1e-5),
+    Sample("erf_inv", {"X": rand(2, 3, dtype="float64", low=-0.9, high=0.9)},
+           lambda X: scipy.special.erfinv(X), name="float64"),
 ]
 
 SAMPLES += [
