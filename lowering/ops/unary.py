@@ -1,5 +1,5 @@
-"""Elementwise unary math (with the `lax` primitives integer_pow, erf, erfc, sin, cos,
-log1p, expm1, sign, floor), n-ary `sum`, `cast` and `assign`.
+"""Elementwise unary math (with the `lax` primitives integer_pow, erf, erfc, sin, cos, tan,
+log1p, expm1, exp2, sign, floor), n-ary `sum`, `cast` and `assign`.
 
 Gradients reuse the forward output where it is at hand (exp, sqrt, rsqrt) and
 write nothing for integer or bool inputs. `full_like` is the helper other
@@ -279,3 +279,27 @@ def floor(X):
 @floor.gradient
 def _(g):  # zero almost everywhere, as in JAX
     g.call("fill_zeros_like", g.input("X"), out=g.in_grad("X"))
+
+
+@op("tan", **_FLOAT)
+def tan(X):
+    """Tangent elementwise."""
+    return jnp.tan(X)
+
+
+@tan.gradient
+def _(g):  # 1 + tan(x) ** 2
+    slope = g.call("scale", g.call("square", g.output("Out")), bias=1.0)
+    g.call("mul", g.out_grad("Out"), slope, out=g.in_grad("X"))
+
+
+@op("exp2", **_FLOAT)
+def exp2(X):
+    """2 ** X elementwise."""
+    return jnp.exp2(X)
+
+
+@exp2.gradient
+def _(g):  # log(2) * out
+    g.call("mul", g.out_grad("Out"), g.call("scale", g.output("Out"), scale=math.log(2.0)),
+           out=g.in_grad("X"))

@@ -67,10 +67,7 @@ RULES.alias("custom_vjp_call_jaxpr", "custom_vjp_call")
 
 @RULES.rule("div")
 def div(t, x, y):
-    if _kind(t, x) != "float":
-        raise Unsupported("integer division rounds toward zero; only float division is "
-                          "translated")
-    return t.call("div", x, y)
+    return t.call("div" if _kind(t, x) == "float" else "trunc_div", x, y)
 
 
 def _logical(t, op_type, *xs):
@@ -427,3 +424,10 @@ def while_(t, *operands, cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts):
         _vars(t, operands[cond_nconsts + body_nconsts:]))
     t.tag_last_op()
     return [v.name for v in out]
+
+
+# --- issue 24: the missing primitives (tan, exp2, atan2, integer div above, ...) ---
+
+for _prim in ("tan", "exp2", "atan2"):
+    RULES.rename(_prim, _prim)
+del _prim

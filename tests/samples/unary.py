@@ -92,3 +92,12 @@ SAMPLES += [
 SAMPLES += [
     Sample("floor", {"X": rand(3, 4, low=-3, high=3)}, lambda X: np.floor(X)),
 ]
+
+SAMPLES += [
+    Sample("tan", {"X": rand(3, 4, low=-1.2, high=1.2)}, lambda X: np.tan(X)),
+    Sample("tan", {"X": rand(2, 3, low=-1.2, high=1.2, dtype="float64")}, lambda X: np.tan(X),
+           name="float64"),
+    Sample("exp2", {"X": rand(3, 4, low=-3, high=3)}, lambda X: np.exp2(X)),
+    Sample("exp2", {"X": np.array([-100.0, 0.5, 10.0, 100.0], np.float32)}, lambda X: np.exp2(X),
+           name="wide_range_no_finite_differences", rtol=1e-5, atol=0.0, grad=False),
+]
