@@ -23,11 +23,18 @@ def integer_division(n, m, x):
     return lax.div(n, m), n // m, n // 3, x * (n // m).astype(jnp.float32)
 
 
+def argmax_of_bools(x):
+    hit = x > 0.3
+    return (jnp.argmax(hit, axis=1), jnp.argmin(hit, axis=0), jnp.argmax(hit.reshape(-1)),
+            x * jnp.argmax(hit, axis=0).astype(jnp.float32))
+
+
 ZOO = {
     "trig": (trig, (_rand(3, 4), _rand(3, 4, seed=1))),
     "integer_division": (integer_division, (np.array([[7, -7, 6], [-6, 0, 5]], np.int32),
                                             np.array([[2, 2, -4], [-4, 3, -5]], np.int32),
                                             _rand(2, 3))),
+    "argmax_of_bools": (argmax_of_bools, (_rand(4, 5),)),
 }
 
 

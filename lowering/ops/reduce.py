@@ -141,20 +141,20 @@ def reduce_any(X, *, axis, keep_dim):
     return jnp.any(X, axis=_axes(axis), keepdims=keep_dim)
 
 
-@op("argmax", inputs=[In("X", "number")], outputs=[Out("Out")],
+@op("argmax", inputs=[In("X", "any", doc="numbers or bools")], outputs=[Out("Out")],
     attrs={"axis": -1, "keep_dim": False, "dtype": Attr("dtype", "dtype", "int64")},
     differentiable=False)
 def argmax(X, *, axis, keep_dim, dtype):
-    """Index of the first maximum of `X` along `axis`."""
+    """Index of the first maximum of `X` along `axis` (of bools: the first true one)."""
     checks.axis("X", X, axis)
     return jnp.argmax(X, axis=axis, keepdims=keep_dim).astype(dtypes.to_numpy(dtype))
 
 
-@op("argmin", inputs=[In("X", "number")], outputs=[Out("Out")],
+@op("argmin", inputs=[In("X", "any", doc="numbers or bools")], outputs=[Out("Out")],
     attrs={"axis": -1, "keep_dim": False, "dtype": Attr("dtype", "dtype", "int64")},
     differentiable=False)
 def argmin(X, *, axis, keep_dim, dtype):
-    """Index of the first minimum of `X` along `axis`."""
+    """Index of the first minimum of `X` along `axis` (of bools: the first false one)."""
     checks.axis("X", X, axis)
     return jnp.argmin(X, axis=axis, keepdims=keep_dim).astype(dtypes.to_numpy(dtype))
 

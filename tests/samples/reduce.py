@@ -195,6 +195,10 @@ INVALID += [
 ]
 
 SAMPLES += [
+    Sample("argmax", {"X": np.array([[False, True, True], [False, False, False]])},
+           _argmax_ref, {"axis": 1, "dtype": "int32"}, name="bool"),
+    Sample("argmin", {"X": np.array([[True, False, False], [True, True, True]])},
+           lambda X, **attrs: _argmax_ref(~X, **attrs), {"axis": 1}, name="bool"),
     Sample("argmin", {"X": rand(3, 4)}, lambda X, **attrs: _argmax_ref(-X, **attrs)),
     Sample("argmin", {"X": -_TIES}, lambda X, **attrs: _argmax_ref(-X, **attrs),
            {"axis": 0, "keep_dim": True, "dtype": "int32"}, name="ties_first"),
