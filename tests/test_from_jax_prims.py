@@ -29,13 +29,36 @@ def argmax_of_bools(x):
             x * jnp.argmax(hit, axis=0).astype(jnp.float32))
 
 
+def cumulative(x, n):
+    return (jnp.cumprod(x, axis=1), lax.cumprod(x, axis=0, reverse=True),
+            lax.cummax(x, axis=1), lax.cummin(x, axis=1, reverse=True),
+            lax.cummax(x, axis=0), lax.cummax(n, axis=0), jnp.cumprod(n, axis=1))
+
+
+_WITH_ZEROS_AND_TIES = np.array([[2.0, 0.0, 3.0, 0.0, 0.5], [0.5, 1.5, 1.5, 0.0, 1.2],
+                                 [0.0, 0.7, 1.1, -0.9, 2.0], [1.1, 0.7, 0.7, 1.1, -1.0]],
+                                np.float32)
+
+
 ZOO = {
     "trig": (trig, (_rand(3, 4), _rand(3, 4, seed=1))),
     "integer_division": (integer_division, (np.array([[7, -7, 6], [-6, 0, 5]], np.int32),
                                             np.array([[2, 2, -4], [-4, 3, -5]], np.int32),
                                             _rand(2, 3))),
+    "cumulative": (cumulative, (_WITH_ZEROS_AND_TIES, np.arange(12, dtype=np.int32)
+                                .reshape(4, 3) % 5 - 2)),
     "argmax_of_bools": (argmax_of_bools, (_rand(4, 5),)),
 }
+
+
+# cummax and cummin along the batch dim differentiate with an associative scan, which needs
+# its size (as in JAX): imported at the example's batch size
+FIXED = {"cumulative"}
+
+
+def _import(case, scope):
+    fn, args = ZOO[case]
+    return pd.from_jax(fn, *args, scope=scope, batch_polymorphic=case not in FIXED)
 
 
 def _run(program, feeds, fetches, args, scope):
@@ -47,7 +70,7 @@ def _run(program, feeds, fetches, args, scope):
 def test_outputs_equal_the_function(case):
     fn, args = ZOO[case]
     scope = pd.Scope()
-    program, feeds, fetches = pd.from_jax(fn, *args, scope=scope)
+    program, feeds, fetches = _import(case, scope)
     want = jax.tree_util.tree_leaves(jax.jit(fn)(*args))
     got = _run(program, feeds, fetches, args, scope)
     assert len(got) == len(want)
@@ -60,7 +83,7 @@ def test_outputs_equal_the_function(case):
 def test_gradients_equal_jax_grad(case):
     fn, args = ZOO[case]
     scope = pd.Scope()
-    program, feeds, fetches = pd.from_jax(fn, *args, scope=scope)
+    program, feeds, fetches = _import(case, scope)
     floats = [i for i, a in enumerate(args) if a.dtype.kind == "f"]
     targets = [f for f in fetches if f.dtype.startswith("float")]
     block = program.global_block()

@@ -431,3 +431,14 @@ def while_(t, *operands, cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts):
 for _prim in ("tan", "exp2", "atan2"):
     RULES.rename(_prim, _prim)
 del _prim
+
+
+def _cumulative(op_type):
+    def cumulative(t, x, *, axis, reverse):
+        return t.call(op_type, x, axis=axis, reverse=reverse)
+    return cumulative
+
+
+for _prim in ("cumprod", "cummax", "cummin"):
+    RULES.rule(_prim)(_cumulative(_prim))
+del _prim
