@@ -40,6 +40,20 @@ _WITH_ZEROS_AND_TIES = np.array([[2.0, 0.0, 3.0, 0.0, 0.5], [0.5, 1.5, 1.5, 0.0,
                                 np.float32)
 
 
+def sorting(x, n):
+    keys, values = lax.sort((n, x), dimension=1, num_keys=1, is_stable=True)
+    k2, v2 = lax.sort((n, x), dimension=1, num_keys=2, is_stable=False)
+    return (jnp.sort(x, axis=1), jnp.argsort(x, axis=0), jnp.sort(x.T, axis=0) * 2.0, keys,
+            values, k2, v2, jnp.argsort(n, axis=1, stable=True), jnp.sort(n, axis=0))
+
+
+def sorting_any_batch(x, n):
+    return jnp.sort(x, axis=1), jnp.sort(x, axis=0), lax.sort((n, x), num_keys=2)
+
+
+_SORT_ARGS = (_rand(3, 5), np.array([[3, 1, 2, 1, 0], [2, 2, 2, 1, 1], [0, 4, 4, 3, 3]],
+                                    np.int32))
+
 ZOO = {
     "trig": (trig, (_rand(3, 4), _rand(3, 4, seed=1))),
     "integer_division": (integer_division, (np.array([[7, -7, 6], [-6, 0, 5]], np.int32),
@@ -47,13 +61,16 @@ ZOO = {
                                             _rand(2, 3))),
     "cumulative": (cumulative, (_WITH_ZEROS_AND_TIES, np.arange(12, dtype=np.int32)
                                 .reshape(4, 3) % 5 - 2)),
+    "sorting": (sorting, _SORT_ARGS),
+    "sorting_any_batch": (sorting_any_batch, _SORT_ARGS),
     "argmax_of_bools": (argmax_of_bools, (_rand(4, 5),)),
 }
 
 
-# cummax and cummin along the batch dim differentiate with an associative scan, which needs
-# its size (as in JAX): imported at the example's batch size
-FIXED = {"cumulative"}
+# imported at the example's batch size: cummax and cummin along the batch dim differentiate
+# with an associative scan, which needs its size (as in JAX); argsort over the batch makes an
+# iota of the batch dim, which the iota rule does not translate
+FIXED = {"cumulative", "sorting"}
 
 
 def _import(case, scope):

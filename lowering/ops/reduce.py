@@ -1,5 +1,5 @@
 """Reductions: mean, reduce_sum / mean / max / min / prod / all / any, argmax, argmin, top_k,
-cumsum / cumprod / cummax / cummin, and reduce_window (sum, max or min over sliding windows).
+sort, cumsum / cumprod / cummax / cummin, and reduce_window (sum, max or min over sliding windows).
 
 `axis` lists the reduced axes (negative counts from the end; empty means all).
 Gradients re-insert the reduced axes as size-1 dims (`unsqueeze`, unless
@@ -193,6 +193,39 @@ def cumsum(X, *, axis, reverse):
 def _(g):
     g.call("cumsum", g.out_grad("Out"), axis=g.attr("axis"), reverse=not g.attr("reverse"),
            out=g.in_grad("X"))
+
+
+@op("sort", inputs=[In("X", many=True, doc="arrays of one shape, sorted together")],
+    outputs=[Out("Out", many=True), Out("Indices", doc="int64: where each entry came from")],
+    attrs={"axis": -1,
+           "num_keys": Attr("num_keys", "int", 1, "the first num_keys arrays of X are the "
+                            "keys, compared in order", where=positive),
+           "is_stable": Attr("is_stable", "bool", True, "ties keep their order")})
+def sort(X, *, axis, num_keys, is_stable):
+    """The arrays of X reordered together along `axis` so that their first `num_keys`
+    arrays ascend in lexicographic order, NaNs last (`lax.sort`), and the permutation
+    applied (`Indices`: as `argsort` gives it)."""
+    if num_keys > len(X):
+        raise ShapeError(f"num_keys {num_keys} exceeds the {len(X)} arrays of X", slot="X")
+    for i, x in enumerate(X):
+        checks.axis("X", x, axis)
+        if x.shape != X[0].shape:
+            raise ShapeError(f"the arrays of X must have one shape: X[0] {checks.typed(X[0])}, "
+                             f"X[{i}] {checks.typed(x)}", slot="X")
+    dim = axis % X[0].ndim
+    order = lax.broadcasted_iota(np.int64, X[0].shape, dim)
+    *out, indices = lax.sort((*X, order), dimension=dim, is_stable=is_stable,
+                             num_keys=num_keys)
+    return out, indices
+
+
+@sort.gradient
+def _(g):   # each array's gradient goes back to where its entries came from
+    indices = g.output("Indices")
+    for i, x in enumerate(g.input_list("X")):
+        if g.in_grad("X", i):
+            g.call("take_along_axis_grad", x, indices, g.out_grad("Out", i),
+                   axis=g.attr("axis"), out=g.in_grad("X", i))
 
 
 _CUMULATIVE_ATTRS = {"axis": Attr("axis", "int", 0), "reverse": False}

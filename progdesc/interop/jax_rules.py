@@ -442,3 +442,10 @@ def _cumulative(op_type):
 for _prim in ("cumprod", "cummax", "cummin"):
     RULES.rule(_prim)(_cumulative(_prim))
 del _prim
+
+
+@RULES.rule("sort")
+def sort(t, *operands, dimension, is_stable, num_keys):
+    outs, _ = t.call("sort", list(operands), axis=dimension, num_keys=num_keys,
+                     is_stable=is_stable)
+    return outs

@@ -297,3 +297,37 @@ INVALID += [
     Invalid("cumprod", {"X": spec(4, 3)}, attrs={"axis": 2}, name="axis",
             expect=["attribute axis=2 is out of range for X float32[4, 3] (valid: -2 to 1)"]),
 ]
+
+
+# --- sort ---
+
+def _sort_ref(X, axis=-1, num_keys=1, is_stable=True):
+    moved = [np.moveaxis(x, axis, -1) for x in X]
+    order = np.empty(moved[0].shape, np.int64)
+    for idx in np.ndindex(moved[0].shape[:-1]):
+        keys = [m[idx] for m in moved[:num_keys]]
+        order[idx] = np.lexsort(keys[::-1])   # lexsort: the last key is the primary one
+    outs = [np.moveaxis(np.take_along_axis(m, order, -1), -1, axis) for m in moved]
+    return outs, np.moveaxis(order, -1, axis)
+
+
+_KEYS = np.array([[3, 1, 2, 1, 0], [2, 2, 2, 1, 1], [0, 4, 4, 3, 3]], np.int32)
+
+SAMPLES += [
+    Sample("sort", {"X": [rand(3, 5)]}, _sort_ref, name="one"),
+    Sample("sort", {"X": [rand(4, 3)]}, _sort_ref, {"axis": 0}, name="axis0"),
+    Sample("sort", {"X": [rand(3, 5), rand(3, 5, seed=1)]}, _sort_ref, {"axis": 1},
+           name="values_follow_keys"),
+    Sample("sort", {"X": [_KEYS, rand(3, 5, seed=2)]}, _sort_ref, {"num_keys": 2},
+           name="two_keys"),
+    Sample("sort", {"X": [_KEYS, rand(3, 5, seed=2)]}, _sort_ref, name="int_key_ties_stable"),
+    Sample("sort", {"X": [np.array([[1.0, np.nan, -1.0, 0.5]], np.float32)]}, _sort_ref,
+           name="nan_last", grad=False),
+]
+
+INVALID += [
+    Invalid("sort", {"X": [spec(3, 4), spec(3, 4)]}, attrs={"num_keys": 3}, name="num_keys",
+            expect=["num_keys 3 exceeds the 2 arrays of X"]),
+    Invalid("sort", {"X": [spec(3, 4), spec(4, 3)]}, name="shapes",
+            expect=["X[0] float32[3, 4], X[1] float32[4, 3]"]),
+]
