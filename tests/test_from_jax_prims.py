@@ -51,6 +51,14 @@ def sorting_any_batch(x, n):
     return jnp.sort(x, axis=1), jnp.sort(x, axis=0), lax.sort((n, x), num_keys=2)
 
 
+def scatters(x, v, ids):
+    rows = ids[:, 0]
+    return (x.at[rows].set(v), x.at[1].set(v[0] * 2.0), x.at[:, 2].set(-1.0),
+            x.at[ids[:, 1]].mul(3.0), x.at[rows].mul(v, unique_indices=True),
+            x.at[ids[:, 1]].min(v), x.at[ids[:, 1], 0].max(v[:, 1]),
+            x.at[rows + 3].set(v, mode="drop"), x.at[rows + 3].max(v, mode="clip"))
+
+
 _SORT_ARGS = (_rand(3, 5), np.array([[3, 1, 2, 1, 0], [2, 2, 2, 1, 1], [0, 4, 4, 3, 3]],
                                     np.int32))
 
@@ -63,6 +71,11 @@ ZOO = {
                                 .reshape(4, 3) % 5 - 2)),
     "sorting": (sorting, _SORT_ARGS),
     "sorting_any_batch": (sorting_any_batch, _SORT_ARGS),
+    "scatters": (scatters, (np.random.default_rng(3).permutation(15).reshape(5, 3)
+                            .astype(np.float32) / 8 - 1,
+                            np.random.default_rng(4).permutation(9).reshape(3, 3)
+                            .astype(np.float32) / 6 - 0.7,
+                            np.array([[0, 4], [2, 2], [3, 2]], np.int32))),
     "argmax_of_bools": (argmax_of_bools, (_rand(4, 5),)),
 }
 
@@ -70,7 +83,7 @@ ZOO = {
 # imported at the example's batch size: cummax and cummin along the batch dim differentiate
 # with an associative scan, which needs its size (as in JAX); argsort over the batch makes an
 # iota of the batch dim, which the iota rule does not translate
-FIXED = {"cumulative", "sorting"}
+FIXED = {"cumulative", "sorting", "scatters"}
 
 
 def _import(case, scope):
@@ -121,3 +134,14 @@ def test_gradients_equal_jax_grad(case):
     assert len(got) == len(floats)
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
+
+
+def test_scatter_mul_refuses_the_gradient_of_colliding_updates_as_jax_does():
+    def fn(x, v):
+        return jnp.asarray(x).at[np.array([1, 1, 2])].mul(v)
+    x, v = _rand(4, 3), _rand(3, 3, seed=1)
+    with pytest.raises(NotImplementedError):
+        jax.grad(lambda v: fn(x, v).sum())(v)
+    program, feeds, fetches = pd.from_jax(fn, x, v, scope=pd.Scope(), batch_polymorphic=False)
+    with pd.program_guard(program), pytest.raises(pd.BackwardError, match="unique_indices"):
+        pd.gradients(pd.ops.reduce_sum(fetches[0]), [program.global_block().var(feeds[1])])

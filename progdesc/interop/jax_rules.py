@@ -449,3 +449,27 @@ def sort(t, *operands, dimension, is_stable, num_keys):
     outs, _ = t.call("sort", list(operands), axis=dimension, num_keys=num_keys,
                      is_stable=is_stable)
     return outs
+
+
+def _scatter(computation):
+    def scatter(t, x, indices, updates, *, dimension_numbers, mode, indices_are_sorted=False,
+                unique_indices=False):
+        dn = dimension_numbers
+        return t.call("scatter_general", x, indices, updates, computation=computation,
+                      update_window_dims=list(dn.update_window_dims),
+                      inserted_window_dims=list(dn.inserted_window_dims),
+                      scatter_dims_to_operand_dims=list(dn.scatter_dims_to_operand_dims),
+                      operand_batching_dims=list(dn.operand_batching_dims),
+                      scatter_indices_batching_dims=list(dn.scatter_indices_batching_dims),
+                      mode=_mode(mode), indices_are_sorted=bool(indices_are_sorted),
+                      unique_indices=bool(unique_indices))
+    return scatter
+
+
+for _prim, _computation in (("scatter", "set"), ("scatter-mul", "mul"),
+                            ("scatter-min", "min"), ("scatter-max", "max")):
+    RULES.rule(_prim)(_scatter(_computation))
+del _prim, _computation
+RULES.alias("scatter_mul", "scatter-mul")
+RULES.alias("scatter_min", "scatter-min")
+RULES.alias("scatter_max", "scatter-max")
