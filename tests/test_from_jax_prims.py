@@ -47,8 +47,10 @@ def sorting(x, n):
             values, k2, v2, jnp.argsort(n, axis=1, stable=True), jnp.sort(n, axis=0))
 
 
-def sorting_any_batch(x, n):
-    return jnp.sort(x, axis=1), jnp.sort(x, axis=0), lax.sort((n, x), num_keys=2)
+def iotas(x):
+    i = lax.broadcasted_iota(jnp.int32, x.shape, 0)
+    j = lax.broadcasted_iota(jnp.float32, x.shape, 1)
+    return i, j, x * i + j, jnp.arange(x.shape[0]) * 2
 
 
 def scatters(x, v, ids):
@@ -70,7 +72,7 @@ ZOO = {
     "cumulative": (cumulative, (_WITH_ZEROS_AND_TIES, np.arange(12, dtype=np.int32)
                                 .reshape(4, 3) % 5 - 2)),
     "sorting": (sorting, _SORT_ARGS),
-    "sorting_any_batch": (sorting_any_batch, _SORT_ARGS),
+    "iotas": (iotas, (_rand(3, 4),)),
     "scatters": (scatters, (np.random.default_rng(3).permutation(15).reshape(5, 3)
                             .astype(np.float32) / 8 - 1,
                             np.random.default_rng(4).permutation(9).reshape(3, 3)
@@ -81,9 +83,9 @@ ZOO = {
 
 
 # imported at the example's batch size: cummax and cummin along the batch dim differentiate
-# with an associative scan, which needs its size (as in JAX); argsort over the batch makes an
-# iota of the batch dim, which the iota rule does not translate
-FIXED = {"cumulative", "sorting", "scatters"}
+# with an associative scan, which needs its size (as in JAX); the scatters' updates do not
+# share the operand's batch dim
+FIXED = {"cumulative", "scatters"}
 
 
 def _import(case, scope):
@@ -145,3 +147,17 @@ def test_scatter_mul_refuses_the_gradient_of_colliding_updates_as_jax_does():
     program, feeds, fetches = pd.from_jax(fn, x, v, scope=pd.Scope(), batch_polymorphic=False)
     with pd.program_guard(program), pytest.raises(pd.BackwardError, match="unique_indices"):
         pd.gradients(pd.ops.reduce_sum(fetches[0]), [program.global_block().var(feeds[1])])
+
+
+@pytest.mark.parametrize("case", ["sorting", "iotas"])
+def test_sorts_and_iotas_over_the_batch_run_at_other_batch_sizes(case):
+    fn, args = ZOO[case]
+    scope = pd.Scope()
+    program, feeds, fetches = _import(case, scope)
+    bigger = [np.concatenate([a, a[::-1] * 0.5 if a.dtype.kind == "f" else a + 1, a[:1]])
+              for a in args]
+    want = jax.tree_util.tree_leaves(jax.jit(fn)(*bigger))
+    got = _run(program, feeds, fetches, bigger, scope)
+    for g, w in zip(got, want):
+        assert g.shape == w.shape
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)

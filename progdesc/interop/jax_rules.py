@@ -7,6 +7,7 @@ the operands and results. Primitive names of other JAX versions are aliases of t
 table. A rule raises `Unsupported` for parameters it cannot translate and
 `BatchDependent` for a size that depends on the symbolic batch dim.
 """
+import numpy as np
 from jax import export
 
 from lowering import dtypes
@@ -210,7 +211,24 @@ def dim_as_value(t, *, dim, out_types):
 
 @RULES.rule("iota")
 def iota(t, *, shape, dtype, dimension):
-    return t.call("iota", shape=list(shape), dtype=dtypes.name_of(dtype), dimension=dimension)
+    dtype = dtypes.name_of(dtype)
+    batched = [i for i, d in enumerate(shape) if is_batch_dim(d)]
+    if not batched:
+        return t.call("iota", shape=list(shape), dtype=dtype, dimension=dimension)
+    ref, batch = t.batch_ref
+    if ref is None or not all(_same_dim(shape[i], batch) for i in batched):
+        raise BatchDependent(f"an iota of shape {tuple(map(str, shape))}")
+    if dimension in batched:   # counts along the batch dim: a running sum of ones, less one
+        one = t.constant(np.ones((), dtypes.to_numpy(dtype)))
+        ones = t.call("broadcast_in_dim", one, ref, shape=[-1], broadcast_dimensions=[])
+        counts = t.call("scale", t.call("cumsum", ones, axis=0), bias=-1.0)
+        kept = [dimension]
+    else:   # the iota of the other dims, repeated along the batch dims (taken from the feed)
+        kept = [i for i in range(len(shape)) if i not in batched]
+        counts = t.call("iota", shape=[shape[i] for i in kept], dtype=dtype,
+                        dimension=kept.index(dimension))
+    return t.call("broadcast_in_dim", counts, ref, shape=_batch_free(shape),
+                  broadcast_dimensions=kept)
 
 
 _MODES = {"CLIP": "clip", "FILL_OR_DROP": "fill", "PROMISE_IN_BOUNDS": "promise_in_bounds"}
