@@ -1,7 +1,8 @@
-"""pd.from_jax of the primitives issue 24 added (tan, exp2, atan2, integer div, sort, the
-cumulative reductions, scatters other than scatter-add, argmax of bools): each imported
-function's outputs equal the function's own, run by JAX, and the gradients of its float
-outputs equal `jax.grad`."""
+"""pd.from_jax of the primitives issue 24 added (tan, exp2, atan2, inverse and hyperbolic
+trigonometry, cbrt, ceil, round, integer div, sort, the cumulative reductions, scatters other
+than scatter-add, argmax of bools, iotas over the batch): each imported function's outputs
+equal the function's own, run by JAX, and the gradients of its float outputs equal
+`jax.grad`."""
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -17,6 +18,14 @@ def _rand(*shape, seed=0, low=-1.0, high=1.0):
 
 def trig(x, y):
     return jnp.tan(x), jnp.exp2(3.0 * y), jnp.arctan2(x, y), jnp.arctan2(x, 0.5)
+
+
+def more_elementwise(x, y):
+    return (jnp.arcsin(x * 0.9) + jnp.arccos(y * 0.9) + jnp.arctan(x * 3.0) + jnp.sinh(y)
+            + jnp.cosh(x) + jnp.arcsinh(y * 2.0) + jnp.arccosh(x * x + 1.5)
+            + jnp.arctanh(y * 0.8) + jnp.cbrt(x + 2.0),
+            jnp.ceil(x * 4.0), jnp.round(y * 4.0), lax.round(x * 4.0), jnp.trunc(y * 3.0),
+            jnp.round(jnp.array([0.5, 1.5, 2.5, -0.5])) * x[0, 0])
 
 
 def integer_division(n, m, x):
@@ -66,6 +75,7 @@ _SORT_ARGS = (_rand(3, 5), np.array([[3, 1, 2, 1, 0], [2, 2, 2, 1, 1], [0, 4, 4,
 
 ZOO = {
     "trig": (trig, (_rand(3, 4), _rand(3, 4, seed=1))),
+    "more_elementwise": (more_elementwise, (_rand(3, 4), _rand(3, 4, seed=1))),
     "integer_division": (integer_division, (np.array([[7, -7, 6], [-6, 0, 5]], np.int32),
                                             np.array([[2, 2, -4], [-4, 3, -5]], np.int32),
                                             _rand(2, 3))),

@@ -446,7 +446,8 @@ def while_(t, *operands, cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts):
 
 # --- issue 24: the missing primitives (tan, exp2, atan2, integer div above, ...) ---
 
-for _prim in ("tan", "exp2", "atan2"):
+for _prim in ("tan", "exp2", "atan2", "asin", "acos", "atan", "sinh", "cosh", "asinh",
+              "acosh", "atanh", "cbrt", "ceil"):
     RULES.rename(_prim, _prim)
 del _prim
 
@@ -491,3 +492,10 @@ del _prim, _computation
 RULES.alias("scatter_mul", "scatter-mul")
 RULES.alias("scatter_min", "scatter-min")
 RULES.alias("scatter_max", "scatter-max")
+
+
+
+@RULES.rule("round")
+def round_(t, x, *, rounding_method):
+    method = getattr(rounding_method, "name", str(rounding_method)).lower()
+    return t.call("round", x, rounding_method=method)
