@@ -1,5 +1,5 @@
 """pd.from_jax of the primitives issue 24 added (tan, exp2, atan2, inverse and hyperbolic
-trigonometry, cbrt, ceil, round, integer div, sort, the cumulative reductions, scatters other
+trigonometry, cbrt, ceil, round, tile, integer div, sort, the cumulative reductions, scatters other
 than scatter-add, argmax of bools, iotas over the batch): each imported function's outputs
 equal the function's own, run by JAX, and the gradients of its float outputs equal
 `jax.grad`."""
@@ -26,6 +26,10 @@ def more_elementwise(x, y):
             + jnp.arctanh(y * 0.8) + jnp.cbrt(x + 2.0),
             jnp.ceil(x * 4.0), jnp.round(y * 4.0), lax.round(x * 4.0), jnp.trunc(y * 3.0),
             jnp.round(jnp.array([0.5, 1.5, 2.5, -0.5])) * x[0, 0])
+
+
+def tiles(x):
+    return jnp.tile(x, (1, 3)), jnp.tile(x, (2, 2)) * 2.0, jnp.tile(x[0], 2)
 
 
 def integer_division(n, m, x):
@@ -76,6 +80,7 @@ _SORT_ARGS = (_rand(3, 5), np.array([[3, 1, 2, 1, 0], [2, 2, 2, 1, 1], [0, 4, 4,
 ZOO = {
     "trig": (trig, (_rand(3, 4), _rand(3, 4, seed=1))),
     "more_elementwise": (more_elementwise, (_rand(3, 4), _rand(3, 4, seed=1))),
+    "tiles": (tiles, (_rand(3, 4),)),
     "integer_division": (integer_division, (np.array([[7, -7, 6], [-6, 0, 5]], np.int32),
                                             np.array([[2, 2, -4], [-4, 3, -5]], np.int32),
                                             _rand(2, 3))),

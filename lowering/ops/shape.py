@@ -1,5 +1,5 @@
 """Shape and layout ops: reshape, transpose, concat / split / stack, slice, squeeze,
-unsqueeze, expand, gather, one_hot, take_along_axis, and the `lax` primitives
+unsqueeze, tile, expand, gather, one_hot, take_along_axis, and the `lax` primitives
 broadcast_in_dim, dynamic_slice, dynamic_update_slice, pad, rev, gather (`gather_general`,
 differentiated by `gather_general_grad`, the `jax.vjp` of its rule), scatter-add
 (`scatter_add_general`, whose gradient is a gather) and scatter, scatter-mul, -min and -max
@@ -273,6 +273,37 @@ def unsqueeze(X, *, axes):
 @unsqueeze.gradient
 def _(g):
     g.call("reshape_as", g.out_grad("Out"), g.input("X"), out=g.in_grad("X"))
+
+
+_REPS = {"reps": Attr("reps", "ints", REQUIRED, "how many copies along each dim of X",
+                      where=non_negative)}
+
+
+@op("tile", inputs=[In("X")], outputs=[Out("Out")], attrs=_REPS)
+def tile(X, *, reps):
+    """`reps[i]` copies of X one after another along each dim i (`numpy.tile` with one
+    entry of `reps` per dim)."""
+    checks.rank("X", X, len(reps), "one dim per entry of reps")
+    return jnp.tile(X, tuple(reps))
+
+
+@tile.gradient
+def _(g):
+    g.call("tile_grad", g.input("X"), g.out_grad("Out"), reps=g.attr("reps"),
+           out=g.in_grad("X"))
+
+
+@op("tile_grad", inputs=[_LIKE, In("OutGrad")], outputs=[Out("Out")], attrs=_REPS)
+def tile_grad(X, OutGrad, *, reps):
+    """The sum of the copies of X's shape that tile made of OutGrad."""
+    checks.rank("X", X, len(reps), "one dim per entry of reps")
+    split = [n for pair in zip(reps, X.shape) for n in pair]
+    return OutGrad.reshape(split).sum(axis=tuple(range(0, len(split), 2)))
+
+
+@tile_grad.gradient
+def _(g):
+    g.call("tile", g.out_grad("Out"), reps=g.attr("reps"), out=g.in_grad("OutGrad"))
 
 
 @op("expand", inputs=[In("X")], outputs=[Out("Out")],

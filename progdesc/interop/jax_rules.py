@@ -499,3 +499,8 @@ RULES.alias("scatter_max", "scatter-max")
 def round_(t, x, *, rounding_method):
     method = getattr(rounding_method, "name", str(rounding_method)).lower()
     return t.call("round", x, rounding_method=method)
+
+
+@RULES.rule("tile")
+def tile(t, x, *, reps):
+    return t.call("tile", x, reps=list(reps))

@@ -453,3 +453,32 @@ for _computation, _mode in (("set", "clip"), ("max", "fill"), ("min", "fill")):
                                            "Tangent": rand(*_shape, seed=4)},
                    _scatter_jvp_ref, _attrs, name=f"{_computation}_{_wrt}", symbolic=False),
         ]
+
+
+# --- tile ---
+
+def _tile_grad_ref(X, OutGrad, reps):
+    out = np.zeros(X.shape, OutGrad.dtype)
+    for copy in np.ndindex(*reps):
+        at = tuple(slice(c * d, (c + 1) * d) for c, d in zip(copy, X.shape))
+        out += OutGrad[at]
+    return out
+
+
+SAMPLES += [
+    Sample("tile", {"X": rand(3, 4)}, lambda X, reps: np.tile(X, reps), {"reps": [1, 3]},
+           name="columns"),
+    Sample("tile", {"X": rand(2, 3, 2)}, lambda X, reps: np.tile(X, reps),
+           {"reps": [2, 1, 2]}, name="rows_and_depth"),
+    Sample("tile", {"X": np.arange(6, dtype=np.int32).reshape(2, 3)},
+           lambda X, reps: np.tile(X, reps), {"reps": [2, 2]}, name="int"),
+    Sample("tile_grad", {"X": rand(3, 2), "OutGrad": rand(3, 6, seed=1)}, _tile_grad_ref,
+           {"reps": [1, 3]}, name="columns"),
+    Sample("tile_grad", {"X": rand(2, 3), "OutGrad": rand(4, 6, seed=1)}, _tile_grad_ref,
+           {"reps": [2, 2]}, name="both", symbolic=False),
+]
+
+INVALID += [
+    Invalid("tile", {"X": spec(3, 4)}, attrs={"reps": [2]}, name="reps_per_dim",
+            expect=["X must have rank 1 (one dim per entry of reps), got float32[3, 4]"]),
+]
