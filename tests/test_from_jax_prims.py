@@ -1,8 +1,8 @@
 """pd.from_jax of the primitives issue 24 added (tan, exp2, atan2, inverse and hyperbolic
-trigonometry, cbrt, ceil, round, tile, integer div, sort, the cumulative reductions, scatters other
-than scatter-add, argmax of bools, iotas over the batch): each imported function's outputs
-equal the function's own, run by JAX, and the gradients of its float outputs equal
-`jax.grad`."""
+trigonometry, cbrt, ceil, round, tile, integer div, sort, the cumulative reductions,
+scatters other than scatter-add, argmax of bools, iotas over the batch): each imported
+function's outputs equal the function's own, run by JAX, and the gradients of its float
+outputs equal `jax.grad`."""
 import jax
 import jax.numpy as jnp
 import numpy as np
