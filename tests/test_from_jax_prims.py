@@ -1,8 +1,8 @@
 """pd.from_jax of the primitives issue 24 added (tan, exp2, atan2, inverse and hyperbolic
-trigonometry, cbrt, ceil, round, tile, integer div, sort, the cumulative reductions,
-scatters other than scatter-add, argmax of bools, iotas over the batch): each imported
-function's outputs equal the function's own, run by JAX, and the gradients of its float
-outputs equal `jax.grad`."""
+trigonometry, cbrt, lgamma, digamma, ceil, round, tile, integer div, sort, the cumulative
+reductions, scatters other than scatter-add, argmax of bools, iotas over the batch): each
+imported function's outputs equal the function's own, run by JAX, and the gradients of its
+float outputs equal `jax.grad`."""
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -24,6 +24,7 @@ def more_elementwise(x, y):
     return (jnp.arcsin(x * 0.9) + jnp.arccos(y * 0.9) + jnp.arctan(x * 3.0) + jnp.sinh(y)
             + jnp.cosh(x) + jnp.arcsinh(y * 2.0) + jnp.arccosh(x * x + 1.5)
             + jnp.arctanh(y * 0.8) + jnp.cbrt(x + 2.0),
+            jax.scipy.special.gammaln(x + 1.5) * jax.scipy.special.digamma(y + 1.5),
             jnp.ceil(x * 4.0), jnp.round(y * 4.0), lax.round(x * 4.0), jnp.trunc(y * 3.0),
             jnp.round(jnp.array([0.5, 1.5, 2.5, -0.5])) * x[0, 0])
 

@@ -1,5 +1,6 @@
 """Elementwise unary math (with the `lax` primitives integer_pow, erf, erfc, sin, cos, tan,
-their inverses and hyperbolic kin, log1p, expm1, exp2, cbrt, sign, floor, ceil, round), n-ary `sum`, `cast` and `assign`.
+their inverses and hyperbolic kin, log1p, expm1, exp2, cbrt, lgamma, digamma, polygamma, sign,
+floor, ceil, round), n-ary `sum`, `cast` and `assign`.
 
 Gradients reuse the forward output where it is at hand (exp, sqrt, rsqrt) and
 write nothing for integer or bool inputs. `full_like` is the helper other
@@ -12,7 +13,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from lowering import dtypes
-from lowering.constraints import one_of
+from lowering.constraints import non_negative, one_of
 from lowering.registry import REQUIRED, Attr, In, Out, op
 
 _FLOAT = dict(inputs=[In("X", "float")], outputs=[Out("Out")])
@@ -432,3 +433,41 @@ def round_(X, *, rounding_method):
 @round_.gradient
 def _(g):  # zero almost everywhere, as in JAX
     g.call("fill_zeros_like", g.input("X"), out=g.in_grad("X"))
+
+
+# --- the gamma function's logarithm and its derivatives ---
+
+@op("lgamma", **_FLOAT)
+def lgamma(X):
+    """log |Gamma(X)| elementwise."""
+    return lax.lgamma(X)
+
+
+@lgamma.gradient
+def _(g):
+    g.call("mul", g.out_grad("Out"), g.call("digamma", g.input("X")), out=g.in_grad("X"))
+
+
+@op("digamma", **_FLOAT)
+def digamma(X):
+    """The derivative of lgamma elementwise."""
+    return lax.digamma(X)
+
+
+@digamma.gradient
+def _(g):
+    g.call("mul", g.out_grad("Out"), g.call("polygamma", g.input("X"), order=1),
+           out=g.in_grad("X"))
+
+
+@op("polygamma", **_FLOAT, attrs={"order": Attr(
+    "order", "int", REQUIRED, "the derivative of digamma taken (0: digamma)", where=non_negative)})
+def polygamma(X, *, order):
+    """The `order`-th derivative of digamma elementwise."""
+    return lax.polygamma(jnp.asarray(order, X.dtype), X)
+
+
+@polygamma.gradient
+def _(g):
+    g.call("mul", g.out_grad("Out"),
+           g.call("polygamma", g.input("X"), order=g.attr("order") + 1), out=g.in_grad("X"))

@@ -447,7 +447,7 @@ def while_(t, *operands, cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts):
 # --- issue 24: the missing primitives (tan, exp2, atan2, integer div above, ...) ---
 
 for _prim in ("tan", "exp2", "atan2", "asin", "acos", "atan", "sinh", "cosh", "asinh",
-              "acosh", "atanh", "cbrt", "ceil"):
+              "acosh", "atanh", "cbrt", "ceil", "lgamma", "digamma"):
     RULES.rename(_prim, _prim)
 del _prim
 

@@ -2,6 +2,7 @@
 import math
 
 import numpy as np
+import scipy.special
 
 from op_table import Sample, positive, rand
 
@@ -127,4 +128,19 @@ SAMPLES += [
            grad=False),
     Sample("round", {"X": _HALVES}, lambda X, **_: _round_away(X),
            {"rounding_method": "away_from_zero"}, name="halves_away_from_zero", grad=False),
+]
+
+
+SAMPLES += [
+    Sample("lgamma", {"X": rand(3, 4, low=0.2, high=6)}, lambda X: scipy.special.gammaln(X)
+           .astype(X.dtype), rtol=1e-5),
+    Sample("lgamma", {"X": np.array([-2.5, -0.5, 0.5], np.float64)},
+           lambda X: scipy.special.gammaln(X), name="negative_float64"),
+    Sample("digamma", {"X": rand(3, 4, low=0.3, high=6)}, lambda X: scipy.special.digamma(X)
+           .astype(X.dtype), rtol=1e-5),
+    Sample("polygamma", {"X": rand(3, 4, low=0.5, high=4)},
+           lambda X, order: scipy.special.polygamma(order, X).astype(X.dtype), {"order": 1},
+           name="trigamma", rtol=1e-4, grad_rtol=1e-3),
+    Sample("polygamma", {"X": rand(2, 3, low=0.5, high=4, dtype="float64")},
+           lambda X, order: scipy.special.polygamma(order, X), {"order": 2}, name="order2"),
 ]
