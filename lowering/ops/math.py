@@ -1,5 +1,5 @@
-"""Elementwise binary arithmetic (with `rem`, `atan2` and the integer `trunc_div`) with NumPy broadcasting, and the broadcast
-helpers.
+"""Elementwise binary arithmetic (with `rem`, `atan2` and the integer `trunc_div`) with
+NumPy broadcasting, and the broadcast helpers.
 
 Gradients of broadcasting ops sum the incoming gradient back to each input's
 shape with `reduce_as`; its own gradient broadcasts with `expand_as`.
