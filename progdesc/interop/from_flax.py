@@ -87,8 +87,9 @@ def _unique(entries):
 
 
 def _from_linen(module, variables, example_inputs, scope, method, apply_kwargs, polymorphic):
-    from flax.core import meta, unfreeze
-    variables = meta.unbox(unfreeze(variables))   # boxed metadata (nn.Partitioned): no `.value`
+    from flax.core import unfreeze
+    from flax.core import meta   # boxed metadata (nn.Partitioned) unboxed: no `.value` in names
+    variables = meta.unbox(unfreeze(variables))
     mutable = [c for c in variables if c != "params"]
     entries = []
     for name, value in named_leaves(variables):
@@ -100,7 +101,7 @@ def _from_linen(module, variables, example_inputs, scope, method, apply_kwargs, 
             return module.apply(state, *inputs, method=method, **apply_kwargs), state
         out, updates = module.apply(state, *inputs, mutable=mutable, method=method,
                                     **apply_kwargs)
-        updates = meta.unbox(unfreeze(updates))
+        updates = unfreeze(updates)
         return out, {c: updates.get(c, state[c]) for c in state}
 
     fn = getattr(module, method) if isinstance(method, str) else method or module.__call__
