@@ -368,27 +368,3 @@ def test_random_draws_are_reported_and_eval_mode_imports():
     program, _, fetches = pd.from_flax(model, None, x, scope=scope)
     got, = pd.Executor().run(program, feed={"x": x}, fetch_list=fetches, scope=scope)
     np.testing.assert_allclose(got, model(x), rtol=RTOL, atol=ATOL)
-
-
-class _Partitioned(nn.Module):
-    """Parameters boxed with sharding metadata, as the lm1b and wmt examples box theirs."""
-
-    @nn.compact
-    def __call__(self, ids):
-        table = nn.Embed(7, 4, embedding_init=nn.with_partitioning(
-            nn.initializers.normal(1.0), ("vocab", "embed")))(ids)
-        return nn.Dense(3, kernel_init=nn.with_partitioning(
-            nn.initializers.lecun_normal(), ("embed", "mlp")))(table)
-
-
-def test_partitioning_metadata_leaves_no_value_suffix_in_parameter_names():
-    module, ids = _Partitioned(), np.array([[1, 6], [0, 3]], np.int32)
-    variables = module.init(jax.random.key(0), ids)
-    scope = pd.Scope()
-    program, feeds, fetches = pd.from_flax(module, variables, ids, scope=scope)
-    assert {p.name for p in program.all_parameters()} == {
-        "Embed_0.embedding", "Dense_0.kernel", "Dense_0.bias"}
-    np.testing.assert_array_equal(scope.get("Dense_0.kernel"),
-                                  variables["params"]["Dense_0"]["kernel"].value)
-    got, = pd.Executor().run(program, feed={feeds[0]: ids}, fetch_list=fetches, scope=scope)
-    np.testing.assert_allclose(got, module.apply(variables, ids), rtol=1e-6, atol=1e-6)

@@ -88,8 +88,7 @@ def _unique(entries):
 
 def _from_linen(module, variables, example_inputs, scope, method, apply_kwargs, polymorphic):
     from flax.core import unfreeze
-    from flax.core import meta   # boxed metadata (nn.Partitioned) unboxed: no `.value` in names
-    variables = meta.unbox(unfreeze(variables))
+    variables = unfreeze(variables)
     mutable = [c for c in variables if c != "params"]
     entries = []
     for name, value in named_leaves(variables):
