@@ -215,8 +215,8 @@ def iota(t, *, shape, dtype, dimension):
     batched = [i for i, d in enumerate(shape) if is_batch_dim(d)]
     if not batched:
         return t.call("iota", shape=list(shape), dtype=dtype, dimension=dimension)
-    ref, batch = t.batch_ref
-    if ref is None or not all(_same_dim(shape[i], batch) for i in batched):
+    ref = _feed_with_leading(t, shape[batched[0]])
+    if ref is None or any(shape[i] != shape[batched[0]] for i in batched):
         raise BatchDependent(f"an iota of shape {tuple(map(str, shape))}")
     if dimension in batched:   # counts along the batch dim: a running sum of ones, less one
         one = t.constant(np.ones((), dtypes.to_numpy(dtype)))
@@ -504,3 +504,12 @@ def round_(t, x, *, rounding_method):
 @RULES.rule("tile")
 def tile(t, x, *, reps):
     return t.call("tile", x, reps=list(reps))
+
+
+
+def _feed_with_leading(t, dim):
+    """The name of a feed whose dim 0 is the symbolic dim `dim`, or None."""
+    if hasattr(t, "feed_with_leading"):   # per-input symbolic dims (helper jaxshapes' branch)
+        return t.feed_with_leading(dim)
+    ref, batch = t.batch_ref
+    return ref if ref is not None and is_batch_dim(batch) and batch == dim else None
