@@ -1,5 +1,5 @@
-"""Elementwise binary arithmetic (with `rem`) with NumPy broadcasting, and the broadcast
-helpers.
+"""Elementwise binary arithmetic (with `rem`, `atan2` and the integer `trunc_div`) with
+NumPy broadcasting, and the broadcast helpers.
 
 Gradients of broadcasting ops sum the incoming gradient back to each input's
 shape with `reduce_as`; its own gradient broadcasts with `expand_as`.
@@ -195,3 +195,31 @@ def _(g):  # x - trunc(x / y) * y: dx = dout, dy = -dout * trunc(x / y)
         ratio = g.call("div", x, y)
         whole = g.call("mul", g.call("sign", ratio), g.call("floor", g.call("abs", ratio)))
         _to_input(g, g.call("neg", g.call("mul", dout, whole)), "Y")
+
+
+@op("atan2", inputs=[In("X", "float"), In("Y", "float")], outputs=[Out("Out")],
+    same_dtype=("X", "Y"))
+def atan2(X, Y):
+    """The angle of the point (Y, X) from the positive Y axis: arctan(X / Y) in the
+    quadrant of the signs of X and Y, in [-pi, pi] (`numpy.arctan2(X, Y)`), broadcasting."""
+    checks.broadcast(X=X, Y=Y)
+    return jnp.arctan2(X, Y)
+
+
+@atan2.gradient
+def _(g):  # dx = y / (x^2 + y^2), dy = -x / (x^2 + y^2)
+    dout, x, y = g.out_grad("Out"), g.input("X"), g.input("Y")
+    scaled = g.call("div", dout, g.call("add", g.call("square", x), g.call("square", y)))
+    if g.wants("X"):
+        _to_input(g, g.call("mul", scaled, y), "X")
+    if g.wants("Y"):
+        _to_input(g, g.call("neg", g.call("mul", scaled, x)), "Y")
+
+
+@op("trunc_div", inputs=[In("X", "int"), In("Y", "int")], outputs=[Out("Out")],
+    same_dtype=("X", "Y"), differentiable=False)
+def trunc_div(X, Y):
+    """X / Y of integers rounded toward zero (C's division; `lax.div`), broadcasting; the
+    quotient of a division by zero is undefined."""
+    checks.broadcast(X=X, Y=Y)
+    return lax.div(*jnp.broadcast_arrays(X, Y))

@@ -1,11 +1,12 @@
 """Reductions: mean, reduce_sum / mean / max / min / prod / all / any, argmax, argmin, top_k,
-cumsum, and reduce_window (sum, max or min over sliding windows).
+sort, cumsum / cumprod / cummax / cummin, and reduce_window (sum, max or min over sliding windows).
 
 `axis` lists the reduced axes (negative counts from the end; empty means all).
 Gradients re-insert the reduced axes as size-1 dims (`unsqueeze`, unless
 `keep_dim`) and broadcast back against the input. reduce_window differentiates through
 `reduce_window_grad` and `reduce_window_jvp`, lowered with `jax.vjp` / `jax.jvp`
-of its rule (as pool2d does), whose gradients close the loop.
+of its rule (as pool2d does), whose gradients close the loop; cummax and cummin the same
+way (`cum_extreme_grad`, `cum_extreme_jvp`), so that ties share the gradient as in JAX.
 """
 import jax
 import jax.numpy as jnp
@@ -141,20 +142,20 @@ def reduce_any(X, *, axis, keep_dim):
     return jnp.any(X, axis=_axes(axis), keepdims=keep_dim)
 
 
-@op("argmax", inputs=[In("X", "number")], outputs=[Out("Out")],
+@op("argmax", inputs=[In("X", "any", doc="numbers or bools")], outputs=[Out("Out")],
     attrs={"axis": -1, "keep_dim": False, "dtype": Attr("dtype", "dtype", "int64")},
     differentiable=False)
 def argmax(X, *, axis, keep_dim, dtype):
-    """Index of the first maximum of `X` along `axis`."""
+    """Index of the first maximum of `X` along `axis` (of bools: the first true one)."""
     checks.axis("X", X, axis)
     return jnp.argmax(X, axis=axis, keepdims=keep_dim).astype(dtypes.to_numpy(dtype))
 
 
-@op("argmin", inputs=[In("X", "number")], outputs=[Out("Out")],
+@op("argmin", inputs=[In("X", "any", doc="numbers or bools")], outputs=[Out("Out")],
     attrs={"axis": -1, "keep_dim": False, "dtype": Attr("dtype", "dtype", "int64")},
     differentiable=False)
 def argmin(X, *, axis, keep_dim, dtype):
-    """Index of the first minimum of `X` along `axis`."""
+    """Index of the first minimum of `X` along `axis` (of bools: the first false one)."""
     checks.axis("X", X, axis)
     return jnp.argmin(X, axis=axis, keepdims=keep_dim).astype(dtypes.to_numpy(dtype))
 
@@ -192,6 +193,149 @@ def cumsum(X, *, axis, reverse):
 def _(g):
     g.call("cumsum", g.out_grad("Out"), axis=g.attr("axis"), reverse=not g.attr("reverse"),
            out=g.in_grad("X"))
+
+
+@op("sort", inputs=[In("X", many=True, doc="arrays of one shape, sorted together")],
+    outputs=[Out("Out", many=True), Out("Indices", doc="int64: where each entry came from")],
+    attrs={"axis": -1,
+           "num_keys": Attr("num_keys", "int", 1, "the first num_keys arrays of X are the "
+                            "keys, compared in order", where=positive),
+           "is_stable": Attr("is_stable", "bool", True, "ties keep their order")})
+def sort(X, *, axis, num_keys, is_stable):
+    """The arrays of X reordered together along `axis` so that their first `num_keys`
+    arrays ascend in lexicographic order, NaNs last (`lax.sort`), and the permutation
+    applied (`Indices`: as `argsort` gives it)."""
+    if num_keys > len(X):
+        raise ShapeError(f"num_keys {num_keys} exceeds the {len(X)} arrays of X", slot="X")
+    for i, x in enumerate(X):
+        checks.axis("X", x, axis)
+        if x.shape != X[0].shape:
+            raise ShapeError(f"the arrays of X must have one shape: X[0] {checks.typed(X[0])}, "
+                             f"X[{i}] {checks.typed(x)}", slot="X")
+    dim = axis % X[0].ndim
+    order = lax.broadcasted_iota(np.int64, X[0].shape, dim)
+    *out, indices = lax.sort((*X, order), dimension=dim, is_stable=is_stable,
+                             num_keys=num_keys)
+    return out, indices
+
+
+@sort.gradient
+def _(g):   # each array's gradient goes back to where its entries came from
+    indices = g.output("Indices")
+    for i, x in enumerate(g.input_list("X")):
+        if g.in_grad("X", i):
+            g.call("take_along_axis_grad", x, indices, g.out_grad("Out", i),
+                   axis=g.attr("axis"), out=g.in_grad("X", i))
+
+
+_CUMULATIVE_ATTRS = {"axis": Attr("axis", "int", 0), "reverse": False}
+
+
+@op("cumprod", inputs=[In("X", "number")], outputs=[Out("Out")], attrs=_CUMULATIVE_ATTRS)
+def cumprod(X, *, axis, reverse):
+    """Running products of X along `axis` (from the end when `reverse`), in X's dtype."""
+    checks.axis("X", X, axis)
+    return lax.cumprod(X, axis % X.ndim, reverse=reverse)
+
+
+@cumprod.gradient
+def _(g):
+    # dx_i = sum_{j >= i} dout_j * out_j / x_i before the first zero of x; at the first zero
+    # z, (product before z) * sum_{j >= z} dout_j * (product of x from z + 1 to j); after
+    # it, 0. "Before" and "after" run the way the products run.
+    if not g.in_grad("X"):
+        return
+    x, out, dout = g.input("X"), g.output("Out"), g.out_grad("Out")
+    axis, reverse = g.attr("axis"), g.attr("reverse")
+    zeros, ones = g.call("fill_zeros_like", x), g.call("scale", g.call("fill_zeros_like", x),
+                                                        bias=1.0)
+    is_zero = g.call("equal", x, zeros)
+    seen = g.call("cumsum", g.call("cast", is_zero, dtype="int32"), axis=axis, reverse=reverse)
+    seen_zeros = g.call("fill_zeros_like", seen)
+    before = g.call("equal", seen, seen_zeros)
+    first = g.call("logical_and", is_zero,
+                   g.call("equal", seen, g.call("scale", seen_zeros, bias=1.0)))
+
+    def suffix_sum(v):
+        return g.call("cumsum", v, axis=axis, reverse=not reverse)
+
+    nonzero = g.call("div", suffix_sum(g.call("mul", dout, out)),
+                     g.call("where", before, x, ones))
+    after_first = g.call("cumprod", g.call("where", g.call("logical_or", before, first), ones, x),
+                         axis=axis, reverse=reverse)
+    at_first = g.call("mul", g.call("cumprod", g.call("where", first, ones, x), axis=axis,
+                                    reverse=reverse),
+                      suffix_sum(g.call("mul", dout, after_first)))
+    g.call("where", before, nonzero, g.call("where", first, at_first, zeros),
+           out=g.in_grad("X"))
+
+
+_EXTREMES = {"max": lax.cummax, "min": lax.cummin}
+
+
+@op("cummax", inputs=[In("X", "number")], outputs=[Out("Out")], attrs=_CUMULATIVE_ATTRS)
+def cummax(X, *, axis, reverse):
+    """Running maxima of X along `axis` (from the end when `reverse`); ties share the
+    gradient as in JAX."""
+    checks.axis("X", X, axis)
+    return lax.cummax(X, axis % X.ndim, reverse=reverse)
+
+
+@op("cummin", inputs=[In("X", "number")], outputs=[Out("Out")], attrs=_CUMULATIVE_ATTRS)
+def cummin(X, *, axis, reverse):
+    """Running minima of X along `axis` (from the end when `reverse`); ties share the
+    gradient as in JAX."""
+    checks.axis("X", X, axis)
+    return lax.cummin(X, axis % X.ndim, reverse=reverse)
+
+
+@cummax.gradient
+@cummin.gradient
+def _(g):
+    g.call("cum_extreme_grad", g.input("X"), g.out_grad("Out"), out=g.in_grad("X"),
+           computation=g.opdef.type[3:], **g.attrs)
+
+
+_CUM_EXTREME_ATTRS = dict(_CUMULATIVE_ATTRS, computation=Attr(
+    "computation", "string", REQUIRED, "max or min", where=one_of("max", "min")))
+
+
+def _cum_extreme(computation, axis, reverse):
+    return lambda x: _EXTREMES[computation](x, axis % x.ndim, reverse=reverse)
+
+
+@op("cum_extreme_grad", inputs=[In("X", "float"), In("OutGrad", "float")],
+    outputs=[Out("Out")], attrs=_CUM_EXTREME_ATTRS, same_dtype=("X", "OutGrad"))
+def cum_extreme_grad(X, OutGrad, *, computation, axis, reverse):
+    """Gradient of cummax's or cummin's X from the gradient of its Out (linear in OutGrad)."""
+    checks.axis("X", X, axis)
+    return local_vjp(_cum_extreme(computation, axis, reverse), (X,), OutGrad)[0]
+
+
+@cum_extreme_grad.gradient
+def _(g):
+    x = g.input("X")
+    if g.wants("OutGrad"):
+        g.call("cum_extreme_jvp", x, g.out_grad("Out"), out=g.in_grad("OutGrad"), **g.attrs)
+    if g.in_grad("X"):
+        g.call("fill_zeros_like", x, out=g.in_grad("X"))
+
+
+@op("cum_extreme_jvp", inputs=[In("X", "float"), In("Tangent", "float")],
+    outputs=[Out("Out")], attrs=_CUM_EXTREME_ATTRS, same_dtype=("X", "Tangent"))
+def cum_extreme_jvp(X, Tangent, *, computation, axis, reverse):
+    """Derivative of cummax or cummin at X along Tangent: the transpose of cum_extreme_grad."""
+    checks.axis("X", X, axis)
+    return jax.jvp(_cum_extreme(computation, axis, reverse), (X,), (Tangent,))[1]
+
+
+@cum_extreme_jvp.gradient
+def _(g):
+    x = g.input("X")
+    if g.wants("Tangent"):
+        g.call("cum_extreme_grad", x, g.out_grad("Out"), out=g.in_grad("Tangent"), **g.attrs)
+    if g.in_grad("X"):
+        g.call("fill_zeros_like", x, out=g.in_grad("X"))
 
 
 # --- reductions over sliding windows ---

@@ -1,8 +1,11 @@
 """Shape and layout ops: reshape, transpose, concat / split / stack, slice, squeeze,
-unsqueeze, expand, gather, one_hot, take_along_axis, and the `lax` primitives
+unsqueeze, tile, expand, gather, one_hot, take_along_axis, and the `lax` primitives
 broadcast_in_dim, dynamic_slice, dynamic_update_slice, pad, rev, gather (`gather_general`,
-differentiated by `gather_general_grad`, the `jax.vjp` of its rule) and scatter-add
-(`scatter_add_general`, whose gradient is a gather).
+differentiated by `gather_general_grad`, the `jax.vjp` of its rule), scatter-add
+(`scatter_add_general`, whose gradient is a gather) and scatter, scatter-mul, -min and -max
+(`scatter_general`: mul's gradient composed of ops; the others' through `scatter_general_grad`
+and `scatter_general_jvp`, the `jax.vjp` and `jax.jvp` of its rule, so that colliding
+updates share the gradient as in JAX).
 
 Gradients move the incoming gradient back into the input's layout. Where the
 input's shape is only known at run time (a symbolic batch dim), they read it
@@ -18,8 +21,8 @@ import numpy as np
 from jax import lax
 
 from lowering import checks, dtypes
-from lowering.constraints import Dims, at_least, non_negative, positive
-from lowering.errors import ShapeError
+from lowering.constraints import Dims, at_least, non_negative, one_of, positive
+from lowering.errors import BackwardError, ShapeError
 from lowering.ops.collective import local_vjp
 from lowering.registry import REQUIRED, Attr, In, Out, op
 
@@ -270,6 +273,37 @@ def unsqueeze(X, *, axes):
 @unsqueeze.gradient
 def _(g):
     g.call("reshape_as", g.out_grad("Out"), g.input("X"), out=g.in_grad("X"))
+
+
+_REPS = {"reps": Attr("reps", "ints", REQUIRED, "how many copies along each dim of X",
+                      where=non_negative)}
+
+
+@op("tile", inputs=[In("X")], outputs=[Out("Out")], attrs=_REPS)
+def tile(X, *, reps):
+    """`reps[i]` copies of X one after another along each dim i (`numpy.tile` with one
+    entry of `reps` per dim)."""
+    checks.rank("X", X, len(reps), "one dim per entry of reps")
+    return jnp.tile(X, tuple(reps))
+
+
+@tile.gradient
+def _(g):
+    g.call("tile_grad", g.input("X"), g.out_grad("Out"), reps=g.attr("reps"),
+           out=g.in_grad("X"))
+
+
+@op("tile_grad", inputs=[_LIKE, In("OutGrad")], outputs=[Out("Out")], attrs=_REPS)
+def tile_grad(X, OutGrad, *, reps):
+    """The sum of the copies of X's shape that tile made of OutGrad."""
+    checks.rank("X", X, len(reps), "one dim per entry of reps")
+    split = [n for pair in zip(reps, X.shape) for n in pair]
+    return OutGrad.reshape(split).sum(axis=tuple(range(0, len(split), 2)))
+
+
+@tile_grad.gradient
+def _(g):
+    g.call("tile", g.out_grad("Out"), reps=g.attr("reps"), out=g.in_grad("OutGrad"))
 
 
 @op("expand", inputs=[In("X")], outputs=[Out("Out")],
@@ -590,20 +624,131 @@ def scatter_add_general(X, Indices, Updates, *, mode, **dimension_numbers):
     return lax.scatter_add(X, Indices, Updates, numbers, mode=mode)
 
 
+def _gather_updates(g, source, out=None):
+    """Emit the gather that reads, from `source` (shaped like the scatter's X), the entries
+    each update of the scatter op went to (0 for dropped ones); returns its name."""
+    a = g.attrs
+    dims = len(g.var(g.input("X"))[0])
+    update_dims = g.var(g.input("Updates"))[0]
+    skipped = set(a["inserted_window_dims"]) | set(a["operand_batching_dims"])
+    window = iter(a["update_window_dims"])
+    sizes = [1 if i in skipped else update_dims[next(window)] for i in range(dims)]
+    return g.call("gather_general", source, g.input("Indices"),
+                  offset_dims=a["update_window_dims"],
+                  collapsed_slice_dims=a["inserted_window_dims"],
+                  start_index_map=a["scatter_dims_to_operand_dims"],
+                  operand_batching_dims=a["operand_batching_dims"],
+                  start_indices_batching_dims=a["scatter_indices_batching_dims"],
+                  slice_sizes=sizes, mode=a["mode"], fill_value=0.0, out=out)
+
+
 @scatter_add_general.gradient
 def _(g):   # as JAX's transpose: X's gradient passes; Updates' is a gather of it
     dout = g.out_grad("Out")
     g.pass_through("X", dout)
     if g.wants("Updates"):
-        a = g.attrs
-        dims = len(g.var(g.input("X"))[0])
-        update_dims = g.var(g.input("Updates"))[0]
-        skipped = set(a["inserted_window_dims"]) | set(a["operand_batching_dims"])
-        window = iter(a["update_window_dims"])
-        sizes = [1 if i in skipped else update_dims[next(window)] for i in range(dims)]
-        g.call("gather_general", dout, g.input("Indices"), offset_dims=a["update_window_dims"],
-               collapsed_slice_dims=a["inserted_window_dims"],
-               start_index_map=a["scatter_dims_to_operand_dims"],
-               operand_batching_dims=a["operand_batching_dims"],
-               start_indices_batching_dims=a["scatter_indices_batching_dims"],
-               slice_sizes=sizes, mode=a["mode"], fill_value=0.0, out=g.in_grad("Updates"))
+        _gather_updates(g, dout, out=g.in_grad("Updates"))
+
+
+_SCATTERS = {"set": lax.scatter, "mul": lax.scatter_mul, "min": lax.scatter_min,
+             "max": lax.scatter_max}
+_SCATTER_GENERAL_ATTRS = dict(
+    _SCATTER_ATTRS,
+    computation=Attr("computation", "string", REQUIRED, "set (x.at[i].set(v)), mul, min or max",
+                     where=one_of(*_SCATTERS)),
+    indices_are_sorted=Attr("indices_are_sorted", "bool", False, "a promise that lets XLA "
+                                                                 "scatter faster"),
+    unique_indices=Attr("unique_indices", "bool", False, "a promise that no two updates meet"))
+
+
+def _scatter(X, Indices, Updates, *, computation, mode, indices_are_sorted, unique_indices,
+             **dimension_numbers):
+    numbers = lax.ScatterDimensionNumbers(**{k: tuple(v) for k, v in dimension_numbers.items()})
+    return _SCATTERS[computation](X, Indices, Updates, numbers, mode=mode,
+                                  indices_are_sorted=indices_are_sorted,
+                                  unique_indices=unique_indices)
+
+
+@op("scatter_general", inputs=[In("X"), In("Indices", "int"), In("Updates")],
+    outputs=[Out("Out")], attrs=_SCATTER_GENERAL_ATTRS, same_dtype=("X", "Updates"))
+def scatter_general(X, Indices, Updates, **attrs):
+    """X with `Updates` written (set), multiplied in (mul) or combined by min or max at the
+    positions in `Indices`, as `lax.scatter` and its kin take them: what `x.at[i].set(v)`,
+    `.mul`, `.min` and `.max` make. Of updates that meet at one place, set keeps one."""
+    return _scatter(X, Indices, Updates, **attrs)
+
+
+@scatter_general.gradient
+def _(g):
+    x, indices, updates, dout = (g.input("X"), g.input("Indices"), g.input("Updates"),
+                                 g.out_grad("Out"))
+    if g.attr("computation") != "mul":
+        for slot in ("X", "Updates"):
+            if g.wants(slot):
+                g.call("scatter_general_grad", x, indices, updates, dout, wrt=slot,
+                       out=g.in_grad(slot), **g.attrs)
+        return
+    # mul: out = x * p, p = the product of the updates at each place (1 elsewhere)
+    if g.wants("X"):
+        ones = g.call("scale", g.call("fill_zeros_like", x), bias=1.0)
+        g.call("mul", dout, g.call("scatter_general", ones, indices, updates, **g.attrs),
+               out=g.in_grad("X"))
+    if g.wants("Updates"):
+        if not g.attr("unique_indices"):
+            raise BackwardError("the gradient of scatter_general (mul) with respect to "
+                                "Updates needs unique_indices (as in JAX)",
+                                op_type="scatter_general")
+        _gather_updates(g, g.call("mul", dout, x), out=g.in_grad("Updates"))
+
+
+_WRT = Attr("wrt", "string", REQUIRED, "X or Updates: the input differentiated",
+            where=one_of("X", "Updates"))
+_SCATTER_DERIVATIVE_ATTRS = dict(
+    _SCATTER_GENERAL_ATTRS, wrt=_WRT,
+    computation=Attr("computation", "string", REQUIRED, "set, min or max",
+                     where=one_of("set", "min", "max")))
+
+
+def _scatter_wrt(X, Indices, Updates, wrt, attrs):
+    """scatter_general as a function of its input `wrt` alone, and that input."""
+    if wrt == "X":
+        return (lambda x: _scatter(x, Indices, Updates, **attrs)), X
+    return (lambda u: _scatter(X, Indices, u, **attrs)), Updates
+
+
+@op("scatter_general_grad",
+    inputs=[In("X", "float"), In("Indices", "int"), In("Updates", "float"),
+            In("OutGrad", "float")],
+    outputs=[Out("Out")], attrs=_SCATTER_DERIVATIVE_ATTRS, same_dtype=("X", "Updates", "OutGrad"))
+def scatter_general_grad(X, Indices, Updates, OutGrad, *, wrt, **attrs):
+    """Gradient of scatter_general's input `wrt` (set, min or max) from the gradient of its
+    Out (linear in OutGrad)."""
+    fn, primal = _scatter_wrt(X, Indices, Updates, wrt, attrs)
+    return local_vjp(fn, (primal,), OutGrad)[0]
+
+
+@op("scatter_general_jvp",
+    inputs=[In("X", "float"), In("Indices", "int"), In("Updates", "float"),
+            In("Tangent", "float", doc="shaped like the input wrt")],
+    outputs=[Out("Out")], attrs=_SCATTER_DERIVATIVE_ATTRS, same_dtype=("X", "Updates", "Tangent"))
+def scatter_general_jvp(X, Indices, Updates, Tangent, *, wrt, **attrs):
+    """Derivative of scatter_general (set, min or max) along Tangent in its input `wrt`:
+    the transpose of scatter_general_grad."""
+    fn, primal = _scatter_wrt(X, Indices, Updates, wrt, attrs)
+    return jax.jvp(fn, (primal,), (Tangent,))[1]
+
+
+def _scatter_derivative_gradient(transpose, linear_slot):
+    def gradient(g):   # linear in its last input; piecewise constant in X and Updates
+        x, indices, updates = g.input("X"), g.input("Indices"), g.input("Updates")
+        if g.wants(linear_slot):
+            g.call(transpose, x, indices, updates, g.out_grad("Out"),
+                   out=g.in_grad(linear_slot), **g.attrs)
+        for slot in ("X", "Updates"):
+            if g.in_grad(slot):
+                g.call("fill_zeros_like", g.input(slot), out=g.in_grad(slot))
+    return gradient
+
+
+scatter_general_grad.gradient(_scatter_derivative_gradient("scatter_general_jvp", "OutGrad"))
+scatter_general_jvp.gradient(_scatter_derivative_gradient("scatter_general_grad", "Tangent"))

@@ -1,5 +1,6 @@
-"""Elementwise unary math (with the `lax` primitives integer_pow, erf, erfc, sin, cos,
-log1p, expm1, sign, floor), n-ary `sum`, `cast` and `assign`.
+"""Elementwise unary math (with the `lax` primitives integer_pow, erf, erfc, sin, cos, tan,
+their inverses and hyperbolic kin, log1p, expm1, exp2, cbrt, lgamma, digamma, polygamma, sign,
+floor, ceil, round), n-ary `sum`, `cast` and `assign`.
 
 Gradients reuse the forward output where it is at hand (exp, sqrt, rsqrt) and
 write nothing for integer or bool inputs. `full_like` is the helper other
@@ -12,6 +13,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from lowering import dtypes
+from lowering.constraints import non_negative, one_of
 from lowering.registry import REQUIRED, Attr, In, Out, op
 
 _FLOAT = dict(inputs=[In("X", "float")], outputs=[Out("Out")])
@@ -292,3 +294,193 @@ def floor(X):
 @floor.gradient
 def _(g):  # zero almost everywhere, as in JAX
     g.call("fill_zeros_like", g.input("X"), out=g.in_grad("X"))
+
+
+@op("tan", **_FLOAT)
+def tan(X):
+    """Tangent elementwise."""
+    return jnp.tan(X)
+
+
+@tan.gradient
+def _(g):  # 1 + tan(x) ** 2
+    slope = g.call("scale", g.call("square", g.output("Out")), bias=1.0)
+    g.call("mul", g.out_grad("Out"), slope, out=g.in_grad("X"))
+
+
+@op("exp2", **_FLOAT)
+def exp2(X):
+    """2 ** X elementwise."""
+    return jnp.exp2(X)
+
+
+@exp2.gradient
+def _(g):  # log(2) * out
+    g.call("mul", g.out_grad("Out"), g.call("scale", g.output("Out"), scale=math.log(2.0)),
+           out=g.in_grad("X"))
+
+
+# --- inverse and hyperbolic trigonometry, cube roots ---
+
+def _one_minus_square(g, x):
+    return g.call("scale", g.call("square", x), scale=-1.0, bias=1.0)
+
+
+@op("asin", **_FLOAT)
+def asin(X):
+    """Arcsine elementwise, in [-pi/2, pi/2]."""
+    return jnp.arcsin(X)
+
+
+@op("acos", **_FLOAT)
+def acos(X):
+    """Arccosine elementwise, in [0, pi]."""
+    return jnp.arccos(X)
+
+
+@asin.gradient
+@acos.gradient
+def _(g):  # +-1 / sqrt(1 - x ** 2)
+    slope = g.call("rsqrt", _one_minus_square(g, g.input("X")))
+    if g.opdef.type == "acos":
+        slope = g.call("neg", slope)
+    g.call("mul", g.out_grad("Out"), slope, out=g.in_grad("X"))
+
+
+@op("atan", **_FLOAT)
+def atan(X):
+    """Arctangent elementwise, in (-pi/2, pi/2)."""
+    return jnp.arctan(X)
+
+
+@atan.gradient
+def _(g):  # 1 / (1 + x ** 2)
+    g.call("div", g.out_grad("Out"), g.call("scale", g.call("square", g.input("X")), bias=1.0),
+           out=g.in_grad("X"))
+
+
+@op("sinh", **_FLOAT)
+def sinh(X):
+    """Hyperbolic sine elementwise."""
+    return jnp.sinh(X)
+
+
+@op("cosh", **_FLOAT)
+def cosh(X):
+    """Hyperbolic cosine elementwise."""
+    return jnp.cosh(X)
+
+
+@sinh.gradient
+@cosh.gradient
+def _(g):  # sinh' = cosh, cosh' = sinh
+    other = "cosh" if g.opdef.type == "sinh" else "sinh"
+    g.call("mul", g.out_grad("Out"), g.call(other, g.input("X")), out=g.in_grad("X"))
+
+
+@op("asinh", **_FLOAT)
+def asinh(X):
+    """Inverse hyperbolic sine elementwise."""
+    return jnp.arcsinh(X)
+
+
+@op("acosh", **_FLOAT)
+def acosh(X):
+    """Inverse hyperbolic cosine elementwise (X >= 1)."""
+    return jnp.arccosh(X)
+
+
+@asinh.gradient
+@acosh.gradient
+def _(g):  # 1 / sqrt(x ** 2 +- 1)
+    bias = 1.0 if g.opdef.type == "asinh" else -1.0
+    slope = g.call("rsqrt", g.call("scale", g.call("square", g.input("X")), bias=bias))
+    g.call("mul", g.out_grad("Out"), slope, out=g.in_grad("X"))
+
+
+@op("atanh", **_FLOAT)
+def atanh(X):
+    """Inverse hyperbolic tangent elementwise (-1 < X < 1)."""
+    return jnp.arctanh(X)
+
+
+@atanh.gradient
+def _(g):  # 1 / (1 - x ** 2)
+    g.call("div", g.out_grad("Out"), _one_minus_square(g, g.input("X")), out=g.in_grad("X"))
+
+
+@op("cbrt", **_FLOAT)
+def cbrt(X):
+    """The real cube root elementwise (negative for negative X)."""
+    return jnp.cbrt(X)
+
+
+@cbrt.gradient
+def _(g):  # 1 / (3 * out ** 2)
+    slope = g.call("scale", g.call("integer_pow", g.output("Out"), y=-2), scale=1.0 / 3.0)
+    g.call("mul", g.out_grad("Out"), slope, out=g.in_grad("X"))
+
+
+# --- rounding ---
+
+@op("ceil", **_FLOAT)
+def ceil(X):
+    """The smallest whole number >= X elementwise."""
+    return jnp.ceil(X)
+
+
+_ROUNDING = {"away_from_zero": lax.RoundingMethod.AWAY_FROM_ZERO,
+             "to_nearest_even": lax.RoundingMethod.TO_NEAREST_EVEN}
+
+
+@op("round", **_FLOAT, attrs={"rounding_method": Attr(
+    "rounding_method", "string", "to_nearest_even", "how halves round: to_nearest_even "
+    "(numpy.round, jnp.round) or away_from_zero (lax.round's default)",
+    where=one_of(*_ROUNDING))})
+def round_(X, *, rounding_method):
+    """X rounded to whole numbers elementwise."""
+    return lax.round(X, _ROUNDING[rounding_method])
+
+
+@ceil.gradient
+@round_.gradient
+def _(g):  # zero almost everywhere, as in JAX
+    g.call("fill_zeros_like", g.input("X"), out=g.in_grad("X"))
+
+
+# --- the gamma function's logarithm and its derivatives ---
+
+@op("lgamma", **_FLOAT)
+def lgamma(X):
+    """log |Gamma(X)| elementwise."""
+    return lax.lgamma(X)
+
+
+@lgamma.gradient
+def _(g):
+    g.call("mul", g.out_grad("Out"), g.call("digamma", g.input("X")), out=g.in_grad("X"))
+
+
+@op("digamma", **_FLOAT)
+def digamma(X):
+    """The derivative of lgamma elementwise."""
+    return lax.digamma(X)
+
+
+@digamma.gradient
+def _(g):
+    g.call("mul", g.out_grad("Out"), g.call("polygamma", g.input("X"), order=1),
+           out=g.in_grad("X"))
+
+
+@op("polygamma", **_FLOAT, attrs={"order": Attr(
+    "order", "int", REQUIRED, "the derivative of digamma taken (0: digamma)", where=non_negative)})
+def polygamma(X, *, order):
+    """The `order`-th derivative of digamma elementwise."""
+    return lax.polygamma(jnp.asarray(order, X.dtype), X)
+
+
+@polygamma.gradient
+def _(g):
+    g.call("mul", g.out_grad("Out"),
+           g.call("polygamma", g.input("X"), order=g.attr("order") + 1), out=g.in_grad("X"))

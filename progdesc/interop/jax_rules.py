@@ -7,6 +7,7 @@ the operands and results. Primitive names of other JAX versions are aliases of t
 table. A rule raises `Unsupported` for parameters it cannot translate and
 `BatchDependent` for a size that depends on the symbolic batch dim.
 """
+import numpy as np
 from jax import export
 
 from lowering import dtypes
@@ -67,10 +68,7 @@ RULES.alias("custom_vjp_call_jaxpr", "custom_vjp_call")
 
 @RULES.rule("div")
 def div(t, x, y):
-    if _kind(t, x) != "float":
-        raise Unsupported("integer division rounds toward zero; only float division is "
-                          "translated")
-    return t.call("div", x, y)
+    return t.call("div" if _kind(t, x) == "float" else "trunc_div", x, y)
 
 
 def _logical(t, op_type, *xs):
@@ -231,7 +229,24 @@ def dim_as_value(t, *, dim, out_types):
 
 @RULES.rule("iota")
 def iota(t, *, shape, dtype, dimension):
-    return t.call("iota", shape=list(shape), dtype=dtypes.name_of(dtype), dimension=dimension)
+    dtype = dtypes.name_of(dtype)
+    batched = [i for i, d in enumerate(shape) if is_batch_dim(d)]
+    if not batched:
+        return t.call("iota", shape=list(shape), dtype=dtype, dimension=dimension)
+    ref = t.feed_with_leading(shape[batched[0]])
+    if ref is None or any(shape[i] != shape[batched[0]] for i in batched):
+        raise BatchDependent(f"an iota of shape {tuple(map(str, shape))}")
+    if dimension in batched:   # counts along the batch dim: a running sum of ones, less one
+        one = t.constant(np.ones((), dtypes.to_numpy(dtype)))
+        ones = t.call("broadcast_in_dim", one, ref, shape=[-1], broadcast_dimensions=[])
+        counts = t.call("scale", t.call("cumsum", ones, axis=0), bias=-1.0)
+        kept = [dimension]
+    else:   # the iota of the other dims, repeated along the batch dims (taken from the feed)
+        kept = [i for i in range(len(shape)) if i not in batched]
+        counts = t.call("iota", shape=[shape[i] for i in kept], dtype=dtype,
+                        dimension=kept.index(dimension))
+    return t.call("broadcast_in_dim", counts, ref, shape=_batch_free(shape),
+                  broadcast_dimensions=kept)
 
 
 _MODES = {"CLIP": "clip", "FILL_OR_DROP": "fill", "PROMISE_IN_BOUNDS": "promise_in_bounds"}
@@ -445,3 +460,65 @@ def while_(t, *operands, cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts):
         _vars(t, operands[cond_nconsts + body_nconsts:]))
     t.tag_last_op()
     return [v.name for v in out]
+
+
+# --- issue 24: the missing primitives (tan, exp2, atan2, integer div above, ...) ---
+
+for _prim in ("tan", "exp2", "atan2", "asin", "acos", "atan", "sinh", "cosh", "asinh",
+              "acosh", "atanh", "cbrt", "ceil", "lgamma", "digamma"):
+    RULES.rename(_prim, _prim)
+del _prim
+
+
+def _cumulative(op_type):
+    def cumulative(t, x, *, axis, reverse):
+        return t.call(op_type, x, axis=axis, reverse=reverse)
+    return cumulative
+
+
+for _prim in ("cumprod", "cummax", "cummin"):
+    RULES.rule(_prim)(_cumulative(_prim))
+del _prim
+
+
+@RULES.rule("sort")
+def sort(t, *operands, dimension, is_stable, num_keys):
+    outs, _ = t.call("sort", list(operands), axis=dimension, num_keys=num_keys,
+                     is_stable=is_stable)
+    return outs
+
+
+def _scatter(computation):
+    def scatter(t, x, indices, updates, *, dimension_numbers, mode, indices_are_sorted=False,
+                unique_indices=False):
+        dn = dimension_numbers
+        return t.call("scatter_general", x, indices, updates, computation=computation,
+                      update_window_dims=list(dn.update_window_dims),
+                      inserted_window_dims=list(dn.inserted_window_dims),
+                      scatter_dims_to_operand_dims=list(dn.scatter_dims_to_operand_dims),
+                      operand_batching_dims=list(dn.operand_batching_dims),
+                      scatter_indices_batching_dims=list(dn.scatter_indices_batching_dims),
+                      mode=_mode(mode), indices_are_sorted=bool(indices_are_sorted),
+                      unique_indices=bool(unique_indices))
+    return scatter
+
+
+for _prim, _computation in (("scatter", "set"), ("scatter-mul", "mul"),
+                            ("scatter-min", "min"), ("scatter-max", "max")):
+    RULES.rule(_prim)(_scatter(_computation))
+del _prim, _computation
+RULES.alias("scatter_mul", "scatter-mul")
+RULES.alias("scatter_min", "scatter-min")
+RULES.alias("scatter_max", "scatter-max")
+
+
+
+@RULES.rule("round")
+def round_(t, x, *, rounding_method):
+    method = getattr(rounding_method, "name", str(rounding_method)).lower()
+    return t.call("round", x, rounding_method=method)
+
+
+@RULES.rule("tile")
+def tile(t, x, *, reps):
+    return t.call("tile", x, reps=list(reps))

@@ -57,3 +57,27 @@ SAMPLES += [
     Sample("rem", {"X": np.array([7, -7, 6], np.int32), "Y": np.array([2, 2, -4], np.int32)},
            lambda X, Y: np.fmod(X, Y), name="int"),
 ]
+
+
+def _trunc_div_ref(X, Y):
+    return (np.sign(X) * np.sign(Y) * (np.abs(X) // np.abs(Y))).astype(np.result_type(X, Y))
+
+
+SAMPLES += [
+    Sample("atan2", {"X": rand(3, 4), "Y": rand(3, 4, seed=1)}, lambda X, Y: np.arctan2(X, Y)),
+    Sample("atan2", {"X": rand(2, 3, 4), "Y": rand(4, seed=1)},
+           lambda X, Y: np.arctan2(X, Y), name="bcast_y"),
+    Sample("atan2", {"X": np.array([1.0, -1.0, 0.0, 0.0], np.float32),
+                     "Y": np.array([-1.0, -1.0, 1.0, -1.0], np.float32)},
+           lambda X, Y: np.arctan2(X, Y), name="quadrants_and_axes", grad=False),
+    Sample("trunc_div", {"X": np.array([7, -7, 6, -6, 0], np.int32),
+                         "Y": np.array([2, 2, -4, -4, 3], np.int32)}, _trunc_div_ref),
+    Sample("trunc_div", {"X": np.arange(-6, 6, dtype=np.int64).reshape(3, 4),
+                         "Y": np.array([5, -3, 2, 1], np.int64)}, _trunc_div_ref,
+           name="bcast_int64"),
+]
+
+INVALID += [
+    Invalid("trunc_div", {"X": spec(4), "Y": spec(4)}, name="float",
+            error=ProgramError, expect=["input slot 'X' expects a int dtype, got float32"]),
+]

@@ -195,6 +195,10 @@ INVALID += [
 ]
 
 SAMPLES += [
+    Sample("argmax", {"X": np.array([[False, True, True], [False, False, False]])},
+           _argmax_ref, {"axis": 1, "dtype": "int32"}, name="bool"),
+    Sample("argmin", {"X": np.array([[True, False, False], [True, True, True]])},
+           lambda X, **attrs: _argmax_ref(~X, **attrs), {"axis": 1}, name="bool"),
     Sample("argmin", {"X": rand(3, 4)}, lambda X, **attrs: _argmax_ref(-X, **attrs)),
     Sample("argmin", {"X": -_TIES}, lambda X, **attrs: _argmax_ref(-X, **attrs),
            {"axis": 0, "keep_dim": True, "dtype": "int32"}, name="ties_first"),
@@ -207,4 +211,123 @@ SAMPLES += [
     Sample("reduce_any", {"X": ~_BOOLS}, _reduce_ref(np.any), {"axis": [0], "keep_dim": True},
            name="axis0_keep_dim"),
     Sample("reduce_any", {"X": np.zeros((2, 2), bool)}, _reduce_ref(np.any), name="none"),
+]
+
+
+# --- cumprod, cummax, cummin ---
+
+def _cumulative_ref(ufunc):
+    def ref(X, axis=0, reverse=False):
+        if reverse:
+            return np.flip(ufunc.accumulate(np.flip(X, axis), axis=axis), axis).astype(X.dtype)
+        return ufunc.accumulate(X, axis=axis).astype(X.dtype)
+    return ref
+
+
+def _running_extreme_at(X, computation, axis, reverse):
+    """For each position j along `axis`, the index i <= j (>= j when reverse) of the
+    running extreme (inputs without ties)."""
+    x = np.moveaxis(X, axis, -1)
+    n = x.shape[-1]
+    order = range(n - 1, -1, -1) if reverse else range(n)
+    pick = np.argmax if computation == "max" else np.argmin
+    at = np.zeros(x.shape, np.int64)
+    for j in order:
+        span = list(range(j, n)) if reverse else list(range(j + 1))
+        at[..., j] = np.asarray(span)[pick(x[..., span], axis=-1)]
+    return x, at
+
+
+def _cum_extreme_grad_ref(X, OutGrad, computation, axis=0, reverse=False):
+    x, at = _running_extreme_at(X, computation, axis, reverse)
+    dout = np.moveaxis(OutGrad, axis, -1)
+    out = np.zeros(x.shape)
+    for idx in np.ndindex(x.shape):
+        out[idx[:-1] + (at[idx],)] += dout[idx]
+    return np.moveaxis(out, -1, axis).astype(X.dtype)
+
+
+def _cum_extreme_jvp_ref(X, Tangent, computation, axis=0, reverse=False):
+    x, at = _running_extreme_at(X, computation, axis, reverse)
+    t = np.moveaxis(Tangent, axis, -1)
+    out = np.take_along_axis(t, at, axis=-1)
+    return np.moveaxis(out, -1, axis).astype(X.dtype)
+
+
+_NO_TIES = np.random.default_rng(5).permutation(12).reshape(3, 4).astype(np.float32) / 4
+_WITH_ZEROS = np.array([[2.0, 0.0, 3.0, 0.0, 0.5], [0.5, 1.5, -2.0, 0.0, 1.2],
+                        [0.0, 0.7, 1.1, -0.9, 2.0]], np.float32)
+
+SAMPLES += [
+    Sample("cumprod", {"X": rand(3, 4, low=0.5, high=1.5)}, _cumulative_ref(np.multiply),
+           {"axis": 1}, name="axis1"),
+    Sample("cumprod", {"X": rand(3, 4)}, _cumulative_ref(np.multiply),
+           {"axis": 0, "reverse": True}, name="reverse"),
+    Sample("cumprod", {"X": _WITH_ZEROS}, _cumulative_ref(np.multiply), {"axis": 1},
+           name="zeros"),
+    Sample("cumprod", {"X": _WITH_ZEROS}, _cumulative_ref(np.multiply),
+           {"axis": -1, "reverse": True}, name="zeros_reverse"),
+    Sample("cumprod", {"X": np.array([[2, -1, 3], [0, 4, 5]], np.int32)},
+           _cumulative_ref(np.multiply), {"axis": 1}, name="int"),
+    Sample("cummax", {"X": _NO_TIES}, _cumulative_ref(np.maximum), {"axis": 1}, name="axis1"),
+    Sample("cummax", {"X": _NO_TIES}, _cumulative_ref(np.maximum),
+           {"axis": 0, "reverse": True}, name="reverse"),
+    Sample("cummax", {"X": np.array([[1, 3, 3, 2], [5, 0, 7, 7]], np.int32)},
+           _cumulative_ref(np.maximum), {"axis": -1}, name="int"),
+    Sample("cummin", {"X": _NO_TIES}, _cumulative_ref(np.minimum), {"axis": 1}, name="axis1"),
+    Sample("cummin", {"X": _NO_TIES}, _cumulative_ref(np.minimum),
+           {"axis": -1, "reverse": True}, name="reverse"),
+]
+# (JAX differentiates them with an associative scan, which needs the axis' size: not over
+# an unknown batch dim)
+for _computation in ("max", "min"):
+    for _attrs in ({"axis": 1}, {"axis": 0, "reverse": True}):
+        _name = f"{_computation}_{'reverse_axis0' if _attrs.get('reverse') else 'axis1'}"
+        _symbolic = _attrs["axis"] != 0
+        SAMPLES += [
+            Sample("cum_extreme_grad", {"X": _NO_TIES, "OutGrad": rand(3, 4, seed=3)},
+                   _cum_extreme_grad_ref, dict(_attrs, computation=_computation), name=_name,
+                   symbolic=_symbolic),
+            Sample("cum_extreme_jvp", {"X": _NO_TIES, "Tangent": rand(3, 4, seed=4)},
+                   _cum_extreme_jvp_ref, dict(_attrs, computation=_computation), name=_name,
+                   symbolic=_symbolic),
+        ]
+
+INVALID += [
+    Invalid("cumprod", {"X": spec(4, 3)}, attrs={"axis": 2}, name="axis",
+            expect=["attribute axis=2 is out of range for X float32[4, 3] (valid: -2 to 1)"]),
+]
+
+
+# --- sort ---
+
+def _sort_ref(X, axis=-1, num_keys=1, is_stable=True):
+    moved = [np.moveaxis(x, axis, -1) for x in X]
+    order = np.empty(moved[0].shape, np.int64)
+    for idx in np.ndindex(moved[0].shape[:-1]):
+        keys = [m[idx] for m in moved[:num_keys]]
+        order[idx] = np.lexsort(keys[::-1])   # lexsort: the last key is the primary one
+    outs = [np.moveaxis(np.take_along_axis(m, order, -1), -1, axis) for m in moved]
+    return outs, np.moveaxis(order, -1, axis)
+
+
+_KEYS = np.array([[3, 1, 2, 1, 0], [2, 2, 2, 1, 1], [0, 4, 4, 3, 3]], np.int32)
+
+SAMPLES += [
+    Sample("sort", {"X": [rand(3, 5)]}, _sort_ref, name="one"),
+    Sample("sort", {"X": [rand(4, 3)]}, _sort_ref, {"axis": 0}, name="axis0"),
+    Sample("sort", {"X": [rand(3, 5), rand(3, 5, seed=1)]}, _sort_ref, {"axis": 1},
+           name="values_follow_keys"),
+    Sample("sort", {"X": [_KEYS, rand(3, 5, seed=2)]}, _sort_ref, {"num_keys": 2},
+           name="two_keys"),
+    Sample("sort", {"X": [_KEYS, rand(3, 5, seed=2)]}, _sort_ref, name="int_key_ties_stable"),
+    Sample("sort", {"X": [np.array([[1.0, np.nan, -1.0, 0.5]], np.float32)]}, _sort_ref,
+           name="nan_last", grad=False),
+]
+
+INVALID += [
+    Invalid("sort", {"X": [spec(3, 4), spec(3, 4)]}, attrs={"num_keys": 3}, name="num_keys",
+            expect=["num_keys 3 exceeds the 2 arrays of X"]),
+    Invalid("sort", {"X": [spec(3, 4), spec(4, 3)]}, name="shapes",
+            expect=["X[0] float32[3, 4], X[1] float32[4, 3]"]),
 ]

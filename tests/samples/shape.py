@@ -343,3 +343,145 @@ SAMPLES += [
                                    "Updates": rand(4, 3, seed=1)}, _add_rows_ref,
            dict(_ADD_ROWS, mode="clip"), name="add_rows_clip", symbolic=False),
 ]
+
+
+# --- scatter_general: x.at[rows].set / mul / min / max ---
+
+_COMBINE = {"set": lambda old, new: new, "mul": np.multiply, "min": np.minimum,
+            "max": np.maximum}
+
+
+def _row_of(row, n, mode):
+    row = min(max(row, 0), n - 1) if mode == "clip" else row
+    return row if 0 <= row < n else None
+
+
+def _scatter_rows_ref(X, Indices, Updates, computation, mode="fill", **_):
+    """X with Updates[k] combined into row Indices[k, 0] (out-of-range rows dropped or
+    clipped)."""
+    out = X.copy()
+    for k, row in enumerate(Indices[:, 0]):
+        row = _row_of(row, X.shape[0], mode)
+        if row is not None:
+            out[row] = _COMBINE[computation](out[row], Updates[k])
+    return out
+
+
+def _winners(X, Indices, Updates, computation, mode="fill"):
+    """(x_kept, won): whether each entry of X stays in Out, and whether each entry of
+    Updates is the one in Out (inputs without ties; set: the later update wins)."""
+    out = _scatter_rows_ref(X, Indices, Updates, computation, mode)
+    x_kept = np.ones(X.shape, bool)
+    won = np.zeros(Updates.shape, bool)
+    for k, row in enumerate(Indices[:, 0]):
+        row = _row_of(row, X.shape[0], mode)
+        if row is not None:
+            x_kept[row] &= out[row] == X[row] if computation != "set" else False
+            won[k] = out[row] == Updates[k]
+    return x_kept, won
+
+
+def _scatter_grad_ref(X, Indices, Updates, OutGrad, wrt, computation, mode="fill", **_):
+    x_kept, won = _winners(X, Indices, Updates, computation, mode)
+    if wrt == "X":
+        return np.where(x_kept, OutGrad, 0).astype(X.dtype)
+    out = np.zeros(Updates.shape, X.dtype)
+    for k, row in enumerate(Indices[:, 0]):
+        row = _row_of(row, X.shape[0], mode)
+        if row is not None:
+            out[k] = np.where(won[k], OutGrad[row], 0)
+    return out
+
+
+def _scatter_jvp_ref(X, Indices, Updates, Tangent, wrt, computation, mode="fill", **_):
+    x_kept, won = _winners(X, Indices, Updates, computation, mode)
+    if wrt == "X":
+        return np.where(x_kept, Tangent, 0).astype(X.dtype)
+    out = np.zeros(X.shape, X.dtype)
+    for k, row in enumerate(Indices[:, 0]):
+        row = _row_of(row, X.shape[0], mode)
+        if row is not None:
+            out[row] += np.where(won[k], Tangent[k], 0)
+    return out
+
+
+_DISTINCT_ROWS = np.array([[3], [0], [9]], np.int32)   # 9 is out of range
+# values without ties: a permutation, so that each max and min has one winner
+_X_ROWS = np.random.default_rng(7).permutation(15).reshape(5, 3).astype(np.float32) / 8 - 1
+_U_ROWS = np.random.default_rng(8).permutation(12).reshape(4, 3).astype(np.float32) / 6 - 1 \
+    + 1 / 48
+
+SAMPLES += [
+    Sample("scatter_general", {"X": rand(5, 3), "Indices": _DISTINCT_ROWS,
+                               "Updates": rand(3, 3, seed=1)}, _scatter_rows_ref,
+           dict(_ADD_ROWS, computation="set", mode="fill", unique_indices=True),
+           name="set_rows_drop", symbolic=False),
+    Sample("scatter_general", {"X": rand(5, 3), "Indices": _DISTINCT_ROWS,
+                               "Updates": rand(3, 3, seed=1)}, _scatter_rows_ref,
+           dict(_ADD_ROWS, computation="set", mode="clip"), name="set_rows_clip",
+           symbolic=False),
+    Sample("scatter_general", {"X": rand(5, 3), "Indices": _ROW_IDS,
+                               "Updates": rand(4, 3, seed=1)}, _scatter_rows_ref,
+           dict(_ADD_ROWS, computation="mul", mode="fill"), name="mul_rows_twice_x_only",
+           grad_slots=("X",), symbolic=False),
+    Sample("scatter_general", {"X": rand(5, 3), "Indices": _DISTINCT_ROWS,
+                               "Updates": rand(3, 3, seed=1)}, _scatter_rows_ref,
+           dict(_ADD_ROWS, computation="mul", mode="fill", unique_indices=True),
+           name="mul_rows_unique", symbolic=False),
+    Sample("scatter_general", {"X": _X_ROWS, "Indices": _ROW_IDS, "Updates": _U_ROWS},
+           _scatter_rows_ref, dict(_ADD_ROWS, computation="max", mode="fill"),
+           name="max_rows_twice", symbolic=False),
+    Sample("scatter_general", {"X": _X_ROWS, "Indices": _ROW_IDS, "Updates": _U_ROWS},
+           _scatter_rows_ref, dict(_ADD_ROWS, computation="min", mode="fill"),
+           name="min_rows_twice", symbolic=False),
+    Sample("scatter_general", {"X": _X_ROWS, "Indices": _ROW_IDS, "Updates": _U_ROWS},
+           _scatter_rows_ref, dict(_ADD_ROWS, computation="min", mode="clip"),
+           name="min_rows_clip_jax_nan_grad_at_clipped", grad=False, symbolic=False),
+    Sample("scatter_general", {"X": np.arange(15, dtype=np.int32).reshape(5, 3),
+                               "Indices": _DISTINCT_ROWS,
+                               "Updates": -np.ones((3, 3), np.int32)}, _scatter_rows_ref,
+           dict(_ADD_ROWS, computation="set"), name="set_int", symbolic=False),
+]
+for _computation, _mode in (("set", "clip"), ("max", "fill"), ("min", "fill")):
+    _ids = _DISTINCT_ROWS if _computation == "set" else _ROW_IDS
+    _updates = _U_ROWS[:len(_ids)]
+    for _wrt in ("X", "Updates"):
+        _attrs = dict(_ADD_ROWS, computation=_computation, mode=_mode, wrt=_wrt)
+        _shape = _X_ROWS.shape if _wrt == "X" else _updates.shape
+        SAMPLES += [
+            Sample("scatter_general_grad", {"X": _X_ROWS, "Indices": _ids, "Updates": _updates,
+                                            "OutGrad": rand(5, 3, seed=3)},
+                   _scatter_grad_ref, _attrs, name=f"{_computation}_{_wrt}", symbolic=False),
+            Sample("scatter_general_jvp", {"X": _X_ROWS, "Indices": _ids, "Updates": _updates,
+                                           "Tangent": rand(*_shape, seed=4)},
+                   _scatter_jvp_ref, _attrs, name=f"{_computation}_{_wrt}", symbolic=False),
+        ]
+
+
+# --- tile ---
+
+def _tile_grad_ref(X, OutGrad, reps):
+    out = np.zeros(X.shape, OutGrad.dtype)
+    for copy in np.ndindex(*reps):
+        at = tuple(slice(c * d, (c + 1) * d) for c, d in zip(copy, X.shape))
+        out += OutGrad[at]
+    return out
+
+
+SAMPLES += [
+    Sample("tile", {"X": rand(3, 4)}, lambda X, reps: np.tile(X, reps), {"reps": [1, 3]},
+           name="columns"),
+    Sample("tile", {"X": rand(2, 3, 2)}, lambda X, reps: np.tile(X, reps),
+           {"reps": [2, 1, 2]}, name="rows_and_depth"),
+    Sample("tile", {"X": np.arange(6, dtype=np.int32).reshape(2, 3)},
+           lambda X, reps: np.tile(X, reps), {"reps": [2, 2]}, name="int"),
+    Sample("tile_grad", {"X": rand(3, 2), "OutGrad": rand(3, 6, seed=1)}, _tile_grad_ref,
+           {"reps": [1, 3]}, name="columns"),
+    Sample("tile_grad", {"X": rand(2, 3), "OutGrad": rand(4, 6, seed=1)}, _tile_grad_ref,
+           {"reps": [2, 2]}, name="both", symbolic=False),
+]
+
+INVALID += [
+    Invalid("tile", {"X": spec(3, 4)}, attrs={"reps": [2]}, name="reps_per_dim",
+            expect=["X must have rank 1 (one dim per entry of reps), got float32[3, 4]"]),
+]

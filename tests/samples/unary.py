@@ -97,3 +97,54 @@ SAMPLES += [
 SAMPLES += [
     Sample("floor", {"X": rand(3, 4, low=-3, high=3)}, lambda X: np.floor(X)),
 ]
+
+SAMPLES += [
+    Sample("tan", {"X": rand(3, 4, low=-1.2, high=1.2)}, lambda X: np.tan(X)),
+    Sample("tan", {"X": rand(2, 3, low=-1.2, high=1.2, dtype="float64")}, lambda X: np.tan(X),
+           name="float64"),
+    Sample("exp2", {"X": rand(3, 4, low=-3, high=3)}, lambda X: np.exp2(X)),
+    Sample("exp2", {"X": np.array([-100.0, 0.5, 10.0, 100.0], np.float32)}, lambda X: np.exp2(X),
+           name="wide_range_no_finite_differences", rtol=1e-5, atol=0.0, grad=False),
+]
+
+
+def _round_away(X):
+    return (np.sign(X) * np.floor(np.abs(X) + 0.5)).astype(X.dtype)
+
+
+_HALVES = np.array([-2.5, -1.5, -0.5, 0.5, 1.5, 2.5, 0.4, -0.6], np.float32)
+
+SAMPLES += [
+    Sample("asin", {"X": rand(3, 4, low=-0.9, high=0.9)}, lambda X: np.arcsin(X)),
+    Sample("acos", {"X": rand(3, 4, low=-0.9, high=0.9)}, lambda X: np.arccos(X)),
+    Sample("atan", {"X": rand(3, 4, low=-3, high=3)}, lambda X: np.arctan(X)),
+    Sample("sinh", {"X": rand(3, 4, low=-2, high=2)}, lambda X: np.sinh(X)),
+    Sample("cosh", {"X": rand(3, 4, low=-2, high=2)}, lambda X: np.cosh(X)),
+    Sample("asinh", {"X": rand(3, 4, low=-3, high=3)}, lambda X: np.arcsinh(X)),
+    Sample("acosh", {"X": rand(3, 4, low=1.2, high=3)}, lambda X: np.arccosh(X)),
+    Sample("atanh", {"X": rand(3, 4, low=-0.9, high=0.9)}, lambda X: np.arctanh(X)),
+    Sample("cbrt", {"X": positive(3, 4)}, lambda X: np.cbrt(X)),
+    Sample("cbrt", {"X": -positive(2, 3, dtype="float64")}, lambda X: np.cbrt(X),
+           name="negative_float64"),
+    Sample("ceil", {"X": rand(3, 4, low=-3, high=3)}, lambda X: np.ceil(X)),
+    Sample("round", {"X": rand(3, 4, low=-3, high=3)}, lambda X, **_: np.round(X)),
+    Sample("round", {"X": _HALVES}, lambda X, **_: np.round(X), name="halves_to_even",
+           grad=False),
+    Sample("round", {"X": _HALVES}, lambda X, **_: _round_away(X),
+           {"rounding_method": "away_from_zero"}, name="halves_away_from_zero", grad=False),
+]
+
+
+SAMPLES += [
+    Sample("lgamma", {"X": rand(3, 4, low=0.2, high=6)}, lambda X: scipy.special.gammaln(X)
+           .astype(X.dtype), rtol=1e-5),
+    Sample("lgamma", {"X": np.array([-2.5, -0.5, 0.5], np.float64)},
+           lambda X: scipy.special.gammaln(X), name="negative_float64"),
+    Sample("digamma", {"X": rand(3, 4, low=0.3, high=6)}, lambda X: scipy.special.digamma(X)
+           .astype(X.dtype), rtol=1e-5),
+    Sample("polygamma", {"X": rand(3, 4, low=0.5, high=4)},
+           lambda X, order: scipy.special.polygamma(order, X).astype(X.dtype), {"order": 1},
+           name="trigamma", rtol=1e-4, grad_rtol=1e-3),
+    Sample("polygamma", {"X": rand(2, 3, low=0.5, high=4, dtype="float64")},
+           lambda X, order: scipy.special.polygamma(order, X), {"order": 2}, name="order2"),
+]

@@ -1,0 +1,179 @@
+"""pd.from_jax of the primitives issue 24 added (tan, exp2, atan2, inverse and hyperbolic
+trigonometry, cbrt, lgamma, digamma, ceil, round, tile, integer div, sort, the cumulative
+reductions, scatters other than scatter-add, argmax of bools, iotas over the batch): each
+imported function's outputs equal the function's own, run by JAX, and the gradients of its
+float outputs equal `jax.grad`."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import lax
+
+import progdesc as pd
+
+
+def _rand(*shape, seed=0, low=-1.0, high=1.0):
+    return np.random.default_rng(seed).uniform(low, high, size=shape).astype(np.float32)
+
+
+def trig(x, y):
+    return jnp.tan(x), jnp.exp2(3.0 * y), jnp.arctan2(x, y), jnp.arctan2(x, 0.5)
+
+
+def more_elementwise(x, y):
+    return (jnp.arcsin(x * 0.9) + jnp.arccos(y * 0.9) + jnp.arctan(x * 3.0) + jnp.sinh(y)
+            + jnp.cosh(x) + jnp.arcsinh(y * 2.0) + jnp.arccosh(x * x + 1.5)
+            + jnp.arctanh(y * 0.8) + jnp.cbrt(x + 2.0),
+            jax.scipy.special.gammaln(x + 1.5) * jax.scipy.special.digamma(y + 1.5),
+            jnp.ceil(x * 4.0), jnp.round(y * 4.0), lax.round(x * 4.0), jnp.trunc(y * 3.0),
+            jnp.round(jnp.array([0.5, 1.5, 2.5, -0.5])) * x[0, 0])
+
+
+def tiles(x):
+    return jnp.tile(x, (1, 3)), jnp.tile(x, (2, 2)) * 2.0, jnp.tile(x[0], 2)
+
+
+def integer_division(n, m, x):
+    return lax.div(n, m), n // m, n // 3, x * (n // m).astype(jnp.float32)
+
+
+def argmax_of_bools(x):
+    hit = x > 0.3
+    return (jnp.argmax(hit, axis=1), jnp.argmin(hit, axis=0), jnp.argmax(hit.reshape(-1)),
+            x * jnp.argmax(hit, axis=0).astype(jnp.float32))
+
+
+def cumulative(x, n):
+    return (jnp.cumprod(x, axis=1), lax.cumprod(x, axis=0, reverse=True),
+            lax.cummax(x, axis=1), lax.cummin(x, axis=1, reverse=True),
+            lax.cummax(x, axis=0), lax.cummax(n, axis=0), jnp.cumprod(n, axis=1))
+
+
+_WITH_ZEROS_AND_TIES = np.array([[2.0, 0.0, 3.0, 0.0, 0.5], [0.5, 1.5, 1.5, 0.0, 1.2],
+                                 [0.0, 0.7, 1.1, -0.9, 2.0], [1.1, 0.7, 0.7, 1.1, -1.0]],
+                                np.float32)
+
+
+def sorting(x, n):
+    keys, values = lax.sort((n, x), dimension=1, num_keys=1, is_stable=True)
+    k2, v2 = lax.sort((n, x), dimension=1, num_keys=2, is_stable=False)
+    return (jnp.sort(x, axis=1), jnp.argsort(x, axis=0), jnp.sort(x.T, axis=0) * 2.0, keys,
+            values, k2, v2, jnp.argsort(n, axis=1, stable=True), jnp.sort(n, axis=0))
+
+
+def iotas(x):
+    i = lax.broadcasted_iota(jnp.int32, x.shape, 0)
+    j = lax.broadcasted_iota(jnp.float32, x.shape, 1)
+    return i, j, x * i + j, jnp.arange(x.shape[0]) * 2
+
+
+def scatters(x, v, ids):
+    rows = ids[:, 0]
+    return (x.at[rows].set(v), x.at[1].set(v[0] * 2.0), x.at[:, 2].set(-1.0),
+            x.at[ids[:, 1]].mul(3.0), x.at[rows].mul(v, unique_indices=True),
+            x.at[ids[:, 1]].min(v), x.at[ids[:, 1], 0].max(v[:, 1]),
+            x.at[rows + 3].set(v, mode="drop"), x.at[rows + 3].max(v, mode="clip"))
+
+
+_SORT_ARGS = (_rand(3, 5), np.array([[3, 1, 2, 1, 0], [2, 2, 2, 1, 1], [0, 4, 4, 3, 3]],
+                                    np.int32))
+
+ZOO = {
+    "trig": (trig, (_rand(3, 4), _rand(3, 4, seed=1))),
+    "more_elementwise": (more_elementwise, (_rand(3, 4), _rand(3, 4, seed=1))),
+    "tiles": (tiles, (_rand(3, 4),)),
+    "integer_division": (integer_division, (np.array([[7, -7, 6], [-6, 0, 5]], np.int32),
+                                            np.array([[2, 2, -4], [-4, 3, -5]], np.int32),
+                                            _rand(2, 3))),
+    "cumulative": (cumulative, (_WITH_ZEROS_AND_TIES, np.arange(12, dtype=np.int32)
+                                .reshape(4, 3) % 5 - 2)),
+    "sorting": (sorting, _SORT_ARGS),
+    "iotas": (iotas, (_rand(3, 4),)),
+    "scatters": (scatters, (np.random.default_rng(3).permutation(15).reshape(5, 3)
+                            .astype(np.float32) / 8 - 1,
+                            np.random.default_rng(4).permutation(9).reshape(3, 3)
+                            .astype(np.float32) / 6 - 0.7,
+                            np.array([[0, 4], [2, 2], [3, 2]], np.int32))),
+    "argmax_of_bools": (argmax_of_bools, (_rand(4, 5),)),
+}
+
+
+# imported at the example's batch size: cummax and cummin along the batch dim differentiate
+# with an associative scan, which needs its size (as in JAX); the scatters' updates do not
+# share the operand's batch dim
+FIXED = {"cumulative", "scatters"}
+
+
+def _import(case, scope):
+    fn, args = ZOO[case]
+    return pd.from_jax(fn, *args, scope=scope, batch_polymorphic=case not in FIXED)
+
+
+def _run(program, feeds, fetches, args, scope):
+    return pd.Executor().run(program, feed=dict(zip(feeds, args)), fetch_list=fetches,
+                             scope=scope)
+
+
+@pytest.mark.parametrize("case", ZOO)
+def test_outputs_equal_the_function(case):
+    fn, args = ZOO[case]
+    scope = pd.Scope()
+    program, feeds, fetches = _import(case, scope)
+    want = jax.tree_util.tree_leaves(jax.jit(fn)(*args))
+    got = _run(program, feeds, fetches, args, scope)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and g.shape == w.shape
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("case", ZOO)
+def test_gradients_equal_jax_grad(case):
+    fn, args = ZOO[case]
+    scope = pd.Scope()
+    program, feeds, fetches = _import(case, scope)
+    floats = [i for i, a in enumerate(args) if a.dtype.kind == "f"]
+    targets = [f for f in fetches if f.dtype.startswith("float")]
+    block = program.global_block()
+    with pd.program_guard(program):
+        total = pd.ops.sum([pd.ops.reduce_sum(t) for t in targets])
+        grads = pd.gradients(total, [block.var(feeds[i]) for i in floats])
+
+    def total_of(*float_args):
+        full = list(args)
+        for i, a in zip(floats, float_args):
+            full[i] = a
+        return sum(jnp.sum(o) for o in jax.tree_util.tree_leaves(fn(*full))
+                   if jnp.issubdtype(o.dtype, jnp.floating))
+
+    want = jax.jit(jax.grad(total_of, argnums=tuple(range(len(floats)))))(
+        *[args[i] for i in floats])
+    got = _run(program, feeds, grads, args, scope)
+    assert len(got) == len(floats)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
+
+
+def test_scatter_mul_refuses_the_gradient_of_colliding_updates_as_jax_does():
+    def fn(x, v):
+        return jnp.asarray(x).at[np.array([1, 1, 2])].mul(v)
+    x, v = _rand(4, 3), _rand(3, 3, seed=1)
+    with pytest.raises(NotImplementedError):
+        jax.grad(lambda v: fn(x, v).sum())(v)
+    program, feeds, fetches = pd.from_jax(fn, x, v, scope=pd.Scope(), batch_polymorphic=False)
+    with pd.program_guard(program), pytest.raises(pd.BackwardError, match="unique_indices"):
+        pd.gradients(pd.ops.reduce_sum(fetches[0]), [program.global_block().var(feeds[1])])
+
+
+@pytest.mark.parametrize("case", sorted(set(ZOO) - FIXED))
+def test_a_polymorphic_import_runs_at_other_batch_sizes(case):
+    fn, args = ZOO[case]
+    scope = pd.Scope()
+    program, feeds, fetches = _import(case, scope)
+    bigger = [np.concatenate([a, a[::-1] * 0.5 if a.dtype.kind == "f" else a + 1, a[:1]])
+              for a in args]
+    want = jax.tree_util.tree_leaves(jax.jit(fn)(*bigger))
+    got = _run(program, feeds, fetches, bigger, scope)
+    for g, w in zip(got, want):
+        assert g.shape == w.shape
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
