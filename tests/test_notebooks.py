@@ -115,6 +115,9 @@ def test_notebook_runs(path, kernel_env, tmp_path):
                           if o.output_type == "stream")
         assert "param conv.kernel: float32[3, 3, 1, 16]" in printed   # the Flax model, printed
         assert "= conv_general_dilated(Input=x, Filter=conv.kernel)" in printed
+        # imported with batch norm and dropout in training mode, and their evaluation mode
+        assert "= random_bits(" in printed and "= mode_select(" in printed
+        assert "state norm.mean: float32[16]" in printed
         accuracies = [float(line.split()[-1]) for line in printed.splitlines()
                       if line.startswith("held-out accuracy")]
         assert len(accuracies) == 2 and min(accuracies) > 0.9   # trained by progdesc, by nnx
