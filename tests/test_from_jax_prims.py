@@ -10,6 +10,7 @@ import pytest
 from jax import lax
 
 import progdesc as pd
+from test_from_jax import check_gradients, check_outputs
 
 
 def _rand(*shape, seed=0, low=-1.0, high=1.0):
@@ -116,42 +117,12 @@ def _run(program, feeds, fetches, args, scope):
 
 @pytest.mark.parametrize("case", ZOO)
 def test_outputs_equal_the_function(case):
-    fn, args = ZOO[case]
-    scope = pd.Scope()
-    program, feeds, fetches = _import(case, scope)
-    want = jax.tree_util.tree_leaves(jax.jit(fn)(*args))
-    got = _run(program, feeds, fetches, args, scope)
-    assert len(got) == len(want)
-    for g, w in zip(got, want):
-        assert g.dtype == w.dtype and g.shape == w.shape
-        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+    check_outputs(*ZOO[case], polymorphic=case not in FIXED)
 
 
 @pytest.mark.parametrize("case", ZOO)
 def test_gradients_equal_jax_grad(case):
-    fn, args = ZOO[case]
-    scope = pd.Scope()
-    program, feeds, fetches = _import(case, scope)
-    floats = [i for i, a in enumerate(args) if a.dtype.kind == "f"]
-    targets = [f for f in fetches if f.dtype.startswith("float")]
-    block = program.global_block()
-    with pd.program_guard(program):
-        total = pd.ops.sum([pd.ops.reduce_sum(t) for t in targets])
-        grads = pd.gradients(total, [block.var(feeds[i]) for i in floats])
-
-    def total_of(*float_args):
-        full = list(args)
-        for i, a in zip(floats, float_args):
-            full[i] = a
-        return sum(jnp.sum(o) for o in jax.tree_util.tree_leaves(fn(*full))
-                   if jnp.issubdtype(o.dtype, jnp.floating))
-
-    want = jax.jit(jax.grad(total_of, argnums=tuple(range(len(floats)))))(
-        *[args[i] for i in floats])
-    got = _run(program, feeds, grads, args, scope)
-    assert len(got) == len(floats)
-    for g, w in zip(got, want):
-        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
+    check_gradients(*ZOO[case], polymorphic=case not in FIXED)
 
 
 def test_scatter_mul_refuses_the_gradient_of_colliding_updates_as_jax_does():
