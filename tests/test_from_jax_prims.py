@@ -10,7 +10,7 @@ import pytest
 from jax import lax
 
 import progdesc as pd
-from test_from_jax import check_gradients, check_outputs
+from test_from_jax import check_gradients, check_other_batch_sizes, check_outputs
 
 
 def _rand(*shape, seed=0, low=-1.0, high=1.0):
@@ -105,16 +105,6 @@ ZOO = {
 FIXED = {"cumulative", "scatters"}
 
 
-def _import(case, scope):
-    fn, args = ZOO[case]
-    return pd.from_jax(fn, *args, scope=scope, batch_polymorphic=case not in FIXED)
-
-
-def _run(program, feeds, fetches, args, scope):
-    return pd.Executor().run(program, feed=dict(zip(feeds, args)), fetch_list=fetches,
-                             scope=scope)
-
-
 @pytest.mark.parametrize("case", ZOO)
 def test_outputs_equal_the_function(case):
     check_outputs(*ZOO[case], polymorphic=case not in FIXED)
@@ -138,13 +128,4 @@ def test_scatter_mul_refuses_the_gradient_of_colliding_updates_as_jax_does():
 
 @pytest.mark.parametrize("case", sorted(set(ZOO) - FIXED))
 def test_a_polymorphic_import_runs_at_other_batch_sizes(case):
-    fn, args = ZOO[case]
-    scope = pd.Scope()
-    program, feeds, fetches = _import(case, scope)
-    bigger = [np.concatenate([a, a[::-1] * 0.5 if a.dtype.kind == "f" else a + 1, a[:1]])
-              for a in args]
-    want = jax.tree_util.tree_leaves(jax.jit(fn)(*bigger))
-    got = _run(program, feeds, fetches, bigger, scope)
-    for g, w in zip(got, want):
-        assert g.shape == w.shape
-        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+    check_other_batch_sizes(*ZOO[case])
