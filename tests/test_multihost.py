@@ -268,8 +268,9 @@ TRAIN_ON = ["-c", textwrap.dedent("""
 def test_a_lost_process_ends_the_survivor_with_a_distributed_error(tmp_path, lost):
     """SIGKILL one of two training processes: the other raises DistributedError naming
     it and exits with status 1 (not a signal, no abort) within the heartbeat timeout.
-    Losing process 0 (the coordinator's host) reaches the survivor through jaxlib's own
-    thread, which ends it at once: the same message, no Python traceback."""
+    Losing process 0 (the coordinator's host) usually reaches the survivor through jaxlib's
+    own thread, which ends it at once with the same message and no Python traceback; when
+    the survivor's run notices first, it raises the same DistributedError from the run."""
     import signal
     import time
     port, heartbeat = free_port(), 3
@@ -301,5 +302,7 @@ def test_a_lost_process_ends_the_survivor_with_a_distributed_error(tmp_path, los
     assert code == 1, f"exit status {code}:\n{out[-3000:]}"
     who = "process 1" if lost else "process 0 (the coordinator)"
     assert f"DistributedError: {who} of the 2-process run was lost" in out, out[-3000:]
-    assert "bad_cast" not in out and ("Traceback" in out) == bool(lost), out[-3000:]
+    assert "bad_cast" not in out, out[-3000:]
+    if lost:
+        assert "Traceback" in out, out[-3000:]
     assert took < heartbeat + 15, took
