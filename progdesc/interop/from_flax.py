@@ -22,6 +22,7 @@ translator.
   (or an nnx module after `.eval()`) reads its statistics and writes nothing.
 """
 import functools
+import inspect
 
 import jax
 
@@ -39,7 +40,10 @@ def from_flax(module, variables, *example_inputs, scope=None, method=None,
     `variables` is None (the module's own variables) or an `nnx.State` of its variables
     other than random keys (`nnx.split(module, nnx.RngKey, ...)[2]`) to use instead; the
     module (or its method named `method`) is called with the inputs and
-    `apply_kwargs`. Feeds are named after the call's parameters (`x`).
+    `apply_kwargs`. Either kind takes as `method` a function called with the module
+    first, as a training step's loss is written (`def loss_fn(model, images, labels)`):
+    the program then computes what it returns. Feeds are named after the call's
+    parameters (`x`; `images`, `labels`).
 
     Returns `(program, feed_names, fetch_targets)` with the parameters and statistics
     in `scope` (default: the global one); see the module's docstring for names, state
@@ -130,6 +134,12 @@ def _unique(entries):
             for c, name, value, kind in entries]
 
 
+def _takes_module(method):
+    """1 where `method` is a function called with the module first (a loss function
+    `loss_fn(model, x, labels)`), else 0."""
+    return int(callable(method) and not inspect.ismethod(method))
+
+
 _RNGS = "rngs"   # the name of the keys of a module's random-number streams, drawn from the
                  # program's RNG state (from_flax(program_rngs=True))
 
@@ -144,7 +154,7 @@ def _from_linen(module, variables, example_inputs, scope, method, apply_kwargs, 
         entries.append((collection, rest, value, "param" if collection == "params" else "state"))
 
     fn = getattr(module, method) if isinstance(method, str) else method or module.__call__
-    arg_names = parameter_names(fn, len(example_inputs))
+    arg_names = parameter_names(fn, len(example_inputs), skip=_takes_module(method))
     rngs = apply_kwargs.get("rngs") if options["program_rngs"] else None
     if rngs:   # the keys: a last input, drawn from the program's RNG state
         apply_kwargs = {k: v for k, v in apply_kwargs.items() if k != "rngs"}
@@ -177,8 +187,8 @@ def _from_nnx(module, state, example_inputs, scope, method, apply_kwargs, option
         entries.append((kind.__name__, name, value,
                         "param" if issubclass(kind, nnx.Param) else "state"))
 
-    fn = getattr(module, method or "__call__")
-    arg_names = parameter_names(fn, len(example_inputs))
+    fn = method if callable(method) else getattr(module, method or "__call__")
+    arg_names = parameter_names(fn, len(example_inputs), skip=_takes_module(method))
     keys_in = bool(jax.tree_util.tree_leaves(rng_state))
     rng_name = _RNGS if options["program_rngs"] else ""   # as state: named by their paths
     if keys_in:   # the streams' keys: a last input, traced as the other variables are
@@ -192,7 +202,10 @@ def _from_nnx(module, state, example_inputs, scope, method, apply_kwargs, option
                 model.eval()
             else:
                 model.train()
-        out = getattr(model, method or "__call__")(*inputs, **apply_kwargs)
+        if callable(method):
+            out = method(model, *inputs, **apply_kwargs)
+        else:
+            out = getattr(model, method or "__call__")(*inputs, **apply_kwargs)
         return out, nnx.split(model, nnx.RngKey, ...)[2]
 
     return _build(call, jax.tree_util.tree_structure(state), _unique(entries), example_inputs,
