@@ -63,16 +63,44 @@ def _feed_shape(var, index, batch_polymorphic, batch_size):
     """Dims of a feed with each -1 replaced by a symbol name (or `batch_size`)."""
     dims = []
     for i, d in enumerate(var.desc.dims):
+        leading = _leading_symbol(var.name, batch_polymorphic) if i == 0 else None
         if d >= 0:
             dims.append(int(d))
-        elif batch_polymorphic:
-            dims.append("batch" if i == 0 else f"d{index}_{i}")
+        elif leading:
+            dims.append(leading)
+        elif batch_polymorphic and i > 0:
+            dims.append(f"d{index}_{i}")
         elif i == 0 and batch_size is not None:
             dims.append(int(batch_size))
         else:
             raise FeedError(f"dim {i} is unknown (-1): export with batch_polymorphic=True or "
                             "give batch_size", var=var.name)
     return dims
+
+
+def _leading_symbol(name, choice):
+    """The symbol of feed `name`'s unknown leading dim under `batch_polymorphic`: 'batch',
+    the dim name a dict gives it (the longest key that is the feed's name or a prefix
+    `key.` of it; True: 'batch'), or None (fixed)."""
+    if not isinstance(choice, dict):
+        return "batch" if choice else None
+    keys = [k for k in choice if name == k or name.startswith(f"{k}.")]
+    dim = choice[max(keys, key=len)] if keys else True
+    return "batch" if dim is True else dim or None
+
+
+def _check_dims_choice(choice, feed_names):
+    """FeedError unless a dict `batch_polymorphic` maps feeds (or argument prefixes) to
+    True, False or a dim name."""
+    if not isinstance(choice, dict):
+        return
+    for key, dim in choice.items():
+        if not any(n == key or n.startswith(f"{key}.") for n in feed_names):
+            raise FeedError(f"batch_polymorphic names '{key}', which is no feed (the feeds: "
+                            f"{feed_names})", var=key)
+        if not (isinstance(dim, bool) or isinstance(dim, str) and dim.isidentifier()):
+            raise FeedError(f"batch_polymorphic['{key}'] must be True, False or a dim name "
+                            f"(a Python identifier), got {dim!r}", var=key)
 
 
 def _symbolic(shapes):
@@ -109,11 +137,18 @@ def export_compiled(path, program, feed_vars, fetch_vars, scope=None, *,
     Parameters come from `scope` and are embedded as constants, or with
     `embed_params=False` become inputs after the feeds (listed in the
     header). Returns the header dict. See the module docstring for the file.
+
+    With `batch_polymorphic` (the default) every feed's unknown leading dim is the one
+    symbolic dim 'batch'; a dict chooses per feed as `from_jax` does (a feed's name, or
+    an argument's for all its leaves: True the batch dim, a name a dim of its own shared
+    by the feeds given it, False the fixed `batch_size`): a graph's
+    `{"graphs.nodes": "nodes", "graphs.edges": "edges", "graphs.senders": "edges"}`.
     """
     from progdesc.io import atomic_write
     scope = scope or global_scope()
     feed_names = list(names_of(feed_vars, "feed_vars"))
     fetch_names = list(names_of(fetch_vars, "fetch_vars"))
+    _check_dims_choice(batch_polymorphic, feed_names)
     pruned = prune(program, feed_names, fetch_names)
     block = pruned.global_block()
     for name in feed_names:

@@ -214,12 +214,17 @@ def _(g):
             g.call("squeeze", part, axes=[axis], out=target)
 
 
+TO_THE_END = 2 ** 31 - 1   # a slice's end past any dim: the dim's end
+
+
 def _slices(ndim, axes, starts, ends, strides):
     if not len(axes) == len(starts) == len(ends) or strides and len(strides) != len(axes):
         raise ValueError("slice: axes, starts, ends (and strides) must have equal lengths")
     index = [slice(None)] * ndim
     for k, axis in enumerate(axes):
-        index[axis] = slice(starts[k], ends[k], strides[k] if strides else None)
+        stride = strides[k] if strides else 1
+        end = None if ends[k] >= TO_THE_END and stride > 0 else ends[k]   # a symbolic dim's too
+        index[axis] = slice(starts[k], end, stride)
     return tuple(index)
 
 
@@ -545,9 +550,6 @@ def _(g):   # linear in OutGrad: a gather, whose dropped slices took no part (ze
            **dict(g.attrs, fill_value=0.0))
 
 
-_TO_THE_END = 2 ** 31 - 1   # a slice's end past any dim: clamped to the dim's end
-
-
 @op("pad", inputs=[In("X"), In("PaddingValue", doc="a scalar of X's dtype")],
     outputs=[Out("Out")], same_dtype=("X", "PaddingValue"),
     attrs={"padding_config": Attr("padding_config", "ints", REQUIRED,
@@ -580,7 +582,7 @@ def _(g):   # as JAX's transpose: cut the padding off, take every (interior + 1)
         dims = g.var(x)[0]   # the cut is X's shape but for interior padding: skip that
         axes = [a for a, k in enumerate(interior) if k]
         g.call("slice", cut, axes=axes, starts=[0] * len(axes),
-               ends=[(dims[a] - 1) * (interior[a] + 1) + 1 if dims[a] >= 0 else _TO_THE_END
+               ends=[(dims[a] - 1) * (interior[a] + 1) + 1 if dims[a] >= 0 else TO_THE_END
                      for a in axes],
                strides=[interior[a] + 1 for a in axes], out=g.in_grad("X"))
     if g.wants("PaddingValue"):   # the elements of Out that are padding: a mask of them

@@ -99,14 +99,19 @@ class JaxTranslator(Translator):
         return None
 
     def counted(self, dim):
-        """(feed, k) for a feed whose dim 0 times the int k is the symbolic dim `dim`, or None."""
+        """(feed, k, c) for a feed whose dim 0, d, gives the symbolic dim `dim` as
+        k * d + c (ints; an offset c with k up to 8: `batch - 1`), or None."""
         for d, name in self.leading.items():
             try:
                 factor = dim // d
                 if not is_batch_dim(factor) and factor * d == dim:
-                    return name, int(factor)
+                    return name, int(factor), 0
             except Exception:   # noqa: BLE001  (JAX's symbolic arithmetic: not a multiple)
-                continue
+                pass
+            for factor in range(1, 9):
+                offset = dim - factor * d
+                if not is_batch_dim(offset):
+                    return name, factor, int(offset)
         return None
 
     def call(self, op_type, *args, **attrs):

@@ -11,6 +11,7 @@ import numpy as np
 from jax import export
 
 from lowering import dtypes
+from lowering.ops.shape import TO_THE_END
 from progdesc.control_flow import scan, switch, while_loop
 from progdesc.translate import RuleTable, Unsupported
 
@@ -183,8 +184,23 @@ def slice_(t, x, *, start_indices, limit_indices, strides=None, in_types):
     axes = [a for a in range(len(dims))   # an axis taken whole (a batch dim) is left out
             if (start_indices[a], strides[a]) != (0, 1) or not same_dim(limit_indices[a],
                                                                         dims[a])]
-    return t.call("slice", x, axes=axes, starts=[start_indices[a] for a in axes],
-                  ends=[limit_indices[a] for a in axes], strides=[strides[a] for a in axes])
+    return t.call("slice", x, axes=axes,
+                  starts=[_from_end(start_indices[a], dims[a]) for a in axes],
+                  ends=[_from_end(limit_indices[a], dims[a]) for a in axes],
+                  strides=[strides[a] for a in axes])
+
+
+def _from_end(index, n):
+    """A slice index into a dim `n`, as our slice op takes it (NumPy's: a negative index
+    counts from the end): a symbolic `n - k` (`x[:-1]`) is -k, `n` itself past the end,
+    and `mod(-1, n)` (where `jnp.roll` by one cuts) -1. Any other symbolic index is
+    left as it is (the op refuses it as BatchDependent)."""
+    if not is_batch_dim(index) or not is_batch_dim(n):
+        return index
+    offset = index - n
+    if not is_batch_dim(offset):
+        return TO_THE_END if offset >= 0 else int(offset)
+    return -1 if index == (-1) % n else index   # n - 1 for every n >= 1
 
 
 def _whole(sizes, dims):
@@ -222,9 +238,12 @@ def dim_as_value(t, *, dim, out_types):
     counted = t.counted(dim)
     if counted is None:
         raise BatchDependent(f"the size {dim} as a value")
-    ref, factor = counted
-    return t.call("dim_size", ref, axis=0, multiplier=factor,
-                  dtype=dtypes.name_of(out_types[0].dtype))
+    ref, factor, offset = counted
+    dtype = dtypes.name_of(out_types[0].dtype)
+    size = t.call("dim_size", ref, axis=0, multiplier=factor, dtype=dtype)
+    if offset:
+        size = t.call("add", size, t.constant(np.asarray(offset, dtypes.to_numpy(dtype))))
+    return size
 
 
 @RULES.rule("iota")
