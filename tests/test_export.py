@@ -234,3 +234,16 @@ def test_artifacts_without_a_header_digest_still_load(exported, tmp_path):
     want_out, want_pred = expected(*built, 3)
     np.testing.assert_allclose(got_out, want_out, rtol=1e-6, atol=1e-6)
     assert np.array_equal(got_pred, want_pred)
+
+
+def test_per_feed_dims_name_feeds_of_the_program(tmp_path):
+    main, startup = pd.Program(), pd.Program()
+    with pd.program_guard(main, startup):
+        x = pd.data("x", [None, 3])
+        y = ops.scale(x, scale=2.0)
+    with pytest.raises(pd.FeedError, match="names 'nodes', which is no feed"):
+        export.export_compiled(str(tmp_path / "m.pdx"), main, ["x"], [y], pd.Scope(),
+                               batch_polymorphic={"nodes": "nodes"})
+    with pytest.raises(pd.FeedError, match="must be True, False or a dim name"):
+        export.export_compiled(str(tmp_path / "m.pdx"), main, ["x"], [y], pd.Scope(),
+                               batch_polymorphic={"x": "two words"})

@@ -450,6 +450,26 @@ def test_each_input_can_have_its_own_symbolic_leading_dim():
             np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
 
 
+def test_an_import_with_dims_of_its_own_exports_with_them(tmp_path):
+    from progdesc.export import export_compiled, load_compiled
+
+    def rolled(nodes, edges, senders, receivers):   # jnp.roll cuts at mod(-1, n)
+        out, mean = message_passing(nodes, edges, senders, receivers)
+        return jnp.roll(out, 1, axis=0), lax.slice_in_dim(edges, 1, edges.shape[0]), mean
+    dims = {"nodes": "nodes", "edges": "edges", "senders": "edges", "receivers": "edges"}
+    scope = pd.Scope()
+    program, feeds, fetches = pd.from_jax(rolled, *_graph(4, 6, 0), scope=scope,
+                                          batch_polymorphic=dims)
+    header = export_compiled(str(tmp_path / "graph.pdx"), program, feeds, fetches, scope,
+                             batch_polymorphic=dims)
+    assert [f["shape"][0] for f in header["feeds"]] == ["nodes", "edges", "edges", "edges"]
+    served = load_compiled(str(tmp_path / "graph.pdx"))
+    for n_node, n_edge in ((5, 9), (1, 2)):
+        graph = _graph(n_node, n_edge, n_node)
+        for g, w in zip(served(*graph), rolled(*graph)):
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+
+
 def test_an_input_can_keep_a_fixed_leading_dim_while_the_others_are_polymorphic():
     scope = pd.Scope()
     program, feeds, fetches = pd.from_jax(lambda x, w: x @ w, _rand(2, 3), _rand(3, 4),

@@ -1,6 +1,7 @@
 """pd.from_jax of the primitives issue 24 added (tan, exp2, atan2, inverse and hyperbolic
 trigonometry, cbrt, lgamma, digamma, ceil, round, tile, integer div, sort, the cumulative
-reductions, scatters other than scatter-add, argmax of bools, iotas over the batch): each
+reductions, scatters other than scatter-add, argmax of bools, iotas over the batch, slices
+(`lax.slice`) that end at or count from the end of the batch dim, and sizes such as `batch - 1` as values): each
 imported function's outputs equal the function's own, run by JAX, and the gradients of its
 float outputs equal `jax.grad`."""
 import jax
@@ -76,6 +77,16 @@ def scatters(x, v, ids):
             x.at[rows + 3].set(v, mode="drop"), x.at[rows + 3].max(v, mode="clip"))
 
 
+def slices_from_the_end(x, n):
+    """What jraph does with a batch of graphs: a roll by one (`jnp.repeat`'s), slices to
+    and from the end, the count of trailing padding graphs, a size less one as a value."""
+    end = x.shape[0]
+    return (jnp.roll(x, 1, axis=0), lax.slice_in_dim(x, 1, end) * 2.0,
+            lax.slice_in_dim(x, 0, end - 1),
+            x * (x.shape[0] - 1), jnp.argmin(n[::-1] == 0),
+            jnp.repeat(x, n, axis=0, total_repeat_length=x.shape[0]))
+
+
 _SORT_ARGS = (_rand(3, 5), np.array([[3, 1, 2, 1, 0], [2, 2, 2, 1, 1], [0, 4, 4, 3, 3]],
                                     np.int32))
 
@@ -96,6 +107,8 @@ ZOO = {
                             .astype(np.float32) / 6 - 0.7,
                             np.array([[0, 4], [2, 2], [3, 2]], np.int32))),
     "argmax_of_bools": (argmax_of_bools, (_rand(4, 5),)),
+    "slices_from_the_end": (slices_from_the_end, (_rand(5, 3), np.array([2, 0, 1, 2, 0],
+                                                                         np.int32))),
 }
 
 

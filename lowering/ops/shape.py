@@ -253,6 +253,16 @@ def slice_grad(X, OutGrad, *, axes, starts, ends, strides):
         _slices(X.ndim, axes, starts, ends, strides)].add(OutGrad)
 
 
+@slice_grad.shape_rule
+def _(inputs, attrs):   # shaped like X; tracing could not tell apart X's -1 and OutGrad's
+    (x, _), = inputs["X"]
+    (out_grad, dtype), = inputs["OutGrad"]
+    if len(x) != len(out_grad):
+        raise ShapeError(f"X={list(x)} and OutGrad={list(out_grad)} must be of one rank",
+                         op_type="slice_grad")
+    return {"Out": [(tuple(x), dtype)]}
+
+
 @slice_grad.gradient
 def _(g):
     g.call("slice", g.out_grad("Out"), out=g.in_grad("OutGrad"),
