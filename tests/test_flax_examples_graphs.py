@@ -143,7 +143,7 @@ GRAPH_DIMS = {"graphs.nodes": "nodes", "graphs.edges": "edges", "graphs.senders"
 
 
 def ogbg_molpcba():
-    model = GraphNet(latent_size=8, num_mlp_layers=1, message_passing_steps=2,
+    model = GraphNet(latent_size=8, num_mlp_layers=1, message_passing_steps=1,
                      output_globals_size=CLASSES, dropout_rate=0.1, deterministic=False)
     graphs, labels = molecules(3)
     variables = jax.jit(model.init)({"params": jax.random.key(0),
