@@ -14,8 +14,9 @@ The header promises: "feeds", "fetches" (in call and result order) and
 "params" (only when "params_as_inputs"), each a list of {"name", "dtype",
 "shape", "program_dtype"}, where "dtype" is the dtype at the artifact
 boundary and "shape" holds ints and symbol names ("batch" for leading -1
-dims); "platforms"; "x64"; "precision" (the program's precision policy, traced
-into every dot and convolution of the payload); "payload_sha256" of the
+dims, or the name `batch_polymorphic` gives a feed's); "platforms"; "x64";
+"precision" (the program's precision policy, traced into every dot and
+convolution of the payload); "payload_sha256" of the
 serialized bytes; "header_sha256", SHA-256 of the header without this key as
 canonical JSON (sorted keys, no spaces, ASCII; `progdesc.io.json_digest`).
 Readers of version 1 ignore keys they do not know, so files with and without
@@ -68,7 +69,7 @@ def _feed_shape(var, index, batch_polymorphic, batch_size):
             dims.append(int(d))
         elif leading:
             dims.append(leading)
-        elif batch_polymorphic and i > 0:
+        elif (batch_polymorphic or isinstance(batch_polymorphic, dict)) and i > 0:
             dims.append(f"d{index}_{i}")
         elif i == 0 and batch_size is not None:
             dims.append(int(batch_size))
