@@ -320,6 +320,8 @@ def seq2seq_loss(model, query, answer):
 
 
 def seq2seq(teacher_force=True):
+    """The addition model; with teacher forcing the decoder reads the expected answer,
+    without it (the example's train.py) the characters it sampled at the step before."""
     model = Seq2seq(teacher_force=teacher_force, hidden_size=8, vocab_size=CTABLE.vocab_size,
                     eos_id=CTABLE.eos_id)
     query, answer = CTABLE.get_batch(3)
@@ -334,6 +336,12 @@ EXAMPLES = {"sst2": sst2, "seq2seq": seq2seq,
             "seq2seq_sampling": functools.partial(seq2seq, teacher_force=False)}
 
 
-@pytest.mark.parametrize("name", EXAMPLES)
+# the example's own training mode (teacher_force=False) differs from the other only in what
+# the decoder reads: run by `make test-all` (XLA's compiles make each example ~40 s of CPU)
+SLOW = {"seq2seq_sampling"}
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n
+                                  for n in EXAMPLES])
 def test_example_imports_trains_and_exports_as_flax_runs_it(name, tmp_path):
     check_example(EXAMPLES[name](), tmp_path)
