@@ -1,11 +1,13 @@
 """Transformers in the shape of google/flax's examples (lm1b, wmt, nlp_seq, and an nnx
 Transformer scanned over its stacked layers), tiny, imported as written with dropout in
 training mode and checked against Flax and optax (tests/flax_examples.py)."""
+import functools
 from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 from flax import linen as nn
 from flax import nnx
@@ -302,7 +304,179 @@ def wmt():
                   eval_kwargs={"deterministic": True})
 
 
-EXAMPLES = {"lm1b": lm1b, "wmt": wmt}
+@struct.dataclass
+class TaggerConfig:
+    """examples/nlp_seq: its own config (dropout is a call argument there)."""
+    vocab_size: int = VOCAB
+    output_vocab_size: int = 12
+    dtype: Any = jnp.float32
+    emb_dim: int = 16
+    num_heads: int = 2
+    num_layers: int = 1
+    qkv_dim: int = 16
+    mlp_dim: int = 32
+    max_len: int = 16
+    dropout_rate: float = 0.3
+    attention_dropout_rate: float = 0.3
+    kernel_init: Callable = nn.initializers.xavier_uniform()
+    bias_init: Callable = nn.initializers.normal(stddev=1e-6)
+
+
+def interleaved_sinusoidal_init(max_len):
+    """nlp_seq: sines at the even features, cosines at the odd ones."""
+
+    def init(key, shape, dtype=np.float32):
+        del key, dtype
+        features = shape[-1]
+        position = np.arange(max_len)[:, None]
+        freq = np.exp(np.arange(0, features, 2) * -(np.log(10000.0) / features))
+        table = np.zeros((max_len, features), np.float32)
+        table[:, 0::2] = np.sin(position * freq)
+        table[:, 1::2] = np.cos(position * freq)
+        return jnp.array(table[None])
+
+    return init
+
+
+class TaggerMlpBlock(nn.Module):
+    config: TaggerConfig
+
+    @nn.compact
+    def __call__(self, inputs, deterministic=True):
+        config = self.config
+        x = nn.Dense(config.mlp_dim, dtype=config.dtype, kernel_init=config.kernel_init,
+                     bias_init=config.bias_init)(inputs)
+        x = nn.Dropout(config.dropout_rate)(nn.elu(x), deterministic=deterministic)
+        x = nn.Dense(inputs.shape[-1], dtype=config.dtype, kernel_init=config.kernel_init,
+                     bias_init=config.bias_init)(x)
+        return nn.Dropout(config.dropout_rate)(x, deterministic=deterministic)
+
+
+class TaggerBlock(nn.Module):
+    config: TaggerConfig
+
+    @nn.compact
+    def __call__(self, inputs, deterministic):
+        config = self.config
+        x = nn.MultiHeadDotProductAttention(
+            num_heads=config.num_heads, dtype=config.dtype, qkv_features=config.qkv_dim,
+            kernel_init=config.kernel_init, use_bias=False, broadcast_dropout=False,
+            dropout_rate=config.attention_dropout_rate, deterministic=deterministic)(
+                nn.LayerNorm(dtype=config.dtype)(inputs))
+        x = nn.Dropout(config.dropout_rate)(x, deterministic=deterministic) + inputs
+        y = TaggerMlpBlock(config)(nn.LayerNorm(dtype=config.dtype)(x),
+                                   deterministic=deterministic)
+        return x + y
+
+
+class Tagger(nn.Module):
+    """examples/nlp_seq: a transformer encoder tagging every token. (There `inputs` is a
+    keyword-only argument; from_flax passes the example inputs by position.)"""
+    config: TaggerConfig
+
+    @nn.compact
+    def __call__(self, inputs, *, train):
+        config = self.config
+        x = nn.Embed(config.vocab_size, config.emb_dim, name="embed")(inputs.astype("int32"))
+        x = nn.Dropout(config.dropout_rate)(x, deterministic=not train)
+        x = x + interleaved_sinusoidal_init(config.max_len)(
+            None, (1, config.max_len, config.emb_dim))[:, :x.shape[1]]
+        for _ in range(config.num_layers):
+            x = TaggerBlock(config)(x, deterministic=not train)
+        x = nn.LayerNorm(dtype=config.dtype)(x)
+        return nn.Dense(config.output_vocab_size, kernel_init=config.kernel_init,
+                        bias_init=config.bias_init)(x)
+
+
+def tagger_loss(model, inputs, targets, train):
+    """nlp_seq: cross entropy of the tags, padding (tag 0) weighted out."""
+    logits = model(inputs, train=train)
+    weights = jnp.where(targets > 0, 1, 0).astype(jnp.float32)
+    loss = -jnp.sum(common_utils.onehot(targets, logits.shape[-1]) * nn.log_softmax(logits),
+                    axis=-1)
+    return (loss * weights).sum() / weights.sum()
+
+
+def _tags(tokens, seed=5):
+    """A tag in [1, 12) for every token, 0 at padding."""
+    tags = np.random.default_rng(seed).integers(1, 12, tokens.shape).astype(np.int32)
+    return np.where(tokens > 0, tags, 0)
+
+
+def nlp_seq():
+    tokens = _tokens(4)
+    model = Tagger(TaggerConfig())
+    variables = jax.jit(functools.partial(model.init, train=False))(jax.random.key(0), tokens)
+    return Example(model, variables, (tokens,), (_tags(tokens),), tagger_loss,
+                   lambda batch: (_tokens(batch, seed=batch),),
+                   train_kwargs={"train": True, "rngs": {"dropout": jax.random.key(2)}},
+                   eval_kwargs={"train": False})
+
+
+class ScannedBlock(nnx.Module):
+    """A pre-norm decoder layer with dropout (nnx)."""
+
+    def __init__(self, dim, heads, *, rngs):
+        self.norm1 = nnx.LayerNorm(dim, rngs=rngs)
+        self.attention = nnx.MultiHeadAttention(heads, dim, use_bias=False, decode=False,
+                                                broadcast_dropout=False, dropout_rate=0.1,
+                                                deterministic=False,
+                                                rngs=rngs)
+        self.norm2 = nnx.LayerNorm(dim, rngs=rngs)
+        self.linear1 = nnx.Linear(dim, 2 * dim, rngs=rngs)
+        self.linear2 = nnx.Linear(2 * dim, dim, rngs=rngs)
+        self.dropout = nnx.Dropout(0.1, rngs=rngs)
+
+    def __call__(self, x, mask):
+        x = x + self.dropout(self.attention(self.norm1(x), mask=mask))
+        return x + self.dropout(self.linear2(nnx.relu(self.linear1(self.norm2(x)))))
+
+
+class ScanTransformer(nnx.Module):
+    """A decoder-only transformer whose layers `nnx.vmap` creates stacked and `nnx.scan`
+    applies, as Flax's nnx examples scan over layers."""
+
+    def __init__(self, vocab, dim, heads, n_layers, *, rngs):
+        self.embed = nnx.Embed(vocab, dim, rngs=rngs)
+        self.positions = nnx.Embed(LENGTH, dim, rngs=rngs)
+
+        @nnx.split_rngs(splits=n_layers)
+        @nnx.vmap(axis_size=n_layers)
+        def create_block(rngs):
+            return ScannedBlock(dim, heads, rngs=rngs)
+
+        self.layers = create_block(rngs)
+        self.norm = nnx.LayerNorm(dim, rngs=rngs)
+        self.head = nnx.Linear(dim, vocab, rngs=rngs)
+
+    def __call__(self, tokens):
+        mask = nnx.combine_masks(nnx.make_attention_mask(tokens > 0, tokens > 0),
+                                 nnx.make_causal_mask(tokens))
+        x = self.embed(tokens) + self.positions(jnp.arange(tokens.shape[1]))
+
+        @nnx.scan
+        def forward(x, block):
+            return block(x, mask), None
+
+        x, _ = forward(x, self.layers)
+        return self.head(self.norm(x))
+
+
+def scan_loss(model, tokens, targets):
+    weights = jnp.where(targets > 0, 1.0, 0.0)
+    losses = optax.softmax_cross_entropy_with_integer_labels(model(tokens), targets)
+    return (losses * weights).sum() / weights.sum()
+
+
+def nnx_scan():
+    tokens = _tokens(4)
+    model = ScanTransformer(VOCAB, 16, 2, 2, rngs=nnx.Rngs(0))
+    next_tokens = np.pad(tokens[:, 1:], ((0, 0), (0, 1)))
+    return Example(model, None, (tokens,), (next_tokens,), scan_loss,
+                   lambda batch: (_tokens(batch, seed=batch),), eval_kwargs=True)
+
+
+EXAMPLES = {"lm1b": lm1b, "wmt": wmt, "nlp_seq": nlp_seq, "nnx_scan": nnx_scan}
 
 
 @pytest.mark.parametrize("name", EXAMPLES)
