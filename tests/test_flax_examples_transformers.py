@@ -91,6 +91,7 @@ def sinusoidal_init(max_len, min_scale=1.0, max_scale=10000.0):
 @struct.dataclass
 class LMConfig(TransformerConfig):
     partitioned: bool = True
+    num_layers: int = 1   # each dropout site costs XLA seconds of compiling on a CPU
 
 
 @struct.dataclass
