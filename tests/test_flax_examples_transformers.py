@@ -71,6 +71,15 @@ def shift_right(x, axis=1):
     return lax.dynamic_slice_in_dim(padded, 0, padded.shape[axis] - 1, axis)
 
 
+def shift_inputs(x, segment_ids=None, axis=1):
+    """lm1b: shift_right, with a 0 (not the previous sequence's end) first in each
+    sequence packed into a row."""
+    shifted = shift_right(x, axis=axis)
+    if segment_ids is not None:
+        shifted *= segment_ids == shift_right(segment_ids, axis=axis)
+    return shifted
+
+
 def sinusoidal_init(max_len, min_scale=1.0, max_scale=10000.0):
     """A fixed (1, max_len, features) table of sines and cosines."""
 
@@ -108,7 +117,7 @@ class AddPositionEmbs(nn.Module):
     config: TransformerConfig
 
     @nn.compact
-    def __call__(self, inputs):
+    def __call__(self, inputs, inputs_positions=None):
         config = self.config
         assert inputs.ndim == 3
         shape = (1, config.max_len, inputs.shape[-1])
@@ -116,7 +125,10 @@ class AddPositionEmbs(nn.Module):
             table = sinusoidal_init(config.max_len)(None, shape)
         else:
             table = self.param("pos_embedding", config.posemb_init, shape)
-        return inputs + table[:, :inputs.shape[1], :]
+        pe = table[:, :inputs.shape[1], :]
+        if inputs_positions is None:
+            return inputs + pe
+        return inputs + jnp.take(pe[0], inputs_positions, axis=0)   # packed sequences
 
 
 class MlpBlock(nn.Module):
@@ -202,11 +214,12 @@ class Decoder(nn.Module):
     shared_embedding: Any = None
 
     @nn.compact
-    def __call__(self, targets, encoded=None, decoder_mask=None, encoder_decoder_mask=None):
+    def __call__(self, targets, encoded=None, targets_positions=None,
+                 targets_segmentation=None, decoder_mask=None, encoder_decoder_mask=None):
         config = self.config
         embed = self.shared_embedding or _embed(config)
-        y = embed(shift_right(targets.astype("int32")))
-        y = AddPositionEmbs(config, name="posembed_output")(y)
+        y = embed(shift_inputs(targets.astype("int32"), segment_ids=targets_segmentation))
+        y = AddPositionEmbs(config, name="posembed_output")(y, targets_positions)
         y = nn.Dropout(config.dropout_rate)(y, deterministic=config.deterministic)
         for layer in range(config.num_layers):
             y = EncoderDecoder1DBlock(config, name=f"encoderdecoderblock_{layer}")(
@@ -222,16 +235,23 @@ class Decoder(nn.Module):
 
 
 class TransformerLM(nn.Module):
-    """examples/lm1b: a decoder alone under padding and causal masks."""
+    """examples/lm1b: a decoder alone under padding and causal masks, and block-diagonal
+    ones where sequences are packed into rows (`inputs_segmentation`)."""
     config: TransformerConfig
 
     @nn.compact
-    def __call__(self, inputs, deterministic=None):
+    def __call__(self, inputs, inputs_positions=None, inputs_segmentation=None,
+                 deterministic=None):
         config = _config(self.config, deterministic)
         decoder_mask = nn.combine_masks(
             nn.make_attention_mask(inputs > 0, inputs > 0, dtype=config.dtype),
             nn.make_causal_mask(inputs, dtype=config.dtype))
-        logits = Decoder(config, name="decoder")(inputs, decoder_mask=decoder_mask)
+        if inputs_segmentation is not None:
+            decoder_mask = nn.combine_masks(decoder_mask, nn.make_attention_mask(
+                inputs_segmentation, inputs_segmentation, jnp.equal, dtype=config.dtype))
+        logits = Decoder(config, name="decoder")(
+            inputs, targets_positions=inputs_positions,
+            targets_segmentation=inputs_segmentation, decoder_mask=decoder_mask)
         return logits.astype(config.dtype)
 
 
@@ -273,9 +293,11 @@ def compute_weighted_cross_entropy(logits, targets, weights=None, label_smoothin
     return loss.sum(), normalizing_factor
 
 
-def lm1b_loss(model, inputs):
+def lm1b_loss(model, inputs, inputs_positions, inputs_segmentation):
     weights = jnp.where(inputs > 0, 1, 0).astype(jnp.float32)
-    loss, weight_sum = compute_weighted_cross_entropy(model(inputs), inputs, weights)
+    logits = model(inputs, inputs_positions=inputs_positions,
+                   inputs_segmentation=inputs_segmentation)
+    loss, weight_sum = compute_weighted_cross_entropy(logits, inputs, weights)
     return loss / weight_sum
 
 
@@ -293,9 +315,24 @@ def _linen(model, inputs, targets, loss_fn, inputs_at, **kwargs):
                    train_kwargs={"rngs": {"dropout": jax.random.key(2)}}, **kwargs)
 
 
+def _packed(batch, seed=0):
+    """lm1b's packed examples: rows of two sequences each, their tokens, positions in
+    their sequence and segment ids (1, 2; 0 at padding)."""
+    tokens = _tokens(batch, seed)
+    rng = np.random.default_rng(seed + 100)
+    segmentation = np.zeros_like(tokens)
+    positions = np.zeros_like(tokens)
+    for row, used in enumerate((tokens > 0).sum(axis=1)):
+        split = rng.integers(1, used)
+        segmentation[row, :split], segmentation[row, split:used] = 1, 2
+        positions[row, :split] = np.arange(split)
+        positions[row, split:used] = np.arange(used - split)
+    return tokens, positions, segmentation
+
+
 def lm1b():
-    return _linen(TransformerLM(LMConfig()), (_tokens(4),), (), lm1b_loss,
-                  lambda batch: (_tokens(batch, seed=batch),),
+    return _linen(TransformerLM(LMConfig()), _packed(4), (), lm1b_loss,
+                  lambda batch: _packed(batch, seed=batch),
                   eval_kwargs={"deterministic": True})
 
 
