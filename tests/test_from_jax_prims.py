@@ -1,6 +1,7 @@
 """pd.from_jax of the primitives issue 24 added (tan, exp2, atan2, inverse and hyperbolic
 trigonometry, cbrt, lgamma, digamma, ceil, round, tile, integer div, sort, the cumulative
-reductions, scatters other than scatter-add, argmax of bools, iotas over the batch): each
+reductions, scatters other than scatter-add, argmax of bools, iotas over the batch) and the
+gradients of max, min and clamp at ties (JAX's rules): each
 imported function's outputs equal the function's own, run by JAX, and the gradients of its
 float outputs equal `jax.grad`."""
 import jax
@@ -76,6 +77,14 @@ def scatters(x, v, ids):
             x.at[rows + 3].set(v, mode="drop"), x.at[rows + 3].max(v, mode="clip"))
 
 
+def ties(x, y):
+    return (jnp.maximum(x, y), jnp.minimum(x, y) * 2.0, lax.clamp(-0.5, x, 0.5),
+            jnp.maximum(x, 0.0) * 3.0, jnp.max(x, axis=1), jnp.min(y, axis=0) * 2.0)
+
+
+_TIED = np.array([[0.5, 0.0, -0.5, 1.0], [0.0, 0.25, 0.25, -1.0], [2.0, 0.5, 2.0, 0.0]],
+                 np.float32)
+
 _SORT_ARGS = (_rand(3, 5), np.array([[3, 1, 2, 1, 0], [2, 2, 2, 1, 1], [0, 4, 4, 3, 3]],
                                     np.int32))
 
@@ -96,6 +105,7 @@ ZOO = {
                             .astype(np.float32) / 6 - 0.7,
                             np.array([[0, 4], [2, 2], [3, 2]], np.int32))),
     "argmax_of_bools": (argmax_of_bools, (_rand(4, 5),)),
+    "ties": (ties, (_TIED, np.where(_rand(3, 4, seed=2) > 0, _TIED, _rand(3, 4, seed=3)))),
 }
 
 
