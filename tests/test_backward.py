@@ -362,3 +362,22 @@ def test_concat_of_inputs_of_unknown_size_on_the_axis_has_gradients():
     want_x, want_y = dpre @ wv.T, dyw @ wv.T
     for g, want in zip(got, (want_w, want_x, want_y)):
         np.testing.assert_allclose(g, want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("op_type", ["maximum", "minimum"])
+@pytest.mark.parametrize("ties, x_share", [("x", 1.0), ("y", 0.0), ("split", 0.5)])
+def test_a_tie_of_maximum_or_minimum_sends_the_gradient_where_ties_says(op_type, ties, x_share):
+    x = np.array([[1.0, 2.0, 3.0], [0.0, -1.0, 5.0]], np.float32)
+    y = np.array([[1.0, 4.0, 0.0], [0.0, -2.0, 5.0]], np.float32)   # ties at [0,0], [1,0], [1,2]
+    main = pd.Program()
+    with pd.program_guard(main):
+        xv, yv = pd.data("x", [2, 3]), pd.data("y", [2, 3])
+        xv.stop_gradient = yv.stop_gradient = False
+        out = getattr(ops, op_type)(xv, yv, ties=ties)
+        gx, gy = gradients(ops.reduce_sum(ops.scale(out, scale=3.0)), [xv, yv])
+    got_x, got_y = pd.Executor().run(main, feed={"x": x, "y": y}, fetch_list=[gx, gy],
+                                     scope=pd.Scope())
+    x_wins = x > y if op_type == "maximum" else x < y
+    want_x = 3.0 * np.where(x == y, x_share, x_wins.astype(np.float32))
+    np.testing.assert_array_equal(got_x, want_x)
+    np.testing.assert_array_equal(got_y, 3.0 - want_x)

@@ -1,7 +1,8 @@
 """pd.from_jax of the primitives issue 24 added (tan, exp2, atan2, inverse and hyperbolic
 trigonometry, cbrt, lgamma, digamma, ceil, round, tile, integer div, sort, the cumulative
 reductions, scatters other than scatter-add, argmax of bools, iotas over the batch, slices
-(`lax.slice`) that end at or count from the end of the batch dim, and sizes such as `batch - 1` as values): each
+(`lax.slice`) that end at or count from the end of the batch dim, and sizes such as
+`batch - 1` as values) and the gradients of max, min and clamp at ties (JAX's rules): each
 imported function's outputs equal the function's own, run by JAX, and the gradients of its
 float outputs equal `jax.grad`."""
 import jax
@@ -87,6 +88,14 @@ def slices_from_the_end(x, n):
             jnp.repeat(x, n, axis=0, total_repeat_length=x.shape[0]))
 
 
+def ties(x, y):
+    return (jnp.maximum(x, y), jnp.minimum(x, y) * 2.0, lax.clamp(-0.5, x, 0.5),
+            jnp.maximum(x, 0.0) * 3.0, jnp.max(x, axis=1), jnp.min(y, axis=0) * 2.0)
+
+
+_TIED = np.array([[0.5, 0.0, -0.5, 1.0], [0.0, 0.25, 0.25, -1.0], [2.0, 0.5, 2.0, 0.0]],
+                 np.float32)
+
 _SORT_ARGS = (_rand(3, 5), np.array([[3, 1, 2, 1, 0], [2, 2, 2, 1, 1], [0, 4, 4, 3, 3]],
                                     np.int32))
 
@@ -109,6 +118,7 @@ ZOO = {
     "argmax_of_bools": (argmax_of_bools, (_rand(4, 5),)),
     "slices_from_the_end": (slices_from_the_end, (_rand(5, 3), np.array([2, 0, 1, 2, 0],
                                                                          np.int32))),
+    "ties": (ties, (_TIED, np.where(_rand(3, 4, seed=2) > 0, _TIED, _rand(3, 4, seed=3)))),
 }
 
 

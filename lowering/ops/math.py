@@ -8,7 +8,8 @@ import jax.numpy as jnp
 from jax import lax
 
 from lowering import checks
-from lowering.registry import In, Out, op
+from lowering.constraints import one_of
+from lowering.registry import Attr, In, Out, op
 
 _BINARY = dict(inputs=[In("X", "number"), In("Y", "number")], outputs=[Out("Out")],
                same_dtype=("X", "Y"))
@@ -143,39 +144,56 @@ def _(g):
         _to_input(g, g.call("mul", dout, g.call("mul", out, g.call("log", x))), "Y")
 
 
-def _select_grad(g, first_wins):
-    """Gradient of maximum/minimum: the input that was selected takes the gradient."""
+_TIES = {"ties": Attr("ties", "string", "x", "which input a tie sends the gradient to: "
+                     "x, y, or half to each (split, JAX's rule)",
+                     where=one_of("x", "y", "split"))}
+
+
+def _select_grad(g, wins, wins_or_ties):
+    """Gradient of maximum/minimum: the input that was selected takes the gradient, a tie
+    sends it where the `ties` attribute says."""
     dout, x, y = g.out_grad("Out"), g.input("X"), g.input("Y")
-    pick_x = g.call(first_wins, x, y)
-    zeros = g.call("fill_zeros_like", dout)
+    ties = g.attr("ties")
+    if ties == "split":
+        dtype = g.var(dout)[1]
+        x_share = g.call("add", g.call("cast", g.call(wins, x, y), dtype=dtype),
+                         g.call("scale", g.call("cast", g.call("equal", x, y), dtype=dtype),
+                                scale=0.5))
+        dx = g.call("mul", dout, x_share)
+        dy = g.call("sub", dout, dx)
+    else:
+        pick_x = g.call(wins_or_ties if ties == "x" else wins, x, y)
+        zeros = g.call("fill_zeros_like", dout)
+        dx = g.call("where", pick_x, dout, zeros)
+        dy = g.call("where", pick_x, zeros, dout)
     if g.wants("X"):
-        _to_input(g, g.call("where", pick_x, dout, zeros), "X")
+        _to_input(g, dx, "X")
     if g.wants("Y"):
-        _to_input(g, g.call("where", pick_x, zeros, dout), "Y")
+        _to_input(g, dy, "Y")
 
 
-@op("maximum", **_BINARY)
-def maximum(X, Y):
-    """Elementwise maximum, broadcasting (ties send the gradient to X)."""
+@op("maximum", **_BINARY, attrs=_TIES)
+def maximum(X, Y, *, ties):
+    """Elementwise maximum, broadcasting (a tie sends the gradient as `ties` says)."""
     checks.broadcast(X=X, Y=Y)
     return jnp.maximum(X, Y)
 
 
 @maximum.gradient
 def _(g):
-    _select_grad(g, "greater_equal")
+    _select_grad(g, "greater_than", "greater_equal")
 
 
-@op("minimum", **_BINARY)
-def minimum(X, Y):
-    """Elementwise minimum, broadcasting (ties send the gradient to X)."""
+@op("minimum", **_BINARY, attrs=_TIES)
+def minimum(X, Y, *, ties):
+    """Elementwise minimum, broadcasting (a tie sends the gradient as `ties` says)."""
     checks.broadcast(X=X, Y=Y)
     return jnp.minimum(X, Y)
 
 
 @minimum.gradient
 def _(g):
-    _select_grad(g, "less_equal")
+    _select_grad(g, "less_than", "less_equal")
 
 
 @op("rem", **_BINARY)

@@ -6,12 +6,13 @@ the dims before them make a batch of keys. Each op wraps the data into JAX's typ
 keys (`jax.random.wrap_key_data`), calls `jax.random`, and unwraps the result, so the
 numbers drawn are JAX's, bit for bit, given the same key. `random_key` makes fresh key
 data from the program's RNG state (a different key at each step, reproducible from
-`Program.random_seed`). None has a gradient.
+`Program.random_seed`). Only `random_gamma` has a gradient (in its shape parameter).
 """
 import functools
 
 import jax
 import jax.numpy as jnp
+from jax import lax
 
 from lowering import checks, dtypes
 from lowering.constraints import Dims, one_of
@@ -116,3 +117,48 @@ def random_key(*, key, shape, impl):
     each op, reproducible from the program's seed. Shape [*shape, *the impl's key
     shape], uint32."""
     return jax.random.bits(key, (*shape, *key_shape(impl)), jnp.uint32)   # any bits are a key
+
+
+@op("random_gamma", inputs=[_KEY, In("Alpha", "float", doc="the shape parameters; its "
+                                      "leading dims are the keys' batch dims")],
+    outputs=[Out("Out")],
+    attrs={"log_space": Attr("log_space", "bool", False, "draw the samples' logarithms "
+                             "(`jax.random.loggamma`)"),
+           "impl": _IMPL})
+def random_gamma(Key, Alpha, *, log_space, impl):
+    """`jax.random.gamma(key, alpha)` (`loggamma` with log_space) for each key: one sample
+    of Gamma(alpha, 1) per element of Alpha, drawn as JAX draws it. Its gradient in Alpha
+    is JAX's implicit one (`random_gamma_grad`)."""
+    keys = _wrap(Key, impl)
+    if tuple(Alpha.shape[:keys.ndim]) != keys.shape:
+        raise ShapeError(f"Alpha {checks.typed(Alpha)} must lead with the keys' batch dims "
+                         f"{list(keys.shape)}", slot="Alpha")
+    draw = jax.random.loggamma if log_space else jax.random.gamma
+
+    def one(key, alpha):
+        return draw(key, alpha, alpha.shape, alpha.dtype)
+    for _ in range(keys.ndim):
+        one = jax.vmap(one)
+    return one(keys, Alpha)
+
+
+@random_gamma.gradient
+def _(g):
+    slope = g.call("random_gamma_grad", g.input("Alpha"), g.output("Out"),
+                   log_space=g.attr("log_space"))
+    g.call("mul", g.out_grad("Out"), slope, out=g.in_grad("Alpha"))
+
+
+@op("random_gamma_grad", inputs=[In("Alpha", "float"), In("Sample", "float")],
+    outputs=[Out("Out")], same_dtype=("Alpha", "Sample"),
+    attrs={"log_space": Attr("log_space", "bool", False, "Sample is a logarithm")},
+    differentiable=False)
+def random_gamma_grad(Alpha, Sample, *, log_space):
+    """How a Gamma(Alpha, 1) sample moves with Alpha when its quantile stays put
+    (`lax.random_gamma_grad`); with log_space, of the sample's logarithm."""
+    checks.broadcast(Alpha=Alpha, Sample=Sample)
+    if not log_space:
+        return lax.random_gamma_grad(Alpha, Sample)
+    sample = jnp.exp(Sample)   # d log(x) = dx / x; a sample rounded to 0 is the tiniest float
+    sample = jnp.where(sample == 0, jnp.finfo(sample.dtype).tiny, sample)
+    return lax.random_gamma_grad(Alpha, sample) / sample

@@ -97,9 +97,8 @@ def random_bits(t, key, *, bit_width, shape, in_types):
 
 
 @RULES.rule("random_gamma")
-def random_gamma(t, *operands):
-    raise Unsupported("jax.random.gamma (and beta, dirichlet, poisson... built on it) is not "
-                      "translated; draw these samples outside and feed them as data")
+def random_gamma(t, key, alpha, *, log_space, in_types):
+    return t.call("random_gamma", key, alpha, log_space=log_space, impl=_impl(in_types[0]))
 
 
 # --- bits ---

@@ -45,7 +45,7 @@ def _kind(t, name):
 # --- one-to-one ---
 
 for _prim, _op in {
-    "add": "add", "sub": "sub", "mul": "mul", "max": "maximum", "min": "minimum",
+    "add": "add", "sub": "sub", "mul": "mul",
     "pow": "pow", "neg": "neg", "abs": "abs", "exp": "exp", "log": "log", "sqrt": "sqrt",
     "rsqrt": "rsqrt", "square": "square", "tanh": "tanh", "logistic": "sigmoid",
     "erf": "erf", "erfc": "erfc", "sin": "sin", "cos": "cos", "log1p": "log1p",
@@ -111,9 +111,21 @@ def convert_element_type(t, x, *, new_dtype):
     return x if t.var(x)[1] == dtype else t.call("cast", x, dtype=dtype)
 
 
+@RULES.rule("max")
+def max_(t, x, y):   # a tie sends half the gradient to each, as JAX does
+    return t.call("maximum", x, y, ties="split")
+
+
+@RULES.rule("min")
+def min_(t, x, y):
+    return t.call("minimum", x, y, ties="split")
+
+
 @RULES.rule("clamp")
 def clamp(t, low, x, high):
-    return t.call("minimum", t.call("maximum", x, low), high)
+    """x takes the gradient only strictly between the bounds, as in JAX (at a tie the
+    bound takes it, where JAX gives it to no one)."""
+    return t.call("minimum", t.call("maximum", x, low, ties="y"), high, ties="y")
 
 
 # --- shapes ---
