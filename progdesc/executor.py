@@ -172,7 +172,7 @@ class Executor:
             if casts is None:
                 values = feed.values()
             else:
-                values = [v if cast is None else v.astype(cast)
+                values = [v if cast is None else cast(v)
                           for v, cast in zip(feed.values(), casts)]
         lock = scope.lock   # runs on one scope tree take turns: from reading state to writing
         lock.acquire()

@@ -40,7 +40,7 @@ from lowering.errors import (CompiledCallError, FeedError, FormatError, Progdesc
                              ProgramError, ScopeError)
 from lowering.lower import RNG_VAR, lower_block
 from progdesc import compile_cache, export_check
-from progdesc.feeding import names_of, with_feed_fetch
+from progdesc.feeding import names_of, raw_key_data, with_feed_fetch
 from progdesc.prune import prune
 from progdesc.scope import global_scope
 
@@ -322,7 +322,7 @@ def _describe(specs, arrays):
 
 def _convert(spec, value):
     want = dtypes.to_numpy(spec["dtype"])
-    arr = np.asarray(value)
+    arr = np.asarray(raw_key_data(value))
     if arr.dtype != want:
         if dtypes.kind_of(want) == "int" and arr.dtype.kind not in "iub":
             raise FeedError(f"got dtype {arr.dtype}, the artifact takes {spec['dtype']}",

@@ -8,6 +8,7 @@ read from the Scope (`read_state`), and the errors about them (`in_run`,
 `disagreeing_feeds`).
 """
 import contextlib
+import operator
 
 import jax
 import numpy as np
@@ -72,13 +73,8 @@ def convert_feed(var, value):
             arr = np.asarray(value)
         except (ValueError, TypeError) as e:
             raise FeedError(f"feed cannot be made an array: {e}", var=name) from None
-    try:
-        kind = np.dtype(arr.dtype).kind
-    except TypeError:   # not a NumPy dtype: a typed PRNG key is fed as its raw data
-        if not jax.dtypes.issubdtype(arr.dtype, jax.dtypes.prng_key):
-            raise
-        arr = jax.random.key_data(arr)
-        kind = "u"
+    arr = raw_key_data(arr)
+    kind = np.dtype(arr.dtype).kind
     if kind not in "biuf":
         raise FeedError(f"feed of dtype {arr.dtype} is not a rectangular numeric array",
                         var=name)
@@ -94,9 +90,31 @@ def convert_feed(var, value):
     return arr
 
 
+def is_typed_key(dtype):
+    """Whether `dtype` is that of a typed PRNG key (`jax.random.key(0)`)."""
+    return dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key)
+
+
+def raw_key_data(value):
+    """A typed PRNG key's raw data, as a program variable holds it; any other value as it
+    is."""
+    return jax.random.key_data(value) if is_typed_key(getattr(value, "dtype", None)) else value
+
+
+def feed_cast(raw_dtype, dtype):
+    """The function that makes a fed value of `raw_dtype` one of `dtype` (a typed PRNG key
+    its raw data), or None where none is needed."""
+    if raw_dtype == dtype:
+        return None
+    if is_typed_key(raw_dtype):
+        return lambda value: jax.random.key_data(value).astype(dtype)
+    return operator.methodcaller("astype", dtype)
+
+
 def convert_feeds(program, feed, steps=None):
-    """(names, converted values, per-feed cast dtype or None) of `feed`, a dict from data
-    variables (or their names) to values; FeedError for a feed that does not fit its variable.
+    """(names, converted values, per-feed cast or None) of `feed`, a dict from data
+    variables (or their names) to values (a cast: `feed_cast`'s function, for the next
+    feeds of the same dtypes); FeedError for a feed that does not fit its variable.
 
     With `steps=K` every value has a leading axis of K mini-batches, each converted.
     """
@@ -126,7 +144,7 @@ def convert_feeds(program, feed, steps=None):
             arr = convert_feed(var, value)
         names.append(name)
         values.append(arr)
-        casts.append(None if raw_dtype == arr.dtype else arr.dtype)
+        casts.append(feed_cast(raw_dtype, arr.dtype))
     return names, values, casts
 
 

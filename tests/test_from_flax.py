@@ -286,6 +286,47 @@ def test_nnx_module_outputs_names_and_statistics():
     np.testing.assert_allclose(scope.get("bn.var"), model.bn.var[...], rtol=RTOL, atol=ATOL)
 
 
+class _Penalty(nnx.Variable):
+    pass
+
+
+class _Penalized(nnx.Module):
+    """Keeps a penalty as a variable it makes when called (nnx's VAE example's KL loss)."""
+
+    def __init__(self, rngs):
+        self.linear = nnx.Linear(5, 3, rngs=rngs)
+
+    def __call__(self, x):
+        y = self.linear(x)
+        self.penalty = _Penalty(jnp.mean(y ** 2))
+        return y
+
+
+def _penalized_loss(model, x):
+    y = model(x)
+    return jnp.mean(y) + sum(jax.tree_util.tree_leaves(nnx.pop(model, _Penalty)), 0.0)
+
+
+def test_a_variable_an_nnx_module_makes_when_called_is_a_value_of_that_call():
+    model, x = _Penalized(nnx.Rngs(0)), _data(6, 5)
+    scope = pd.Scope()
+    program, _, fetches = pd.from_flax(model, None, x, scope=scope)
+    assert not hasattr(model, "penalty")   # the module itself is left as it was
+    assert not program.global_block().has_var("penalty")
+    got, = pd.Executor().run(program, feed={"x": x}, fetch_list=fetches, scope=scope)
+    np.testing.assert_allclose(got, nnx.clone(model)(x), rtol=RTOL, atol=ATOL)
+
+    scope = pd.Scope()
+    program, _, (loss,) = pd.from_flax(model, None, x, scope=scope, method=_penalized_loss)
+    names = sorted(p.name for p in program.all_parameters())
+    grads_of = pd.gradients(loss, [program.global_block().var(n) for n in names])
+    got = pd.Executor().run(program, feed={"x": x}, fetch_list=[loss, *grads_of], scope=scope)
+    want, grads = nnx.value_and_grad(_penalized_loss)(nnx.clone(model), x)
+    np.testing.assert_allclose(got[0], want, rtol=RTOL, atol=ATOL)
+    np.testing.assert_allclose(got[names.index("linear.kernel") + 1],
+                               grads["linear"]["kernel"][...], rtol=RTOL, atol=ATOL)
+
+
 def test_nnx_module_trains_like_optax():
     model = NnxNet(nnx.Rngs(0))
     model.eval()

@@ -148,6 +148,21 @@ def test_a_typed_key_is_fed_as_its_data():
                           fetch_list=fetches)
 
 
+def test_a_typed_key_is_fed_run_after_run_and_to_the_exported_program(tmp_path):
+    x, scope = _data(4, 3), pd.Scope()
+    program, feeds, fetches = pd.from_jax(normal, KEYS["typed"], x, scope=scope)
+    exe = pd.Executor()
+    for seed in (5, 6, 7):   # the later runs take the Executor's cached way in
+        key = jax.random.key(seed)
+        got, = exe.run(program, feed={"k": key, "x": x}, fetch_list=fetches, scope=scope)
+        np.testing.assert_array_equal(got, jax.jit(normal)(key, x))
+    path = str(tmp_path / "normal.pdx")
+    pd.export.export_compiled(path, program, feeds, fetches, scope=scope)
+    key = jax.random.key(8)
+    np.testing.assert_array_equal(pd.export.load_compiled(path)(key, x)[0],
+                                  jax.jit(normal)(key, x))
+
+
 def test_a_dropout_mask_is_drawn_for_the_batch_size_run_and_exported(tmp_path):
     key, scope = KEYS["typed"], pd.Scope()
     program, feeds, fetches = pd.from_jax(dropout, key, _data(4, 3), scope=scope)

@@ -17,7 +17,9 @@ translator.
 - State the module updates when called (BatchNorm in training mode: linen traced with
   every non-"params" collection mutable, nnx by splitting the module again after the
   call) is written back by an `assign` from the new value into that variable, so each
-  run of the program updates it in the Scope as Flax would return it. Call the
+  run of the program updates it in the Scope as Flax would return it. A variable an nnx
+  module makes during the call (`self.kl_loss = Loss(...)`, popped by its loss with
+  `nnx.pop`) is a value of that call, kept by no variable. Call the
   module in the mode you want to import: a BatchNorm with `use_running_average=True`
   (or an nnx module after `.eval()`) reads its statistics and writes nothing.
 """
@@ -206,8 +208,18 @@ def _from_nnx(module, state, example_inputs, scope, method, apply_kwargs, option
             out = method(model, *inputs, **apply_kwargs)
         else:
             out = getattr(model, method or "__call__")(*inputs, **apply_kwargs)
-        return out, nnx.split(model, nnx.RngKey, ...)[2]
+        return out, _kept(state, nnx.split(model, nnx.RngKey, ...)[2])
 
     return _build(call, jax.tree_util.tree_structure(state), _unique(entries), example_inputs,
                   arg_names, scope, 0, options,
                   {rng_name: "rng" if options["program_rngs"] else "state"} if keys_in else None)
+
+
+def _kept(before, after):
+    """The nnx State `after` a call, restricted to the variables `before` it: a variable
+    the call made (`self.kl_loss = Loss(...)`) is a value of that call only, and one it
+    dropped (`nnx.pop`) keeps its value."""
+    from flax import nnx
+    made = dict(nnx.to_flat_state(after))
+    return nnx.from_flat_state([(path, made.get(path, value))
+                                for path, value in nnx.to_flat_state(before)])
