@@ -21,6 +21,7 @@ from typing import Callable
 import jax
 import numpy as np
 import optax
+import pytest
 
 import progdesc as pd
 from progdesc.export import export_compiled, load_compiled
@@ -43,6 +44,14 @@ class Example:
     learning_rate: float = 1e-3
     steps: int = 30
     export_batches: tuple = (1, 3)
+
+
+def cases(examples, slow=()):
+    """pytest parameters of the names of `examples`, those in `slow` marked slow: XLA's
+    compiles make a model with dropout or many layers cost a minute of CPU, so CI runs
+    the rest and `make test-all` every one."""
+    return [pytest.param(name, marks=pytest.mark.slow) if name in slow else name
+            for name in examples]
 
 
 def check_example(example, tmp_path):

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from flax import linen as nn
 
-from flax_examples import Example, check_example
+from flax_examples import Example, cases, check_example
 
 jraph = pytest.importorskip("jraph")
 
@@ -157,6 +157,6 @@ def ogbg_molpcba():
 EXAMPLES = {"ogbg_molpcba": ogbg_molpcba}
 
 
-@pytest.mark.parametrize("name", EXAMPLES)
+@pytest.mark.parametrize("name", cases(EXAMPLES, slow={"ogbg_molpcba"}))
 def test_example_imports_trains_and_exports_as_flax_runs_it(name, tmp_path):
     check_example(EXAMPLES[name](), tmp_path)

@@ -11,7 +11,7 @@ import pytest
 from flax import linen as nn
 from flax import nnx
 
-from flax_examples import Example, check_example
+from flax_examples import Example, cases, check_example
 
 
 def _images(batch, size=12, channels=1, seed=0):
@@ -306,6 +306,6 @@ EXAMPLES = {"mnist": mnist, "nnx_mnist": nnx_mnist, "imagenet": imagenet, "vae":
             "nnx_vae": nnx_vae}
 
 
-@pytest.mark.parametrize("name", EXAMPLES)
+@pytest.mark.parametrize("name", cases(EXAMPLES, slow={"imagenet"}))
 def test_example_imports_trains_and_exports_as_flax_runs_it(name, tmp_path):
     check_example(EXAMPLES[name](), tmp_path)

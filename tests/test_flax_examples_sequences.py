@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from flax import linen as nn
 
-from flax_examples import Example, check_example
+from flax_examples import Example, cases, check_example
 
 
 # --- sst2: embeddings with (word) dropout, a bidirectional LSTM over padded sentences,
@@ -335,13 +335,8 @@ def seq2seq(teacher_force=True):
 EXAMPLES = {"sst2": sst2, "seq2seq": seq2seq,
             "seq2seq_sampling": functools.partial(seq2seq, teacher_force=False)}
 
-
-# the example's own training mode (teacher_force=False) differs from the other only in what
-# the decoder reads: run by `make test-all` (XLA's compiles make each example ~40 s of CPU)
-SLOW = {"seq2seq_sampling"}
-
-
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n
-                                  for n in EXAMPLES])
+# seq2seq_sampling, the example's own training mode (teacher_force=False), differs from
+# seq2seq only in what the decoder reads
+@pytest.mark.parametrize("name", cases(EXAMPLES, slow={"seq2seq_sampling", "sst2"}))
 def test_example_imports_trains_and_exports_as_flax_runs_it(name, tmp_path):
     check_example(EXAMPLES[name](), tmp_path)

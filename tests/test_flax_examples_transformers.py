@@ -15,7 +15,7 @@ from flax import struct
 from flax.training import common_utils
 from jax import lax
 
-from flax_examples import Example, check_example
+from flax_examples import Example, cases, check_example
 
 VOCAB, LENGTH = 30, 8
 
@@ -517,6 +517,6 @@ def nnx_scan():
 EXAMPLES = {"lm1b": lm1b, "wmt": wmt, "nlp_seq": nlp_seq, "nnx_scan": nnx_scan}
 
 
-@pytest.mark.parametrize("name", EXAMPLES)
+@pytest.mark.parametrize("name", cases(EXAMPLES, slow={"lm1b", "nlp_seq", "nnx_scan", "wmt"}))
 def test_example_imports_trains_and_exports_as_flax_runs_it(name, tmp_path):
     check_example(EXAMPLES[name](), tmp_path)
