@@ -22,8 +22,8 @@ Sections (all by default; pick with --only):
   overhead   Executor.run vs a raw jitted call: a one-op program, training steps;
   build      build + append_backward + lowering of 1k..10k-op programs, growth exponent;
   multistep  Executor.run(..., steps=K) vs K calls (skipped without a `steps` argument);
-  imported   models imported from Flax (bench/imported.py: an mnist CNN with BatchNorm, a
-             small causal transformer LM) trained by progdesc vs the original's jax.jit step;
+  imported   models of Flax's examples imported with their loss (bench/imported.py: mnist,
+             imagenet's ResNet-18, lm1b, wmt) trained by progdesc vs the original's jax.jit step;
   concurrency  plain JAX code (an un-jitted jax.hessian, a jitted MLP step) compiled by 4
              processes at once, with progdesc imported against without (bench/concurrency.py).
 

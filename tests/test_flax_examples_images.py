@@ -306,6 +306,6 @@ EXAMPLES = {"mnist": mnist, "nnx_mnist": nnx_mnist, "imagenet": imagenet, "vae":
             "nnx_vae": nnx_vae}
 
 
-@pytest.mark.parametrize("name", cases(EXAMPLES, slow={"imagenet"}))
+@pytest.mark.parametrize("name", cases(EXAMPLES, slow={"imagenet", "nnx_mnist"}))
 def test_example_imports_trains_and_exports_as_flax_runs_it(name, tmp_path):
     check_example(EXAMPLES[name](), tmp_path)

@@ -337,6 +337,6 @@ EXAMPLES = {"sst2": sst2, "seq2seq": seq2seq,
 
 # seq2seq_sampling, the example's own training mode (teacher_force=False), differs from
 # seq2seq only in what the decoder reads
-@pytest.mark.parametrize("name", cases(EXAMPLES, slow={"seq2seq_sampling", "sst2"}))
+@pytest.mark.parametrize("name", cases(EXAMPLES, slow={"seq2seq", "seq2seq_sampling", "sst2"}))
 def test_example_imports_trains_and_exports_as_flax_runs_it(name, tmp_path):
     check_example(EXAMPLES[name](), tmp_path)

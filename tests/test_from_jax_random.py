@@ -107,6 +107,8 @@ def _run(fn, key, x, **kwargs):
 def test_draws_equal_the_originals_bit_for_bit(fn, key):
     if fn is arrays_of_keys and key is KEYS["PRNGKey"]:
         pytest.skip("old-style keys are plain uint32 arrays: (4, 2) reshaped is no array of keys")
+    if fn is gamma_family and key is KEYS["PRNGKey"]:
+        pytest.skip("the typed key's case draws the same numbers (and compiles for long)")
     x = _data(4, 3)
     got = _run(fn, key, x)   # the batch dim symbolic
     want = jax.tree_util.tree_leaves(jax.jit(fn)(key, x))
