@@ -3,7 +3,7 @@ the original's `jax.jit` step, interleaved in one process.
 
 The models are those tests/test_flax_examples_*.py write in the shape of google/flax's
 examples (mnist, imagenet's ResNet-18, lm1b, wmt), here at bench sizes. Each is imported
-with its training step's loss (`from_flax(..., method=loss_fn, eval_mode=...)`, so both
+with its training step's loss (`from_flax(..., method=loss_fn)`, so both
 sides compute the same loss, dropout in training mode included) and progdesc's Adam
 minimizes it; the reference is the same model and loss stepped by optax's Adam under
 `jax.jit` with donated state. Ratio = progdesc / original; the target is x1.05.
@@ -114,7 +114,7 @@ def _progdesc_step(example):
     scope = pd.Scope()
     main, feeds, (loss,) = pd.from_flax(
         example.model, example.variables, *example.inputs, *example.targets, scope=scope,
-        method=example.loss_fn, eval_mode=example.eval_kwargs, **example.train_kwargs)
+        method=example.loss_fn, **example.train_kwargs)
     startup = pd.Program()
     with pd.program_guard(main, startup):
         Adam(LEARNING_RATE).minimize(loss)
