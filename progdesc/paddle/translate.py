@@ -18,6 +18,8 @@ What becomes what:
 - Sub-blocks (legacy `while`, `conditional_block`) and PIR regions are translated by
   the rules that own them, through `subgraph` and `inline` / `sub_block`.
 """
+import importlib
+import importlib.util
 from typing import NamedTuple
 
 import numpy as np
@@ -28,6 +30,10 @@ from progdesc.paddle.graph import Block as PaddleBlock
 from progdesc.paddle.rules import RULES
 from progdesc.paddle.table import is_list, slot_name
 from progdesc.translate import FAILED, Environment, Node, Translator, Unsupported
+
+if importlib.util.find_spec("progdesc.paddle.rules_sequence") is not None:
+    # registers the rows of the sequence ops and control flow into RULES
+    importlib.import_module("progdesc.paddle.rules_sequence")
 
 _SKIPPED_KINDS = ("feed_minibatch", "fetch_list", "feed_list", "step_scopes", "raw")
 
