@@ -91,7 +91,7 @@ class _Path:
         return _Path(f"{self.text}[{key}]" if isinstance(key, int) else f"{self.text}.{key}")
 
     def fail(self, message):
-        raise FormatError(f"PIR program {self.text}: {message}")
+        raise FormatError(f"PIR program: {self.text}: {message}")
 
 
 def _field(obj, key, path, kind=None):
@@ -177,7 +177,7 @@ def _type(obj, path):
     if tid == "0.t_vec":
         data = _field(obj, "D", path, list)
         return ("vec", [_type(t, path / "D" / i) for i, t in enumerate(data)])
-    path.fail(f"a type '{_short(tid)}' that progdesc does not read")
+    path.fail(f"a type {_short(tid)} that progdesc does not read")
 
 
 def _attr(obj, path, depth=0):
@@ -205,7 +205,7 @@ def _attr(obj, path, depth=0):
         if name.startswith("Undefined"):
             return DType("undefined")
         if name not in DTYPE_CODES:
-            data.fail(f"a dtype '{_short(name)}' that progdesc does not know")
+            data.fail(f"a dtype {_short(name)} that progdesc does not know")
         return DType(name)
     if aid == "1.a_scalar":
         return _scalar(_field(obj, "D", path, list), data)
@@ -218,7 +218,7 @@ def _attr(obj, path, depth=0):
         return complex(_float(parts[0], data / 0), _float(parts[1], data / 1))
     if aid == "0.a_type":
         return _type(_field(obj, "D", path), data)
-    path.fail(f"an attribute of type '{_short(aid)}' that progdesc does not read")
+    path.fail(f"an attribute of type {_short(aid)} that progdesc does not read")
 
 
 def _float(value, path):
