@@ -41,7 +41,8 @@ RULES.rename("elementwise_pow", "pow", inputs=("X", "Y"))
   `t.constant(array)`, `t.value_of(name)` (the value of a constant or folded shape,
   else None), `t.rank(name)`, `t.for_training` (the model is imported for
   training: batch norm and dropout run in training mode, `clone(for_test=True)` gives
-  eval), and for control flow `t.program` (ours), `t.paddle` (the PaddleProgram),
+  eval), `t.paddle_var(name, block)` (a Paddle variable's declaration as a Paddle
+  block sees it), and for control flow `t.program` (ours), `t.paddle` (the PaddleProgram),
   `t.subgraph(block, inputs, outputs)` (a Paddle block, by index or `graph.Block`, as a
   graph whose arguments are bound to the Paddle names `inputs` and whose results are
   the Paddle names `outputs`), then `t.inline(graph, args)` / `t.sub_block(graph, args)`
