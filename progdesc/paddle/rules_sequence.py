@@ -16,6 +16,8 @@ The rnn op's meaning, as Paddle's CPU kernel computes it (read, not copied):
 - dropout_prob drops the input of every layer after the first, in training only.
 """
 from progdesc import control_flow
+from progdesc.paddle.rules import RULES
+from progdesc.translate import Unsupported
 
 _GATES = {"LSTM": 4, "GRU": 3, "RNN_TANH": 1, "RNN_RELU": 1}
 
@@ -101,8 +103,6 @@ def rnn_layers(t, x, pre_state, weights, seq_len, *, mode, num_layers, is_bidire
     """Append the ops computing Paddle's rnn op; returns (Out, [last h, last c])."""
     directions = 2 if is_bidirec else 1
     cells = num_layers * directions
-    if len(weights) != 4 * cells:
-        raise ValueError(f"{len(weights)} weights for {cells} cells (4 each)")
     mask = None if seq_len is None else _time_mask(t, x, seq_len)
     finals = [[] for _ in pre_state]
     for layer in range(num_layers):
@@ -122,3 +122,34 @@ def rnn_layers(t, x, pre_state, weights, seq_len, *, mode, num_layers, is_bidire
         x = outs[0] if directions == 1 else t.call("concat", outs, axis=2)
     states = [t.call("stack", f, axis=0) for f in finals]
     return x, states
+
+
+@RULES.rule("rnn", inputs=("Input", "PreState*", "WeightList*", "SequenceLength"),
+            outputs=("Out", "DropoutState", "State*", "Reserve"))
+def rnn(t, x, pre_state, weights, seq_len, *, mode="LSTM", num_layers=1, is_bidirec=False,
+        hidden_size=100, input_size=10, dropout_prob=0.0):
+    if mode not in _GATES:
+        raise Unsupported(f"mode={mode!r}")
+    directions = 2 if is_bidirec else 1
+    cells = num_layers * directions
+    if len(weights) != 4 * cells:
+        raise Unsupported(f"WeightList holds {len(weights)} tensors; {num_layers} layer(s) "
+                          f"in {directions} direction(s) take {4 * cells}")
+    want = 2 if mode == "LSTM" else 1
+    if len(pre_state) != want:
+        raise Unsupported(f"PreState holds {len(pre_state)} tensors; {mode} takes {want}")
+    gates = _GATES[mode] * hidden_size
+    for k in range(cells):
+        fed = input_size if k < directions else directions * hidden_size
+        for w, dims in ((weights[2 * k], (gates, fed)), (weights[2 * k + 1], (gates, hidden_size)),
+                        (weights[2 * cells + 2 * k], (gates,)),
+                        (weights[2 * cells + 2 * k + 1], (gates,))):
+            if tuple(t.var(w)[0]) != dims:
+                raise Unsupported(f"weight {w!r} has shape {list(t.var(w)[0])}, expected "
+                                  f"{list(dims)} for {mode} with hidden_size={hidden_size}")
+    training = bool(getattr(t, "for_training", False))
+    out, states = rnn_layers(t, x, pre_state, weights, seq_len, mode=mode,
+                             num_layers=num_layers, is_bidirec=is_bidirec,
+                             hidden_size=hidden_size, dropout_prob=dropout_prob,
+                             is_test=not training)
+    return out, None, states, None
