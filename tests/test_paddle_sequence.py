@@ -147,3 +147,36 @@ def test_rnn_row_matches_paddle_equations(mode, num_layers, bidirec, lengths):
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
     if lengths:   # past a sequence's end: zeros out
         assert not np.any(got[0][2:, 1])
+
+
+@pytest.mark.parametrize("mode", ["LSTM", "GRU"])
+def test_rnn_row_gradients_match_jax_grad_of_the_reference(mode):
+    """Gradients of the translated rnn (our gradient makers, through the scans) against
+    jax.grad of the reference above, with respect to every weight, x and the states."""
+    rng = np.random.default_rng(7)
+    steps, batch, input_size, hidden, num_layers = 4, 3, 3, 5, 2
+    weights = _weights(rng, mode, input_size, hidden, num_layers, True)
+    main, startup, params, x, states, out, finals, loss = _program(
+        mode, weights, steps=steps, input_size=input_size, hidden=hidden,
+        num_layers=num_layers, bidirec=True, lengths=True)
+    wrt = [*params, x, *states]
+    with pd.program_guard(main, startup):
+        grads = pd.gradients([loss], wrt)
+    feed = {"x": rng.normal(size=(steps, batch, input_size)).astype("float32"),
+            "lengths": np.array([4, 1, 3], "int32")}
+    for s in states:
+        feed[s.name] = rng.normal(size=(num_layers * 2, batch, hidden)).astype("float32")
+    scope = pd.Scope()
+    for p, w in zip(params, weights):
+        scope.set(p.name, w)
+    got = pd.Executor().run(main, feed=feed, fetch_list=grads, scope=scope)
+
+    def reference_loss(ws, xv, *sv):
+        out, fin = paddle_rnn(mode, xv, list(sv), ws, feed["lengths"], num_layers, True)
+        return jnp.sum(out ** 2) + sum(jnp.sum(f) for f in fin)
+
+    args = ([np.float64(w) for w in weights], np.float64(feed["x"]),
+            *[np.float64(feed[s.name]) for s in states])
+    g_w, g_x, *g_s = jax.grad(reference_loss, argnums=tuple(range(2 + len(states))))(*args)
+    for g, w in zip(got, [*g_w, g_x, *g_s]):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
