@@ -15,9 +15,12 @@ The rnn op's meaning, as Paddle's CPU kernel computes it (read, not copied):
   step past a sequence's length keeps the state and outputs zeros.
 - dropout_prob drops the input of every layer after the first, in training only.
 """
+import numpy as np
+
+from lowering.errors import ProgramError
 from progdesc import control_flow
 from progdesc.paddle.rules import RULES
-from progdesc.translate import Unsupported
+from progdesc.translate import FAILED, Unsupported
 
 _GATES = {"LSTM": 4, "GRU": 3, "RNN_TANH": 1, "RNN_RELU": 1}
 
@@ -153,3 +156,179 @@ def rnn(t, x, pre_state, weights, seq_len, *, mode="LSTM", num_layers=1, is_bidi
                              hidden_size=hidden_size, dropout_prob=dropout_prob,
                              is_test=not training)
     return out, None, states, None
+
+
+# --- dygraph-to-static control flow (legacy programs) ---
+#
+# A legacy Paddle program is imperative: a block's ops overwrite variables of the
+# enclosing blocks by name. Our control flow is functional, so a loop carries the
+# variables its body overwrites and reads before writing them, and a branch returns the
+# variables it writes.
+
+def _nested_blocks(paddle, op):
+    """The Paddle blocks an op holds: its `sub_block` (legacy) or its regions (PIR)."""
+    blocks = list(op.regions)
+    idx = op.attrs.get("sub_block")
+    if isinstance(idx, int) and not isinstance(idx, bool) and 0 <= idx < len(paddle.blocks):
+        blocks.append(paddle.blocks[idx])
+    return blocks
+
+
+def _reads(paddle, op):
+    """The names `op` reads, its nested blocks' reads included. A conditional_block also
+    reads what it writes: where its condition is false they keep their values."""
+    names = {n for ns in op.inputs.values() for n in ns}
+    if op.type == "conditional_block":
+        names |= {n for ns in op.outputs.values() for n in ns}
+    for block in _nested_blocks(paddle, op):
+        for inner in block.ops:
+            names |= _reads(paddle, inner)
+    return names
+
+
+def _definite_writes(op):
+    """The names `op` surely writes (a conditional_block only may)."""
+    if op.type == "conditional_block":
+        return set()
+    return {n for ns in op.outputs.values() for n in ns}
+
+
+def _read_first(paddle, block):
+    """The names the ops of `block` read before writing them."""
+    written, first = set(), set()
+    for op in block.ops:
+        first |= _reads(paddle, op) - written
+        written |= _definite_writes(op)
+    return first
+
+
+def _subtree(paddle, block):
+    """The indices of `block` and of every block nested in its ops."""
+    found = {block.idx}
+    for op in block.ops:
+        for inner in _nested_blocks(paddle, op):
+            found |= _subtree(paddle, inner)
+    return found
+
+
+def _read_elsewhere(paddle, body, names):
+    """Which of `names` an op outside the loop body `body` reads (the loop op itself,
+    which lists them as its inputs, aside)."""
+    inside = _subtree(paddle, body)
+    found = set()
+    for block in paddle.blocks:
+        if block.idx in inside:
+            continue
+        for op in block.ops:
+            if body in _nested_blocks(paddle, op):
+                continue
+            found |= {n for ns in op.inputs.values() for n in ns} & names
+    return found
+
+
+def _scalar(t, name):
+    """A bool/int [] or [1] variable as a scalar []."""
+    dims = t.var(name)[0]
+    return name if len(dims) == 0 else t.call("reshape", name, shape=[])
+
+
+def _paddle_names(types, what):
+    names = []
+    for var in types:
+        if var is None:
+            raise Unsupported(f"{what} holds a variable no block declares")
+        names.append(var.name)
+    return names
+
+
+@RULES.rule("while", inputs=("X*", "Condition"), outputs=("Out*", "StepScopes"))
+def while_(t, xs, condition, *, sub_block, in_types, out_types):
+    """Paddle's while: run the sub-block while Condition (which the sub-block recomputes)
+    holds. Carried: the condition and the Out variables the body reads before writing
+    them or that are read after the loop; the others (dygraph-to-static's placeholders of
+    loop-local variables) are not."""
+    body = t.subgraph(sub_block)
+    paddle = t.paddle
+    cond_name = in_types[1].name
+    outs = _paddle_names(out_types[0], "Out")
+    initial = dict(zip(_paddle_names(in_types[0], "X"), xs))
+    initial[cond_name] = condition
+    first = _read_first(paddle, body.block)
+    after = _read_elsewhere(paddle, body.block, set(outs))
+    carried = [cond_name] + [n for n in dict.fromkeys(outs)
+                             if n != cond_name and (n in first or n in after)]
+    missing = [n for n in carried if n not in initial]
+    if missing:
+        raise Unsupported(f"loop variable(s) {missing} have no value before the loop")
+    body = t.subgraph(sub_block, carried, carried)
+
+    def step(*carry):
+        results = list(t.sub_block(body, [v.name for v in carry]))
+        results[0] = t.block.var(_scalar(t, results[0].name))
+        return results
+
+    init = [t.block.var(_scalar(t, condition))] + [t.block.var(initial[n]) for n in carried[1:]]
+    try:
+        final = control_flow.while_loop(lambda *carry: carry[0], step, init)
+    except ProgramError as e:
+        raise Unsupported(f"its body does not keep its loop variables' types: {e}") from None
+    t.tag_last_op()
+    values = dict(zip(carried, (v.name for v in final)))
+    return [values.get(n, FAILED) for n in outs], None
+
+
+@RULES.rule("conditional_block", inputs=("Cond*", "Input*"), outputs=("Out*", "Scope"))
+def conditional_block(t, cond, inputs, *, sub_block, is_scalar_condition=False, in_types,
+                      out_types):
+    """Paddle's conditional_block: run the sub-block if the bool scalar Cond holds. As our
+    `cond`: the branch returns the Out variables; where the condition is false they keep
+    the values they had if the block reads them, else they are zeros (dygraph-to-static
+    then picks the branch that ran with select_input)."""
+    if not is_scalar_condition:
+        raise Unsupported("is_scalar_condition=False (a condition on tensors' emptiness)")
+    if len(cond) != 1:
+        raise Unsupported(f"{len(cond)} conditions")
+    outs = _paddle_names(out_types[0], "Out")
+    prior = dict(zip(_paddle_names(in_types[1], "Input"), inputs))
+    branch = t.subgraph(sub_block, (), outs)
+    if not outs:
+        return [], None
+
+    def untaken():
+        ran = None
+        values = []
+        for k, name in enumerate(outs):
+            if name in prior:
+                values.append(t.block.var(t.call("assign", prior[name])))
+            else:   # zeros of the branch's result: XLA computes none of the branch
+                ran = ran or t.sub_block(branch, [])
+                values.append(t.block.var(t.call("fill_zeros_like", ran[k].name)))
+        return tuple(values)
+
+    pred = t.block.var(_scalar(t, cond[0]))
+    try:
+        result = control_flow.cond(pred, lambda: t.sub_block(branch, []), untaken)
+    except ProgramError as e:
+        raise Unsupported(f"its outputs change type: {e}") from None
+    t.tag_last_op()
+    result = result if isinstance(result, tuple) else (result,)
+    return [v.name for v in result], None
+
+
+@RULES.rule("select_input", inputs=("X*", "Mask"))
+def select_input(t, xs, mask):
+    """X[Mask]: the value of the branch that ran."""
+    which = _scalar(t, mask)
+    dtype = t.var(which)[1]
+    out = xs[0]
+    for k, x in enumerate(xs[1:], 1):
+        picked = t.call("equal", which, t.constant(np.array(k, dtype)))
+        out = t.call("where", picked, x, out)
+    return out
+
+
+@RULES.rule("select_output", inputs=("X", "Mask"), outputs=("Out*",))
+def select_output(t, x, mask, *, out_types):
+    """X routed to Out[Mask]: every output holds X, since only the branch Mask picks
+    reads its own."""
+    return [t.call("assign", x) for _ in out_types[0]]
