@@ -220,7 +220,7 @@ def _read_elsewhere(paddle, body, names):
         if block.idx in inside:
             continue
         for op in block.ops:
-            if body in _nested_blocks(paddle, op):
+            if any(b is body for b in _nested_blocks(paddle, op)):
                 continue
             found |= {n for ns in op.inputs.values() for n in ns} & names
     return found
