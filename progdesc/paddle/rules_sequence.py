@@ -332,3 +332,111 @@ def select_output(t, x, mask, *, out_types):
     """X routed to Out[Mask]: every output holds X, since only the branch Mask picks
     reads its own."""
     return [t.call("assign", x) for _ in out_types[0]]
+
+
+# --- dygraph-to-static's `for _ in range(n)` with a tensor n ---
+#
+# dygraph-to-static turns the loop into `r = range(0, n, 1)`, a while over
+# `i < shape(r)[0]` whose body reads `r[i]`: an array of run-time length, which XLA cannot
+# hold. `prepare` rewrites, before the walk, a range that only such a loop reads into its
+# length and its i-th element, computed from start, end and step (two ops of ours below).
+
+RANGE_LENGTH = "dy2static.range_length"
+RANGE_ELEMENT = "dy2static.range_element"
+_SHAPE_OPS = ("shape", "shape64")
+
+
+def _single(op, slot):
+    names = op.inputs.get(slot, [])
+    return names[0] if len(names) == 1 else None
+
+
+def _element_index(op):
+    """The index variable of `slice(r, [i], [i + 1], decrease)` along axis 0, or None."""
+    if list(op.attrs.get("axes", ())) != [0] or list(op.attrs.get("decrease_axis", ())) != [0]:
+        return None
+    for slot in ("StartsTensor", "StartsTensorList"):
+        names = op.inputs.get(slot, [])
+        if len(names) == 1:
+            return names[0]
+    return None
+
+
+def _length_slice(op):
+    """Whether `op` is `slice(shape, [0], [1])`: the first (only) entry of a shape."""
+    return (op.type == "slice" and list(op.attrs.get("axes", ())) == [0]
+            and list(op.attrs.get("starts", ())) == [0] and list(op.attrs.get("ends", ())) == [1]
+            and not any(op.inputs.get(s) for s in ("StartsTensor", "EndsTensor",
+                                                   "StartsTensorList", "EndsTensorList")))
+
+
+def prepare(paddle):
+    """Rewrite, in place, each `range` of the PaddleProgram that only dygraph-to-static
+    loops read (its length through `shape`, its elements through a decreasing slice at a
+    loop index) into `dy2static.range_length` / `dy2static.range_element` ops, so no array
+    of run-time length is made. Returns the program."""
+    users = {}
+    for block in paddle.blocks:
+        for op in block.ops:
+            for names in op.inputs.values():
+                for name in names:
+                    users.setdefault(name, []).append(op)
+    for block in paddle.blocks:
+        for op in list(block.ops):
+            if op.type not in ("range", "arange") or len(op.outputs.get("Out", [])) != 1:
+                continue
+            ends = {s: _single(op, s) for s in ("Start", "End", "Step")}
+            if None in ends.values():
+                continue
+            out = op.outputs["Out"][0]
+            readers = users.get(out, [])
+            shapes = [u for u in readers if u.type in _SHAPE_OPS]
+            elements = [u for u in readers if u.type == "slice" and _single(u, "Input") == out
+                        and _element_index(u) is not None]
+            listed = [u for u in readers if u.type in ("while", "conditional_block")
+                      and all(n != out for s, ns in u.inputs.items()
+                              if s not in ("X", "Input") for n in ns)]
+            if not (shapes or elements) or len(shapes) + len(elements) + len(listed) != len(readers):
+                continue
+            if not all(all(_length_slice(v) for v in users.get(s.outputs["Out"][0], []))
+                       for s in shapes if s.outputs.get("Out")):
+                continue
+            for s in shapes:
+                s.type, s.inputs = RANGE_LENGTH, {k: [v] for k, v in ends.items()}
+            for e in elements:
+                e.type = RANGE_ELEMENT
+                e.inputs = {"Start": [ends["Start"]], "Step": [ends["Step"]],
+                            "Index": [_element_index(e)]}
+                e.attrs = {}
+            for u in listed:
+                for slot in ("X", "Input"):
+                    if slot in u.inputs:
+                        u.inputs[slot] = [n for n in u.inputs[slot] if n != out]
+            block.ops.remove(op)
+    return paddle
+
+
+def _out_dtype(out_types, default):
+    var = out_types[0] if out_types else None
+    return var.dtype if var is not None and var.dtype else default
+
+
+@RULES.rule(RANGE_LENGTH, inputs=("Start", "End", "Step"))
+def range_length(t, start, end, step, *, out_types=()):
+    """[len(range(start, end, step))], as `shape` of that range gives it."""
+    start, end, step = (t.call("cast", v, dtype="float32") for v in (start, end, step))
+    steps = t.call("ceil", t.call("div", t.call("sub", end, start), step))
+    steps = t.call("maximum", steps, t.constant(np.zeros((), "float32")))
+    steps = t.call("reshape", steps, shape=[1])
+    return t.call("cast", steps, dtype=_out_dtype(out_types, "int32"))
+
+
+@RULES.rule(RANGE_ELEMENT, inputs=("Start", "Step", "Index"))
+def range_element(t, start, step, index, *, out_types=()):
+    """range(start, end, step)[index]: start + index * step."""
+    dtype = t.var(start)[1]
+    index = t.call("cast", index, dtype=dtype) if t.var(index)[1] != dtype else index
+    value = t.call("add", start, t.call("mul", t.call("reshape", index, shape=[1]), step))
+    value = t.call("reshape", value, shape=[])
+    want = _out_dtype(out_types, dtype)
+    return value if want == dtype else t.call("cast", value, dtype=want)
