@@ -847,3 +847,59 @@ def cumsum(t, x, *, axis=-1, flatten=False, exclusive=False, reverse=False):
     if exclusive:
         out = t.call("sub", out, x)
     return out
+
+
+# --- ops of ours added for Paddle (lowering/ops/conv_transpose.py, interpolate.py) ---
+def _ours(op_type):
+    """Raise Unsupported if our op library lacks `op_type` (yet)."""
+    from lowering import registry
+    if not registry.is_registered(op_type):
+        raise Unsupported(f"progdesc has no op '{op_type}' yet")
+
+
+@RULES.rule("conv2d_transpose", "depthwise_conv2d_transpose", inputs=("Input", "Filter"),
+            outputs=("Output",))
+def conv2d_transpose(t, x, w, *, strides=(1, 1), paddings=(0, 0), output_padding=(),
+                     output_size=(), dilations=(1, 1), groups=1, padding_algorithm="EXPLICIT",
+                     data_format="NCHW"):
+    _ours("conv2d_transpose")
+    return t.call("conv2d_transpose", x, w, strides=list(strides), paddings=list(paddings),
+                  output_padding=list(output_padding), output_size=list(output_size),
+                  dilations=list(dilations), groups=max(int(groups), 1),
+                  padding_algorithm=padding_algorithm,
+                  data_format="NCHW" if data_format == "AnyLayout" else data_format)
+
+
+def _interp(method):
+    def rule(t, x, out_size, size_list, scale_t, *, data_layout="NCHW", out_h=-1, out_w=-1,
+             scale=(), align_corners=True, align_mode=1, out_d=-1):
+        _ours("interpolate")
+        if t.rank(x) != 4:
+            raise Unsupported(f"{t.rank(x)}-D input (only 4-D)")
+        if out_size is not None:
+            out_h, out_w = _ints(t, out_size, "OutSize")
+            scale = ()
+        elif size_list:
+            out_h, out_w = _list_ints(t, size_list, "SizeTensor")
+            scale = ()
+        elif scale_t is not None:
+            value = t.value_of(scale_t)
+            if value is None:
+                raise Unsupported("Scale is computed at run time")
+            scale = [float(v) for v in np.asarray(value).reshape(-1)]
+        scale = list(scale)
+        if len(scale) == 1:
+            scale = scale * 2
+        if scale and all(s <= 0 for s in scale):
+            scale = []
+        return t.call("interpolate", x, data_layout="NCHW" if data_layout == "AnyLayout"
+                      else data_layout, out_h=int(out_h), out_w=int(out_w),
+                      scale=[float(s) for s in scale], interp_method=method,
+                      align_corners=bool(align_corners), align_mode=int(align_mode))
+    rule.__name__ = rule.__qualname__ = f"{method}_interp"
+    return rule
+
+
+for _method in ("nearest", "bilinear"):
+    RULES.rule(f"{_method}_interp_v2", f"{_method}_interp",
+               inputs=("X", "OutSize", "SizeTensor*", "Scale"))(_interp(_method))
