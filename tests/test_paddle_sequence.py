@@ -8,15 +8,26 @@
   with a data-dependent `if` and a `for` loop) against Paddle's executor outputs, at
   both batch sizes, and the imported LSTM fine-tuned with Adam.
 """
+import importlib.util
+import os
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import progdesc as pd
+import progdesc.paddle
+from lowering.errors import UnsupportedOpError
+from progdesc.paddle.graph import Block, Op, PaddleProgram, Var
 from progdesc.paddle.rules import RULES
-from progdesc.paddle import rules_sequence  # noqa: F401  (registers the rows)
+from progdesc.paddle.translate import translate
 from progdesc.translate import Translator
+
+FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "paddle")
+HAS_PIR = importlib.util.find_spec("progdesc.paddle.pir") is not None
+FORMATS = ["legacy", pytest.param("pir", marks=pytest.mark.skipif(
+    not HAS_PIR, reason="the PIR reader (progdesc.paddle.pir) is not merged here"))]
 
 jax.config.update("jax_enable_x64", True)   # the reference runs in float64 too
 
@@ -180,3 +191,118 @@ def test_rnn_row_gradients_match_jax_grad_of_the_reference(mode):
     g_w, g_x, *g_s = jax.grad(reference_loss, argnums=tuple(range(2 + len(states))))(*args)
     for g, w in zip(got, [*g_w, g_x, *g_s]):
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
+
+
+# --- the fixtures Paddle saved ---
+
+def _load(model, fmt, **kwargs):
+    scope = pd.Scope()
+    exe = pd.Executor()
+    program, feeds, fetches = progdesc.paddle.load_inference_model(
+        os.path.join(FIXTURES, model, fmt, "model"), exe, scope, **kwargs)
+    return exe, scope, program, feeds, fetches
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("model", ["lstm", "gru", "dy2static"])
+def test_fixture_reproduces_paddles_executor(model, fmt):
+    """Both batch sizes; dy2static takes the relu branch and 3 loop steps at batch 2, the
+    tanh branch and 2 steps at batch 5."""
+    reference = np.load(os.path.join(FIXTURES, model, "reference.npz"), allow_pickle=False)
+    exe, scope, program, feeds, fetches = _load(model, fmt)
+    for batch in (2, 5):
+        got, = exe.run(program, feed={feeds[0]: reference[f"input_b{batch}"]},
+                       fetch_list=fetches, scope=scope)
+        np.testing.assert_allclose(got, reference[f"{fmt}_output_b{batch}"], rtol=0, atol=1e-5)
+
+
+def test_dy2static_loop_and_branches_are_our_control_flow():
+    """The legacy dy2static program becomes two conds (the if's two conditional_blocks) and
+    one while, with no range of run-time length left."""
+    _, _, program, _, _ = _load("dy2static", "legacy")
+    types = [op.type for op in program.global_block().ops]
+    assert types.count("cond") == 2 and types.count("while") == 1
+    assert "iota" not in types
+
+
+# --- control flow on hand-made programs ---
+
+def _var(name, shape, dtype="float32"):
+    return Var(name, tuple(shape), dtype)
+
+
+def _program(blocks):
+    return PaddleProgram([Block(i, parent, {v.name: v for v in vs}, ops)
+                          for i, (parent, vs, ops) in enumerate(blocks)], "pdmodel")
+
+
+def _feed_fetch(x, y):
+    return (Op("feed", {"X": ["feed"]}, {"Out": [x]}, {"col": 0}),
+            Op("fetch", {"X": [y]}, {"Out": ["fetch"]}, {"col": 0}))
+
+
+def _run(paddle, feed):
+    program, feeds, fetches, state = translate(paddle, {})
+    scope = pd.Scope()
+    for name, value in state.items():
+        scope.set(name, value)
+    return pd.Executor().run(program, feed=feed, fetch_list=fetches, scope=scope)[0]
+
+
+def test_while_counts_and_drops_loop_local_placeholders():
+    """x doubled while i < 4, i counted up; `tmp` is written before being read in the body
+    and read nowhere else, with another type outside the loop: not carried."""
+    feed, fetch = _feed_fetch("x", "x")
+    outer = [_var("x", [-1, 3]), _var("i", [1], "int64"), _var("n", [1], "int64"),
+             _var("c", [1], "bool"), _var("tmp", [1], "float32")]
+    ops0 = [feed,
+            Op("fill_constant", {}, {"Out": ["i"]}, {"shape": [1], "dtype": 3, "value": 0.0}),
+            Op("fill_constant", {}, {"Out": ["n"]}, {"shape": [1], "dtype": 3, "value": 4.0}),
+            Op("fill_constant", {}, {"Out": ["tmp"]}, {"shape": [1], "dtype": 5, "value": 9.0}),
+            Op("less_than", {"X": ["i"], "Y": ["n"]}, {"Out": ["c"]}, {}),
+            Op("while", {"X": ["x", "i", "n", "tmp"], "Condition": ["c"]},
+               {"Out": ["x", "i", "c", "tmp"], "StepScopes": ["s"]}, {"sub_block": 1}),
+            fetch]
+    body = [_var("y", [-1, 3]), _var("j", [1], "int64")]
+    ops1 = [Op("cast", {"X": ["i"]}, {"Out": ["tmp"]}, {"in_dtype": 3, "out_dtype": 3}),
+            Op("scale", {"X": ["x"]}, {"Out": ["y"]}, {"scale": 2.0}),
+            Op("scale", {"X": ["tmp"]}, {"Out": ["j"]}, {"scale": 1.0, "bias": 1.0}),
+            Op("less_than", {"X": ["j"], "Y": ["n"]}, {"Out": ["c"]}, {}),
+            Op("assign", {"X": ["y"]}, {"Out": ["x"]}, {}),
+            Op("assign", {"X": ["j"]}, {"Out": ["i"]}, {})]
+    x = np.arange(6, dtype="float32").reshape(2, 3)
+    got = _run(_program([(-1, outer, ops0), (0, body, ops1)]), {"x": x})
+    np.testing.assert_array_equal(got, x * 16)
+
+
+def test_conditional_block_keeps_values_it_reads_where_not_run():
+    """`if c: x = x + 1` without an else: where c is false, x keeps its value."""
+    feed, fetch = _feed_fetch("x", "x")
+    outer = [_var("x", [2]), _var("m", []), _var("zero", []), _var("c", [], "bool")]
+    ops0 = [feed,
+            Op("reduce_mean", {"X": ["x"]}, {"Out": ["m"]}, {"reduce_all": True}),
+            Op("fill_constant", {}, {"Out": ["zero"]}, {"shape": [], "dtype": 5, "value": 0.0}),
+            Op("greater_than", {"X": ["m"], "Y": ["zero"]}, {"Out": ["c"]}, {}),
+            Op("conditional_block", {"Cond": ["c"], "Input": ["x"]},
+               {"Out": ["x"], "Scope": ["s"]}, {"sub_block": 1, "is_scalar_condition": True}),
+            fetch]
+    ops1 = [Op("scale", {"X": ["x"]}, {"Out": ["x"]}, {"scale": 1.0, "bias": 1.0})]
+    paddle = _program([(-1, outer, ops0), (0, [], ops1)])
+    np.testing.assert_array_equal(_run(paddle, {"x": np.float32([1, 2])}), [2, 3])
+    paddle = _program([(-1, outer, ops0), (0, [], ops1)])
+    np.testing.assert_array_equal(_run(paddle, {"x": np.float32([-1, -2])}), [-1, -2])
+
+
+def test_unsupported_control_flow_is_reported_with_its_place():
+    feed, fetch = _feed_fetch("x", "x")
+    outer = [_var("x", [2]), _var("c", [1], "bool")]
+    ops0 = [feed,
+            Op("cast", {"X": ["x"]}, {"Out": ["c"]}, {"in_dtype": 5, "out_dtype": 0}),
+            Op("conditional_block", {"Cond": ["c"], "Input": ["x"]},
+               {"Out": ["x"], "Scope": ["s"]},
+               {"sub_block": 1, "is_scalar_condition": False}, block=0, index=2),
+            fetch]
+    ops1 = [Op("scale", {"X": ["x"]}, {"Out": ["x"]}, {"scale": 2.0})]
+    with pytest.raises(UnsupportedOpError, match=r"conditional_block.*#2 in block 0.*"
+                                                 r"is_scalar_condition"):
+        translate(_program([(-1, outer, ops0), (0, [], ops1)]), {})
