@@ -374,7 +374,10 @@ def prepare(paddle):
     """Rewrite, in place, each `range` of the PaddleProgram that only dygraph-to-static
     loops read (its length through `shape`, its elements through a decreasing slice at a
     loop index) into `dy2static.range_length` / `dy2static.range_element` ops, so no array
-    of run-time length is made. Returns the program."""
+    of run-time length is made, and each `fill_constant` whose shape tensors hold one dim
+    of a variable (nn.LSTM's zero state [layers, batch, hidden]) into Paddle's
+    `fill_constant_batch_size_like`. Returns the program."""
+    _batch_sized_fills(paddle)
     users = {}
     for block in paddle.blocks:
         for op in block.ops:
@@ -440,3 +443,87 @@ def range_element(t, start, step, index, *, out_types=()):
     value = t.call("reshape", value, shape=[])
     want = _out_dtype(out_types, dtype)
     return value if want == dtype else t.call("cast", value, dtype=want)
+
+
+
+# --- zeros shaped by a run-time dim (nn.RNN's initial states) ---
+
+def _producers(paddle):
+    return {n: op for block in paddle.blocks for op in block.ops
+            for names in op.outputs.values() for n in names}
+
+
+def _constant_int(op):
+    """The value of a fill_constant of one element with no tensor inputs, or None."""
+    if op.type != "fill_constant" or any(op.inputs.values()):
+        return None
+    if list(op.attrs.get("shape", ())) not in ([], [1]):
+        return None
+    text = op.attrs.get("str_value", "")
+    try:
+        return int(float(text)) if text else int(op.attrs.get("value", 0.0))
+    except ValueError:
+        return None
+
+
+def _dim_source(producers, name, depth=0):
+    """Where the scalar `name` comes from: ('const', n), ('dim', variable, axis) for
+    `slice(shape(variable))[axis]`, or None."""
+    op = producers.get(name)
+    if op is None or depth > 4:
+        return None
+    if op.type == "cast":
+        return _dim_source(producers, _single(op, "X"), depth + 1)
+    value = _constant_int(op)
+    if value is not None:
+        return ("const", value)
+    if op.type != "slice" or list(op.attrs.get("axes", ())) != [0]:
+        return None
+    starts, ends = list(op.attrs.get("starts", ())), list(op.attrs.get("ends", ()))
+    if len(starts) != 1 or ends != [starts[0] + 1] or starts[0] < 0 or any(
+            op.inputs.get(s) for s in ("StartsTensor", "EndsTensor", "StartsTensorList",
+                                       "EndsTensorList")):
+        return None
+    shape = producers.get(_single(op, "Input"))
+    if shape is None or shape.type not in _SHAPE_OPS or _single(shape, "Input") is None:
+        return None
+    return ("dim", _single(shape, "Input"), starts[0])
+
+
+def _batch_sized_fills(paddle):
+    producers = _producers(paddle)
+    for block in paddle.blocks:
+        for op in block.ops:
+            entries = op.inputs.get("ShapeTensorList", [])
+            if op.type != "fill_constant" or not entries or op.inputs.get("ShapeTensor") \
+                    or op.inputs.get("ValueTensor"):
+                continue
+            sources = [_dim_source(producers, n) for n in entries]
+            dynamic = [k for k, src in enumerate(sources) if src and src[0] == "dim"]
+            if None in sources or len(dynamic) != 1:
+                continue
+            _, like, axis = sources[dynamic[0]]
+            op.type = "fill_constant_batch_size_like"
+            op.inputs = {"Input": [like]}
+            op.attrs = {**op.attrs, "input_dim_idx": axis, "output_dim_idx": dynamic[0],
+                        "shape": [-1 if src[0] == "dim" else src[1] for src in sources]}
+
+
+@RULES.rule("fill_constant_batch_size_like", inputs=("Input",))
+def fill_constant_batch_size_like(t, like, *, shape, value=0.0, str_value="", dtype=5,
+                                  input_dim_idx=0, output_dim_idx=0):
+    """A tensor of `shape` filled with `value`, whose dim output_dim_idx is Input's dim
+    input_dim_idx."""
+    from progdesc.paddle.rules import _dtype, _np_dtype, _parse_number
+    if str_value:
+        value = _parse_number(str_value)
+    dims = [int(d) for d in shape]
+    if not 0 <= output_dim_idx < len(dims) or not 0 <= input_dim_idx < t.rank(like):
+        raise Unsupported(f"input_dim_idx={input_dim_idx}, output_dim_idx={output_dim_idx} "
+                          f"for shape {dims} and an input of rank {t.rank(like)}")
+    dims[output_dim_idx] = t.var(like)[0][input_dim_idx]
+    if any(d < 0 for k, d in enumerate(dims) if k != output_dim_idx):
+        raise Unsupported(f"shape {list(shape)} has an unknown dim")
+    fill = t.constant(np.asarray(value, _np_dtype(_dtype(dtype))))
+    return t.call("broadcast_in_dim", fill, like, shape=dims, broadcast_dimensions=[],
+                  like_axis=input_dim_idx)
