@@ -493,3 +493,64 @@ def test_more_layers_against_numpy():
     got = _one("fill_constant_batch_size_like", x, {"Input": ["x"]}, shape=[-1, 7], dtype=5,
                value=3.0, input_dim_idx=0, output_dim_idx=0)
     np.testing.assert_array_equal(got, np.full((2, 7), 3.0, np.float32))
+
+
+def _program_of(build, feeds):
+    """Run a _Builder program that `build(b)` fills, on `feeds` ({name: array})."""
+    b = _Builder()
+    for name, value in feeds.items():
+        b.feed(name, value.shape, str(value.dtype))
+    for name in build(b):
+        b.fetch(name)
+    return b.run(feeds)
+
+
+def test_lists_constants_and_selection():
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((3, 4)).astype(np.float32)
+    ids = np.array([[1], [3]], np.int64)
+
+    def build(b):
+        b.op("split", {"X": ["x"]}, {"Out": ["s0", "s1"]}, num=0, sections=[1, -1], axis=-1)
+        b.op("stack", {"X": ["s0", "s0"]}, {"Y": ["st"]}, axis=-1)
+        b.op("concat", {"X": ["s1", "s0"]}, {"Out": ["cc"]}, axis=1)
+        b.op("assign_value", {}, {"Out": ["av"]}, shape=[2], dtype=2, int32_values=[2, 0])
+        b.op("gather", {"X": ["x"], "Index": ["av"]}, {"Out": ["g"]})
+        b.op("clip", {"X": ["x"]}, {"Out": ["cl"]}, min=-0.5, max=0.25)
+        b.op("greater_equal", {"X": ["x"], "Y": ["cl"]}, {"Out": ["ge"]})
+        b.op("logical_not", {"X": ["ge"]}, {"Out": ["nge"]})
+        b.op("where", {"Condition": ["nge"], "X": ["x"], "Y": ["cl"]}, {"Out": ["w"]})
+        b.param("table", np.arange(20, dtype=np.float32).reshape(5, 4))
+        b.op("lookup_table", {"W": ["table"], "Ids": ["ids"]}, {"Out": ["e"]}, padding_idx=3)
+        b.op("matmul", {"X": ["x"], "Y": ["x"]}, {"Out": ["mm"]}, transpose_Y=True, alpha=0.5)
+        b.op("arg_max", {"X": ["x"]}, {"Out": ["am"]}, flatten=True, dtype=3, axis=0)
+        b.op("cumsum", {"X": ["x"]}, {"Out": ["cs"]}, axis=1, exclusive=True)
+        b.op("expand_v2", {"X": ["s0"]}, {"Out": ["ex"]}, shape=[2, -1, 3])
+        b.op("unstack", {"X": ["x"]}, {"Y": ["u0", "u1", "u2"]}, axis=0)
+        b.op("one_hot_v2", {"X": ["av"]}, {"Out": ["oh"]}, depth=4, dtype=5)
+        return ["s1", "st", "cc", "g", "w", "e", "mm", "am", "cs", "ex", "u2", "oh"]
+
+    (s1, st, cc, g, w, e, mm, am, cs, ex, u2, oh) = _program_of(build, {"x": x, "ids": ids})
+    np.testing.assert_array_equal(s1, x[:, 1:])
+    np.testing.assert_array_equal(st, np.stack([x[:, :1], x[:, :1]], -1))
+    np.testing.assert_array_equal(cc, np.concatenate([x[:, 1:], x[:, :1]], 1))
+    np.testing.assert_array_equal(g, x[[2, 0]])
+    np.testing.assert_array_equal(w, np.where(x < np.clip(x, -0.5, 0.25), x, np.clip(x, -0.5, 0.25)))
+    np.testing.assert_array_equal(e, [np.arange(4, 8), np.zeros(4)])   # 3 is the padding row
+    np.testing.assert_allclose(mm, 0.5 * x @ x.T, rtol=1e-5)
+    assert int(am) == int(np.argmax(x))
+    np.testing.assert_allclose(cs, np.cumsum(x, 1) - x, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(ex, np.broadcast_to(x[:, :1], (2, 3, 3)))
+    np.testing.assert_array_equal(u2, x[2])
+    np.testing.assert_array_equal(oh, np.eye(4, dtype=np.float32)[[2, 0]])
+
+
+def test_integer_floor_division_rounds_down():
+    a = np.array([7, -7, 7, -7, 6], np.int32)
+    b = np.array([2, 2, -2, -2, 3], np.int32)
+
+    def build(bld):
+        bld.op("elementwise_floordiv", {"X": ["a"], "Y": ["b"]}, {"Out": ["q"]})
+        return ["q"]
+
+    np.testing.assert_array_equal(_program_of(build, {"a": a, "b": b})[0], a // b)
