@@ -83,8 +83,9 @@ def _axis(axis, rank):
     return axis + rank if axis < 0 else axis
 
 
-def _dtype(code, what="dtype"):
-    """NumPy's name of a Paddle element type number (or a name a PIR reader passed)."""
+def dtype_name(code, what="dtype"):
+    """NumPy's name of a Paddle element type number (or a name a PIR reader passed);
+    Unsupported for a number progdesc does not know."""
     if isinstance(code, str):
         return code
     name = DTYPES.get(code)
@@ -500,7 +501,7 @@ def lookup_table(t, w, ids, *, padding_idx=-1):
 def one_hot_v2(t, x, depth_tensor, *, depth=-1, dtype=5, allow_out_of_range=False):
     if depth_tensor is not None:
         depth = _ints(t, depth_tensor, "depth_tensor")[0]
-    return t.call("one_hot", x, depth=int(depth), dtype=_dtype(dtype))
+    return t.call("one_hot", x, depth=int(depth), dtype=dtype_name(dtype))
 
 
 # --- shapes ---
@@ -703,25 +704,26 @@ def fill_constant(t, shape_t, shape_l, value_t, *, shape=(), dtype=5, value=0.0,
         sizes = _sizes(t, [shape_t], "ShapeTensor")
     elif shape_l:
         sizes = _sizes(t, shape_l, "ShapeTensorList")
-    dtype = _dtype(dtype)
+    dtype = dtype_name(dtype)
     if value_t is not None:
         known = t.value_of(value_t)
         if known is None:
             raise Unsupported("ValueTensor is computed at run time")
         value = np.asarray(known).reshape(-1)[0]
     elif str_value:
-        value = _parse_number(str_value)
+        value = parse_number(str_value)
     dims, unknown = _with_unknown(sizes, "the shape")
     if unknown is None:
         if any(d < 0 for d in dims):
             raise Unsupported(f"shape {dims} has an unknown dim")
-        return t.constant(np.full(dims, value, dtype=_np_dtype(dtype)))
+        return t.constant(np.full(dims, value, dtype=numpy_dtype(dtype)))
     like, axis = unknown
-    return t.call("broadcast_in_dim", t.constant(np.asarray(value, _np_dtype(dtype))), like,
+    return t.call("broadcast_in_dim", t.constant(np.asarray(value, numpy_dtype(dtype))), like,
                   shape=dims, broadcast_dimensions=[], like_axis=axis)
 
 
-def _parse_number(text):
+def parse_number(text):
+    """The number of a Paddle `str_value` attribute ('7', '-inf', '1e-05')."""
     text = text.strip().lower()
     if text in ("inf", "+inf", "infinity"):
         return float("inf")
@@ -735,7 +737,8 @@ def _parse_number(text):
         return float(text)
 
 
-def _np_dtype(name):
+def numpy_dtype(name):
+    """The NumPy dtype of a dtype name (bfloat16 from ml_dtypes)."""
     if name == "bfloat16":
         import ml_dtypes
         return ml_dtypes.bfloat16
@@ -745,13 +748,13 @@ def _np_dtype(name):
 @RULES.rule("assign_value", inputs=())
 def assign_value(t, *, shape=(), dtype=5, fp32_values=(), int32_values=(), int64_values=(),
                  bool_values=(), fp64_values=(), values=()):
-    dtype = _dtype(dtype)
+    dtype = dtype_name(dtype)
     data = next((v for v in (values, fp32_values, int32_values, int64_values, bool_values,
                              fp64_values) if len(v)), [])
     count = math.prod(shape)
     if len(data) != count:
         raise Unsupported(f"{len(data)} values for shape {list(shape)}")
-    return t.constant(np.asarray(data).astype(_np_dtype(dtype)).reshape([int(d) for d in shape]))
+    return t.constant(np.asarray(data).astype(numpy_dtype(dtype)).reshape([int(d) for d in shape]))
 
 
 @RULES.rule("assign")
@@ -761,8 +764,8 @@ def assign(t, x):
 
 @RULES.rule("fill_any_like")
 def fill_any_like(t, x, *, value=0.0, dtype=-1):
-    dtype = t.var(x)[1] if dtype == -1 else _dtype(dtype)
-    return t.call("expand_as", t.constant(np.asarray(value, _np_dtype(dtype))), x)
+    dtype = t.var(x)[1] if dtype == -1 else dtype_name(dtype)
+    return t.call("expand_as", t.constant(np.asarray(value, numpy_dtype(dtype))), x)
 
 
 @RULES.rule("fill_zeros_like")
@@ -773,10 +776,10 @@ def fill_zeros_like(t, x):
 @RULES.rule("fill_constant_batch_size_like", inputs=("Input",))
 def fill_constant_batch_size_like(t, x, *, shape=(), dtype=5, value=0.0, str_value="",
                                   input_dim_idx=0, output_dim_idx=0):
-    value = _parse_number(str_value) if str_value else value
+    value = parse_number(str_value) if str_value else value
     dims = [int(d) for d in shape]
     size = _dims(t, x)[input_dim_idx]
-    fill = np.asarray(value, _np_dtype(_dtype(dtype)))
+    fill = np.asarray(value, numpy_dtype(dtype_name(dtype)))
     if size != -1:
         dims[output_dim_idx] = size
         return t.constant(np.full(dims, fill))
@@ -787,10 +790,10 @@ def fill_constant_batch_size_like(t, x, *, shape=(), dtype=5, value=0.0, str_val
 
 @RULES.rule("cast")
 def cast(t, x, *, out_dtype=5, in_dtype=5):
-    dtype = _dtype(out_dtype)
+    dtype = dtype_name(out_dtype)
     known = t.value_of(x)
     if known is not None:
-        return t.constant(known.astype(_np_dtype(dtype)))
+        return t.constant(known.astype(numpy_dtype(dtype)))
     out = t.call("assign", x) if t.var(x)[1] == dtype else t.call("cast", x, dtype=dtype)
     sizes = t.sizes_of(x)
     if sizes is not None and dtype.startswith(("int", "uint")):
@@ -804,9 +807,9 @@ def shape(t, x, *, out_types=()):
     dtype = out_types[0].dtype if out_types and out_types[0] is not None and \
         out_types[0].dtype else "int32"
     if -1 not in dims:
-        return t.constant(np.asarray(dims, _np_dtype(dtype)))
+        return t.constant(np.asarray(dims, numpy_dtype(dtype)))
     parts = [t.call("unsqueeze", t.call("dim_size", x, axis=i, dtype=dtype), axes=[0])
-             if d == -1 else t.constant(np.asarray([d], _np_dtype(dtype)))
+             if d == -1 else t.constant(np.asarray([d], numpy_dtype(dtype)))
              for i, d in enumerate(dims)]
     out = t.call("concat", parts, axis=0)
     t.set_sizes(out, [d if d != -1 else (x, i) for i, d in enumerate(dims)])
@@ -816,7 +819,7 @@ def shape(t, x, *, out_types=()):
 @RULES.rule("range", "arange", inputs=("Start", "End", "Step"))
 def range_(t, start, end, step, *, out_types=()):
     values = [t.value_of(v) for v in (start, end, step)]
-    dtype = _np_dtype(out_types[0].dtype) if out_types and out_types[0] is not None and \
+    dtype = numpy_dtype(out_types[0].dtype) if out_types and out_types[0] is not None and \
         out_types[0].dtype else None
     if all(v is not None for v in values):
         s, e, d = (np.asarray(v).reshape(-1)[0] for v in values)
@@ -842,8 +845,8 @@ def _reduce(ours):
         axes = [] if reduce_all else [_axis(a, t.rank(x)) for a in dim]
         if len(axes) == t.rank(x):
             axes = []
-        if out_dtype not in (-1, None) and _dtype(out_dtype) != t.var(x)[1]:
-            x = t.call("cast", x, dtype=_dtype(out_dtype))
+        if out_dtype not in (-1, None) and dtype_name(out_dtype) != t.var(x)[1]:
+            x = t.call("cast", x, dtype=dtype_name(out_dtype))
         return t.call(ours, x, axis=axes, keep_dim=bool(keep_dim))
     rule.__name__ = rule.__qualname__ = ours
     return rule
@@ -866,7 +869,7 @@ def _arg(ours):
             x = t.call("reshape", x, shape=[-1])
             axis = 0
         return t.call(ours, x, axis=_axis(axis, t.rank(x)), keep_dim=bool(keepdims),
-                      dtype=_dtype(dtype))
+                      dtype=dtype_name(dtype))
     rule.__name__ = rule.__qualname__ = ours
     return rule
 
@@ -1071,3 +1074,7 @@ def _group_standardize(t, x, groups, scale, bias, epsilon):
     if bias is not None:
         y = t.call("add", y, t.call("reshape", bias, shape=shape))
     return y
+
+
+# the older names of three helpers, which rules_sequence still imports
+_dtype, _np_dtype, _parse_number = dtype_name, numpy_dtype, parse_number

@@ -178,7 +178,8 @@ class PaddleTranslator(Translator):
             return
         out_types = tuple(self._types(op.outputs.get(slot_name(s), []), s, block)
                           for s in outputs)
-        node = node._replace(in_types=in_types, out_types=out_types)
+        node = Node(op.type, (), outputs, op.attrs, block=op.block, index=op.index,
+                    in_types=in_types, out_types=out_types)
         self.version = version
         results = self.apply(node, ins)
         if len(outputs) == 1 and not (len(results) == 1 and results[0] is FAILED):
@@ -261,7 +262,8 @@ def translate(paddle, values, *, for_training=False):
     ours = program.global_block()
     block0 = paddle.blocks[0]
     written = _written(paddle)
-    env = _PaddleEnvironment(None)
+    translator = PaddleTranslator(program, paddle, for_training=for_training)
+    env = _PaddleEnvironment(translator)
     feeds_out = {n for op in block0.ops if op.type == "feed" for n in op.outputs.get("Out", [])}
     state = {}
     for var in block0.vars.values():
@@ -291,8 +293,6 @@ def translate(paddle, values, *, for_training=False):
                                 persistable=True, stop_gradient=True)
             state[var.name] = value
             env.bind([var.name], [var.name])
-    translator = PaddleTranslator(program, paddle, for_training=for_training)
-    env._translator = translator
     with program_guard(program):   # control-flow builders append to the current program
         translator.walk(block0, env)
     translator.check()
