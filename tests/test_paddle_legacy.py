@@ -554,3 +554,38 @@ def test_integer_floor_division_rounds_down():
         return ["q"]
 
     np.testing.assert_array_equal(_program_of(build, {"a": a, "b": b})[0], a // b)
+
+
+def test_ops_that_do_not_fit_are_reported_with_the_others():
+    b = _Builder()
+    b.feed("x", (-1, 3, 4, 4))
+    b.param("w", np.zeros((2, 5, 3, 3), np.float32))   # 5 input channels for 3
+    b.op("conv2d", {"Input": ["x"], "Filter": ["w"]}, {"Output": ["y"]})
+    b.op("pool2d", {"X": ["x"]}, {"Out": ["p"]}, ksize=[2, 2], strides=[0, 0])
+    b.op("no_such_op", {"X": ["x"]}, {"Out": ["z"]})
+    b.fetch("z")
+    with pytest.raises(UnsupportedOpError) as e:
+        b.run({"x": np.zeros((1, 3, 4, 4), np.float32)})
+    assert [(p[0], p[2]) for p in e.value.places] == [("conv2d", 1), ("pool2d", 2),
+                                                      ("no_such_op", 3)]
+    assert "does not fit" in e.value.places[0][4]
+
+
+def test_attributes_of_other_types_give_typed_errors_only():
+    rng = np.random.default_rng(7)
+    original = read_pdmodel(_read(os.path.join(FIXTURES, "lenet", "legacy", "model.pdmodel")))
+    names = sorted(v.name for v in original.blocks[0].vars.values()
+                   if v.persistable and v.kind == "dense")
+    values = read_combined(_read(os.path.join(FIXTURES, "lenet", "legacy", "model.pdiparams")),
+                           names)
+    odd = [7, -1, 0, 2.5, "NHWC", [], [3], [1, 2, 3, 4, 5], [-4, 0], True, [1.5, "a"], 2**40]
+    for _ in range(40):
+        prog = read_pdmodel(_read(os.path.join(FIXTURES, "lenet", "legacy", "model.pdmodel")))
+        ops = [op for op in prog.blocks[0].ops if op.attrs and op.type not in ("feed", "fetch")]
+        for op in rng.choice(ops, size=3):
+            key = rng.choice(sorted(op.attrs))
+            op.attrs[key] = odd[rng.integers(len(odd))]
+        try:
+            translate(prog, values)
+        except (UnsupportedOpError, FormatError):
+            pass
