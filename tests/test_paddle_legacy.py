@@ -587,3 +587,18 @@ def test_attributes_of_other_types_give_typed_errors_only():
             translate(prog, values)
         except (UnsupportedOpError, FormatError):
             pass
+
+
+def test_nhwc_convolution_and_pooling():
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((2, 5, 6, 3)).astype(np.float32)   # NHWC
+    w = rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    nchw = np.ascontiguousarray(x.transpose(0, 3, 1, 2))
+    want = _one("conv2d", nchw, {"Input": ["x"], "Filter": ["w"]}, outputs=("Output",),
+                extra={"w": w}, paddings=[1, 1])
+    got = _one("conv2d", x, {"Input": ["x"], "Filter": ["w"]}, outputs=("Output",),
+               extra={"w": w}, paddings=[1, 1], data_format="NHWC")
+    np.testing.assert_allclose(got, want.transpose(0, 2, 3, 1), rtol=1e-5, atol=1e-5)
+    got = _one("pool2d", x, pooling_type="max", ksize=[2, 2], strides=[2, 2],
+               data_format="NHWC")
+    np.testing.assert_array_equal(got, x[:, :4].reshape(2, 2, 2, 3, 2, 3).max(axis=(2, 4)))

@@ -10,18 +10,27 @@ from progdesc.translate import Unsupported
 
 
 # --- convolution and pooling ---
-def _conv_layout(data_format):
-    if data_format not in ("NCHW", "AnyLayout"):
-        raise Unsupported(f"data_format={data_format!r} (only NCHW)")
+def _to_nchw(t, x, data_format):
+    """x in NCHW, our ops' layout: an NHWC input is transposed (and its result back, by
+    `_from_nchw`)."""
+    if data_format in ("NCHW", "AnyLayout"):
+        return x
+    if data_format != "NHWC":
+        raise Unsupported(f"data_format={data_format!r}")
+    return t.call("transpose", x, perm=[0, 3, 1, 2])
+
+
+def _from_nchw(t, y, data_format):
+    return t.call("transpose", y, perm=[0, 2, 3, 1]) if data_format == "NHWC" else y
 
 
 @RULES.rule("conv2d", "depthwise_conv2d", inputs=("Input", "Filter"), outputs=("Output",))
 def conv2d(t, x, w, *, strides=(1, 1), paddings=(0, 0), dilations=(1, 1), groups=1,
            padding_algorithm="EXPLICIT", data_format="NCHW"):
-    _conv_layout(data_format)
-    return t.call("conv2d", x, w, strides=list(strides), paddings=list(paddings),
-                  dilations=list(dilations), groups=max(int(groups), 1),
-                  padding_algorithm=padding_algorithm)
+    y = t.call("conv2d", _to_nchw(t, x, data_format), w, strides=list(strides),
+               paddings=list(paddings), dilations=list(dilations), groups=max(int(groups), 1),
+               padding_algorithm=padding_algorithm)
+    return _from_nchw(t, y, data_format)
 
 
 def _same_pads(n, k, s):
@@ -33,7 +42,14 @@ def _same_pads(n, k, s):
 def pool2d(t, x, *, pooling_type="max", ksize=(1, 1), global_pooling=False, strides=(1, 1),
            paddings=(0, 0), exclusive=True, adaptive=False, ceil_mode=False,
            data_format="NCHW", padding_algorithm="EXPLICIT"):
-    _conv_layout(data_format)
+    y = _pool2d(t, _to_nchw(t, x, data_format), pooling_type, list(ksize), global_pooling,
+                list(strides), list(paddings), exclusive, adaptive, ceil_mode,
+                padding_algorithm)
+    return _from_nchw(t, y, data_format)
+
+
+def _pool2d(t, x, pooling_type, ksize, global_pooling, strides, paddings, exclusive, adaptive,
+            ceil_mode, padding_algorithm):
     if pooling_type not in ("max", "avg"):
         raise Unsupported(f"pooling_type={pooling_type!r}")
     spatial = dims_of(t, x)[2:]
