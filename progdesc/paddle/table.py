@@ -44,7 +44,7 @@ class PaddleRuleTable(RuleTable):
       `def conv2d(t, x, w, *, strides=[1, 1], ...)`.
     - `table.rename("relu", "relu")`: one input slot 'X' to our op's first input, one
       output 'Out'; `inputs=`/`outputs=` for other slots, keyword arguments for fixed
-      attributes of our op (`table.rename("hard_shrink", "...", threshold=0.5)`).
+      attributes of our op (`table.rename("brelu_like", "clip", min=0.0, max=6.0)`).
     - `since` is the Paddle op version (the program's OpVersionMap) a row holds from.
     """
 
