@@ -602,3 +602,20 @@ def test_nhwc_convolution_and_pooling():
     got = _one("pool2d", x, pooling_type="max", ksize=[2, 2], strides=[2, 2],
                data_format="NHWC")
     np.testing.assert_array_equal(got, x[:, :4].reshape(2, 2, 2, 3, 2, 3).max(axis=(2, 4)))
+
+
+def test_directory_with_a_config_json_beside_the_program(tmp_path):
+    import shutil
+    for f in os.listdir(os.path.join(MLP, "pir")):
+        shutil.copy(os.path.join(MLP, "pir", f), tmp_path / f)
+    (tmp_path / "config.json").write_text('{"not": "a program"}')
+    scope = pd.Scope()
+    program, feeds, fetches = load_inference_model(str(tmp_path), pd.Executor(), scope=scope)
+    ref = np.load(os.path.join(MLP, "reference.npz"))
+    out = pd.Executor().run(program, feed={feeds[0]: ref["input_b5"]}, fetch_list=fetches,
+                            scope=scope)[0]
+    np.testing.assert_allclose(out, ref["pir_output_b5"], atol=1e-6)
+    (tmp_path / "other.pdmodel").write_bytes(b"")
+    (tmp_path / "more.pdmodel").write_bytes(b"")
+    with pytest.raises(FormatError, match="holds 2 Paddle programs"):
+        load_inference_model(str(tmp_path), pd.Executor(), scope=pd.Scope())
