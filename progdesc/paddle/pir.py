@@ -493,8 +493,10 @@ class _Builder:
             return self._unknown(raw, block)
         self._legacy(raw, block, row)
 
-    def _results_declared(self, raw, block):
+    def _results_declared(self, raw, block, named=False):
         for k, (vid, vtype) in enumerate(raw.results):
+            if named and vid == 0:
+                (raw.path / "O" / k).fail(f"{raw.name}'s result is the empty value %0")
             self._define(vid, vtype, block, raw.path / "O" / k)
 
     def _emit(self, block, raw, op_type, inputs, outputs, attrs, regions=()):
@@ -555,6 +557,8 @@ class _Builder:
     def _one_result(self, raw):
         if len(raw.results) != 1:
             (raw.path / "O").fail(f"{raw.name} has one result, got {len(raw.results)}")
+        if raw.results[0][0] == 0:
+            (raw.path / "O" / 0).fail(f"{raw.name}'s result is the empty value %0")
         return raw.results[0]
 
     def _if(self, raw, block):
@@ -573,8 +577,8 @@ class _Builder:
             attrs[f"{branch}_block"] = sub.idx
             attrs[f"{branch}_outputs"] = yielded
             regions.append(sub)
-        self._results_declared(raw, block)
-        outs = [self.names.get(vid, None) for vid, _ in raw.results]
+        self._results_declared(raw, block, named=True)
+        outs = [self.names[vid] for vid, _ in raw.results]
         self._emit(block, raw, "pir.if", {"Cond": [cond]}, {"Out": outs}, attrs, regions)
 
     def _while(self, raw, block):
@@ -591,8 +595,8 @@ class _Builder:
                 f"the body yields {len(yielded)} values; expected the condition and "
                 f"{len(inits)} loop values")
         args = [self.names[vid] for vid, _ in raw.regions[0][0][0]]
-        self._results_declared(raw, block)
-        outs = [self.names.get(vid) for vid, _ in raw.results]
+        self._results_declared(raw, block, named=True)
+        outs = [self.names[vid] for vid, _ in raw.results]
         attrs = {"body_block": sub.idx, "body_inputs": args, "body_cond": yielded[0],
                  "body_outputs": yielded[1:]}
         self._emit(block, raw, "pir.while", {"Cond": [cond], "X": inits}, {"Out": outs},
@@ -772,14 +776,14 @@ class _Builder:
             if op.name == "pd_op.full":
                 shape = op.attrs.get("shape", [])
                 value = op.attrs.get("value")
-                if isinstance(shape, list) and len(shape) == 1 and isinstance(shape[0], int) \
-                        and 0 <= shape[0] <= 64 and _is_integral(value):
+                if _int_list(shape) and len(shape) == 1 and 0 <= shape[0] <= 64 \
+                        and _is_integral(value):
                     return [int(value)] * shape[0]
             return None
         if op.name != "pd_op.full":
             return None
         shape = op.attrs.get("shape", [])
-        if not isinstance(shape, list) or math.prod(shape) != 1:
+        if not _int_list(shape) or math.prod(shape) != 1:
             return None
         value = op.attrs.get("value")
         if isinstance(value, complex) or value is None:
@@ -819,6 +823,11 @@ class _Builder:
                 b.ops[:] = kept
             if not removed:
                 return
+
+
+def _int_list(value):
+    return isinstance(value, list) and all(
+        isinstance(v, int) and not isinstance(v, bool) for v in value)
 
 
 def _is_integral(value):
