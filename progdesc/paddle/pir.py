@@ -43,12 +43,13 @@ _BOOKKEEPING = ("struct_name", "op_callstack", "op_role", "op_dist_attr", "stop_
                 "persistable", "place")
 
 
-def read_pir(text) -> PaddleProgram:
+def read_pir(text, *, prune=True) -> PaddleProgram:
     """Decode a Paddle 3 PIR program (`model.json`: its text or bytes) into a
-    PaddleProgram whose ops read as legacy ops (see the module's text).
+    PaddleProgram whose ops read as legacy ops (see the module's text). `prune=False`
+    keeps the ops whose results nothing reads (a training program's updates).
 
     Raises FormatError naming the JSON path for a file that is not such a program."""
-    return _Builder().build(decode(text))
+    return _Builder().build(decode(text), prune)
 
 
 # --- PIR ops -> legacy ops -------------------------------------------------------------
@@ -71,9 +72,10 @@ class _Builder:
         self.feeds = 0
         self._current = []    # the decoded ops of the block being built
 
-    def build(self, top):
+    def build(self, top, prune=True):
         self._block(top, -1, None)
-        self._prune()
+        if prune:
+            self._prune()
         return PaddleProgram(self.blocks, "pir")
 
     # --- naming and declaring ---
