@@ -527,3 +527,43 @@ def fill_constant_batch_size_like(t, like, *, shape, value=0.0, str_value="", dt
     fill = t.constant(np.asarray(value, _np_dtype(_dtype(dtype))))
     return t.call("broadcast_in_dim", fill, like, shape=dims, broadcast_dimensions=[],
                   like_axis=input_dim_idx)
+
+
+# --- PIR's structured control flow (as progdesc.paddle.pir hands it) ---
+
+@RULES.rule("pir.if", inputs=("Cond",), outputs=("Out*",))
+def pir_if(t, cond, *, then_block, else_block, then_outputs=(), else_outputs=()):
+    """PIR's if: each region yields the op's results (`then_outputs`, `else_outputs`)."""
+    if not then_outputs:
+        return []
+    branches = [t.subgraph(then_block, (), then_outputs),
+                t.subgraph(else_block, (), else_outputs)]
+    pred = t.block.var(_scalar(t, cond))
+    try:
+        result = control_flow.cond(pred, lambda: t.sub_block(branches[0], []),
+                                   lambda: t.sub_block(branches[1], []))
+    except ProgramError as e:
+        raise Unsupported(f"its branches yield different types: {e}") from None
+    t.tag_last_op()
+    result = result if isinstance(result, tuple) else (result,)
+    return [v.name for v in result]
+
+
+@RULES.rule("pir.while", inputs=("Cond", "X*"), outputs=("Out*",))
+def pir_while(t, cond, xs, *, body_block, body_inputs=(), body_cond, body_outputs=()):
+    """PIR's while: the body's arguments are bound to the loop values, and it yields the
+    next condition and the next values."""
+    body = t.subgraph(body_block, body_inputs, [body_cond, *body_outputs])
+
+    def step(*carry):
+        results = list(t.sub_block(body, [v.name for v in carry[1:]]))
+        results[0] = t.block.var(_scalar(t, results[0].name))
+        return results
+
+    init = [t.block.var(_scalar(t, cond))] + [t.block.var(x) for x in xs]
+    try:
+        final = control_flow.while_loop(lambda *carry: carry[0], step, init)
+    except ProgramError as e:
+        raise Unsupported(f"its body does not keep its loop values' types: {e}") from None
+    t.tag_last_op()
+    return [v.name for v in final[1:]]
