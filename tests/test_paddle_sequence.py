@@ -270,7 +270,7 @@ def test_while_counts_and_drops_loop_local_placeholders():
     body = [_var("y", [-1, 3]), _var("j", [1], "int64")]
     ops1 = [Op("cast", {"X": ["i"]}, {"Out": ["tmp"]}, {"in_dtype": 3, "out_dtype": 3}),
             Op("scale", {"X": ["x"]}, {"Out": ["y"]}, {"scale": 2.0}),
-            Op("scale", {"X": ["tmp"]}, {"Out": ["j"]}, {"scale": 1.0, "bias": 1.0}),
+            Op("increment", {"X": ["tmp"]}, {"Out": ["j"]}, {"step": 1.0}),
             Op("less_than", {"X": ["j"], "Y": ["n"]}, {"Out": ["c"]}, {}),
             Op("assign", {"X": ["y"]}, {"Out": ["x"]}, {}),
             Op("assign", {"X": ["j"]}, {"Out": ["i"]}, {})]
@@ -364,3 +364,47 @@ def test_imported_lstm_fine_tunes_with_adam():
     losses = [float(exe.run(program, feed={feeds[0]: ids, "label": labels}, fetch_list=[loss],
                             scope=scope)[0]) for _ in range(20)]
     assert losses[-1] < 0.5 * losses[0], losses
+
+
+def test_select_output_routes_and_select_input_picks():
+    """select_output sends x to the output its mask names; select_input takes it back."""
+    feed, fetch = _feed_fetch("x", "y")
+    outer = [_var("x", [-1, 2]), _var("m", [1], "int32"), _var("a", [-1, 2]),
+             _var("b", [-1, 2]), _var("b2", [-1, 2]), _var("y", [-1, 2])]
+    ops0 = [feed,
+            Op("fill_constant", {}, {"Out": ["m"]}, {"shape": [1], "dtype": 2, "value": 1.0}),
+            Op("select_output", {"X": ["x"], "Mask": ["m"]}, {"Out": ["a", "b"]}, {}),
+            Op("scale", {"X": ["b"]}, {"Out": ["b2"]}, {"scale": 3.0}),
+            Op("select_input", {"X": ["a", "b2"], "Mask": ["m"]}, {"Out": ["y"]}, {}),
+            fetch]
+    x = np.float32([[1, 2], [3, 4]])
+    np.testing.assert_array_equal(_run(_paddle_program([(-1, outer, ops0)]), {"x": x}), 3 * x)
+
+
+def test_fill_constant_batch_size_like_takes_the_run_time_dim():
+    feed, fetch = _feed_fetch("x", "z")
+    outer = [_var("x", [-1, 4]), _var("z", [2, -1, 3])]
+    ops0 = [feed,
+            Op("fill_constant_batch_size_like", {"Input": ["x"]}, {"Out": ["z"]},
+               {"shape": [2, -1, 3], "value": 1.5, "dtype": 5, "input_dim_idx": 0,
+                "output_dim_idx": 1}),
+            fetch]
+    got = _run(_paddle_program([(-1, outer, ops0)]), {"x": np.zeros((5, 4), "float32")})
+    np.testing.assert_array_equal(got, np.full((2, 5, 3), 1.5, "float32"))
+
+
+def test_rnn_with_weights_that_do_not_fit_is_reported():
+    feed, fetch = _feed_fetch("x", "out")
+    outer = [_var("x", [5, 2, 4]), _var("h", [1, 2, 6]), _var("c", [1, 2, 6]),
+             _var("w", [24, 4], "float32"), _var("out", [5, 2, 6])]
+    outer[3].persistable = True
+    ops0 = [feed] + [
+        Op("fill_constant", {}, {"Out": [n]}, {"shape": [1, 2, 6], "dtype": 5, "value": 0.0})
+        for n in ("h", "c")] + [
+            Op("rnn", {"Input": ["x"], "PreState": ["h", "c"], "WeightList": ["w"] * 3},
+               {"Out": ["out"]}, {"mode": "LSTM", "hidden_size": 6, "input_size": 4},
+               block=0, index=3),
+            fetch]
+    paddle = _paddle_program([(-1, outer, ops0)])
+    with pytest.raises(UnsupportedOpError, match=r"'rnn' at #3 in block 0.*WeightList holds 3"):
+        translate(paddle, {"w": np.zeros((24, 4), "float32")})

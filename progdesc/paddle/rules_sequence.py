@@ -315,6 +315,12 @@ def conditional_block(t, cond, inputs, *, sub_block, is_scalar_condition=False, 
     return [v.name for v in result], None
 
 
+@RULES.rule("increment")
+def increment(t, x, *, step=1.0):
+    """X + step (a loop counter)."""
+    return t.call("increment", x, step=float(step))
+
+
 @RULES.rule("select_input", inputs=("X*", "Mask"))
 def select_input(t, xs, mask):
     """X[Mask]: the value of the branch that ran."""
