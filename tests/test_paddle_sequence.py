@@ -1,4 +1,4 @@
-"""Paddle's sequence models and control flow (progdesc.paddle.rules_sequence).
+"""Paddle's sequence models and control flow (progdesc.paddle.rules_sequence, rules_control).
 
 - The `rnn` row against a JAX reference of Paddle's rnn op written here from Paddle's
   documented equations (weights in Paddle's order, gates i, f, c, o and r, z, c, the
