@@ -25,6 +25,7 @@ import numpy as np
 from lowering.errors import FormatError
 from progdesc.framework import Program, program_guard
 from progdesc.paddle.graph import Block as PaddleBlock
+from progdesc.paddle import rules_sequence   # registers the rnn and control-flow rows
 from progdesc.paddle.rules import RULES
 from progdesc.paddle.table import is_list, slot_name
 from progdesc.translate import FAILED, Environment, Node, Translator, Unsupported
@@ -229,6 +230,7 @@ def translate(paddle, values, *, for_training=False):
     to be stored in a Scope. Raises UnsupportedOpError listing every op that could not
     be translated, FormatError for a program that does not hold together (a feed without
     a declared variable, a persistable without a value)."""
+    paddle = rules_sequence.prepare(paddle)
     program = Program()
     ours = program.global_block()
     block0 = paddle.blocks[0]

@@ -1,0 +1,254 @@
+"""Paddle's sequence models in the translation table: the `rnn` op (LSTM, GRU, simple
+RNN) as `scan`s over time (so its gradient comes from scan's gradient maker), and the
+zero initial states nn.RNN layers build with a run-time batch size. `prepare` rewrites
+those, and dygraph-to-static's loops (progdesc.paddle.rules_control), before the walk;
+importing this module registers both modules' rows.
+
+The rnn op's meaning, as Paddle's CPU kernel computes it (read, not copied):
+- Input is time major [T, B, input_size]; PreState is [h0] or [h0, c0] (LSTM), each
+  [num_layers * directions, B, hidden]; Out is [T, B, directions * hidden].
+- WeightList is [w_ih, w_hh] for each (layer, direction), then [b_ih, b_hh] for each,
+  with w_ih [gates * hidden, in], w_hh [gates * hidden, hidden].
+- Gates, in the order the weights stack them: LSTM i, f, c, o; GRU r, z, c with the
+  reset gate applied after the hidden projection (c = tanh(x_c + r * (h W_hc + b_hc)))
+  and h' = z * h + (1 - z) * c; RNN_TANH / RNN_RELU one gate.
+- The reverse direction runs from the last step to the first; with SequenceLength, a
+  step past a sequence's length keeps the state and outputs zeros.
+- dropout_prob drops the input of every layer after the first, in training only (with
+  a mask drawn per layer here; Paddle draws one and reuses it).
+"""
+import numpy as np
+
+from progdesc import control_flow
+from progdesc.paddle import rules_control
+from progdesc.paddle.rules import RULES
+from progdesc.paddle.rules_control import SHAPE_OPS, single
+from progdesc.translate import Unsupported
+
+_GATES = {"LSTM": 4, "GRU": 3, "RNN_TANH": 1, "RNN_RELU": 1}
+
+
+def _index(t, x, k):
+    """x[k] of a stacked [N, ...] variable."""
+    return t.call("squeeze", t.call("slice", x, axes=[0], starts=[k], ends=[k + 1]), axes=[0])
+
+
+def _time_mask(t, x, seq_len):
+    """Bool [T, B, 1]: whether step t lies within sequence b's length."""
+    first = t.call("slice", x, axes=[2], starts=[0], ends=[1])
+    ones = t.call("scale", t.call("fill_zeros_like", first), scale=1.0, bias=1.0)
+    steps = t.call("cumsum", ones, axis=0)   # 1, 2, ..., T along time
+    dtype = t.var(x)[1]
+    lengths = t.call("reshape", t.call("cast", seq_len, dtype=dtype), shape=[1, -1, 1])
+    return t.call("less_equal", steps, lengths)
+
+
+def _cell(t, mode, w_hh, b_hh):
+    """The step of one direction of one layer: (state, gates_x) -> (new state, output),
+    where gates_x is the step's input projection x W_ih^T + b_ih (+ b_hh but for a GRU)
+    and the state is (h,), or (h, c) for an LSTM: names of ours."""
+    def hidden(h):
+        return t.call("matmul", h, w_hh, transpose_y=True)
+
+    def lstm(state, gates_x):
+        h, c = state
+        i, f, g, o = t.call("split", t.call("add", gates_x, hidden(h)), num=4, axis=1)
+        c = t.call("add", t.call("mul", t.call("sigmoid", f), c),
+                   t.call("mul", t.call("sigmoid", i), t.call("tanh", g)))
+        h = t.call("mul", t.call("sigmoid", o), t.call("tanh", c))
+        return (h, c), h
+
+    def gru(state, gates_x):
+        h, = state
+        xr, xz, xc = t.call("split", gates_x, num=3, axis=1)
+        hr, hz, hc = t.call("split", t.call("add", hidden(h), b_hh), num=3, axis=1)
+        r = t.call("sigmoid", t.call("add", xr, hr))
+        z = t.call("sigmoid", t.call("add", xz, hz))
+        c = t.call("tanh", t.call("add", xc, t.call("mul", r, hc)))
+        h = t.call("add", c, t.call("mul", z, t.call("sub", h, c)))   # z h + (1 - z) c
+        return (h,), h
+
+    def simple(state, gates_x):
+        h = t.call("tanh" if mode == "RNN_TANH" else "relu",
+                   t.call("add", gates_x, hidden(state[0])))
+        return (h,), h
+
+    return {"LSTM": lstm, "GRU": gru}.get(mode, simple)
+
+
+def _direction(t, x, mode, weights, init, mask, reverse):
+    """One direction of one layer over the time-major x, a scan over time: (outputs
+    [T, B, H], final state [h] or [h, c])."""
+    w_ih, w_hh, b_ih, b_hh = weights
+    gates_x = t.call("add", t.call("matmul", x, w_ih, transpose_y=True), b_ih)
+    if mode != "GRU":
+        gates_x = t.call("add", gates_x, b_hh)
+    cell = _cell(t, mode, w_hh, b_hh)
+
+    def step(state, xs):
+        state = tuple(v.name for v in state)
+        new, h = cell(state, xs[0].name)
+        if mask is not None:   # past a sequence's end: keep the state, output zeros
+            keep = xs[1].name
+            new = tuple(t.call("where", keep, n, s) for n, s in zip(new, state))
+            h = t.call("where", keep, h, t.call("fill_zeros_like", h))
+        return tuple(t.block.var(n) for n in new), t.block.var(h)
+
+    seqs = (t.block.var(gates_x),) + (() if mask is None else (t.block.var(mask),))
+    carry, ys = control_flow.scan(step, tuple(t.block.var(n) for n in init), seqs,
+                                  reverse=reverse)
+    return ys.name, [v.name for v in carry]
+
+
+def rnn_layers(t, x, pre_state, weights, seq_len, *, mode, num_layers, is_bidirec,
+               hidden_size, dropout_prob, is_test):
+    """Append the ops computing Paddle's rnn op; returns (Out, [last h, last c])."""
+    directions = 2 if is_bidirec else 1
+    cells = num_layers * directions
+    mask = None if seq_len is None else _time_mask(t, x, seq_len)
+    finals = [[] for _ in pre_state]
+    for layer in range(num_layers):
+        if layer > 0 and dropout_prob > 0:
+            x = t.call("dropout", x, dropout_prob=dropout_prob, is_test=is_test,
+                       dropout_implementation="upscale_in_train")[0]
+        outs = []
+        for d in range(directions):
+            k = layer * directions + d
+            cell_weights = (weights[2 * k], weights[2 * k + 1],
+                            weights[2 * cells + 2 * k], weights[2 * cells + 2 * k + 1])
+            init = [_index(t, s, k) for s in pre_state]
+            out, final = _direction(t, x, mode, cell_weights, init, mask, reverse=d == 1)
+            outs.append(out)
+            for acc, f in zip(finals, final):
+                acc.append(f)
+        x = outs[0] if directions == 1 else t.call("concat", outs, axis=2)
+    states = [t.call("stack", f, axis=0) for f in finals]
+    return x, states
+
+
+@RULES.rule("rnn", inputs=("Input", "PreState*", "WeightList*", "SequenceLength"),
+            outputs=("Out", "DropoutState", "State*", "Reserve"))
+def rnn(t, x, pre_state, weights, seq_len, *, mode="LSTM", num_layers=1, is_bidirec=False,
+        hidden_size=100, input_size=10, dropout_prob=0.0):
+    """Paddle's rnn op (see the module's text); the weights' shapes are checked against
+    mode, layers, directions and sizes. Dropout between layers runs in training imports
+    only (`t.for_training`); DropoutState and Reserve, Paddle's workspaces, are not made."""
+    if mode not in _GATES:
+        raise Unsupported(f"mode={mode!r}")
+    directions = 2 if is_bidirec else 1
+    cells = num_layers * directions
+    if len(weights) != 4 * cells:
+        raise Unsupported(f"WeightList holds {len(weights)} tensors; {num_layers} layer(s) "
+                          f"in {directions} direction(s) take {4 * cells}")
+    want = 2 if mode == "LSTM" else 1
+    if len(pre_state) != want:
+        raise Unsupported(f"PreState holds {len(pre_state)} tensors; {mode} takes {want}")
+    gates = _GATES[mode] * hidden_size
+    for k in range(cells):
+        fed = input_size if k < directions else directions * hidden_size
+        for w, dims in ((weights[2 * k], (gates, fed)), (weights[2 * k + 1], (gates, hidden_size)),
+                        (weights[2 * cells + 2 * k], (gates,)),
+                        (weights[2 * cells + 2 * k + 1], (gates,))):
+            if tuple(t.var(w)[0]) != dims:
+                raise Unsupported(f"weight {w!r} has shape {list(t.var(w)[0])}, expected "
+                                  f"{list(dims)} for {mode} with hidden_size={hidden_size}")
+    training = bool(getattr(t, "for_training", False))
+    out, states = rnn_layers(t, x, pre_state, weights, seq_len, mode=mode,
+                             num_layers=num_layers, is_bidirec=is_bidirec,
+                             hidden_size=hidden_size, dropout_prob=dropout_prob,
+                             is_test=not training)
+    return out, None, states, None
+
+
+# --- zeros shaped by a run-time dim (nn.RNN's initial states) ---
+
+def _producers(paddle):
+    return {n: op for block in paddle.blocks for op in block.ops
+            for names in op.outputs.values() for n in names}
+
+
+def _constant_int(op):
+    """The value of a fill_constant of one element with no tensor inputs, or None."""
+    if op.type != "fill_constant" or any(op.inputs.values()):
+        return None
+    if list(op.attrs.get("shape", ())) not in ([], [1]):
+        return None
+    text = op.attrs.get("str_value", "")
+    try:
+        return int(float(text)) if text else int(op.attrs.get("value", 0.0))
+    except ValueError:
+        return None
+
+
+def _dim_source(producers, name, depth=0):
+    """Where the scalar `name` comes from: ('const', n), ('dim', variable, axis) for
+    `slice(shape(variable))[axis]`, or None."""
+    op = producers.get(name)
+    if op is None or depth > 4:
+        return None
+    if op.type == "cast":
+        return _dim_source(producers, single(op, "X"), depth + 1)
+    value = _constant_int(op)
+    if value is not None:
+        return ("const", value)
+    if op.type != "slice" or list(op.attrs.get("axes", ())) != [0]:
+        return None
+    starts, ends = list(op.attrs.get("starts", ())), list(op.attrs.get("ends", ()))
+    if len(starts) != 1 or ends != [starts[0] + 1] or starts[0] < 0 or any(
+            op.inputs.get(s) for s in ("StartsTensor", "EndsTensor", "StartsTensorList",
+                                       "EndsTensorList")):
+        return None
+    shape = producers.get(single(op, "Input"))
+    if shape is None or shape.type not in SHAPE_OPS or single(shape, "Input") is None:
+        return None
+    return ("dim", single(shape, "Input"), starts[0])
+
+
+def _batch_sized_fills(paddle):
+    producers = _producers(paddle)
+    for block in paddle.blocks:
+        for op in block.ops:
+            entries = op.inputs.get("ShapeTensorList", [])
+            if op.type != "fill_constant" or not entries or op.inputs.get("ShapeTensor") \
+                    or op.inputs.get("ValueTensor"):
+                continue
+            sources = [_dim_source(producers, n) for n in entries]
+            dynamic = [k for k, src in enumerate(sources) if src and src[0] == "dim"]
+            if None in sources or len(dynamic) != 1:
+                continue
+            _, like, axis = sources[dynamic[0]]
+            op.type = "fill_constant_batch_size_like"
+            op.inputs = {"Input": [like]}
+            op.attrs = {**op.attrs, "input_dim_idx": axis, "output_dim_idx": dynamic[0],
+                        "shape": [-1 if src[0] == "dim" else src[1] for src in sources]}
+
+
+@RULES.rule("fill_constant_batch_size_like", inputs=("Input",))
+def fill_constant_batch_size_like(t, like, *, shape, value=0.0, str_value="", dtype=5,
+                                  input_dim_idx=0, output_dim_idx=0):
+    """A tensor of `shape` filled with `value`, whose dim output_dim_idx is Input's dim
+    input_dim_idx."""
+    from progdesc.paddle.rules import _dtype, _np_dtype, _parse_number
+    if str_value:
+        value = _parse_number(str_value)
+    dims = [int(d) for d in shape]
+    if not 0 <= output_dim_idx < len(dims) or not 0 <= input_dim_idx < t.rank(like):
+        raise Unsupported(f"input_dim_idx={input_dim_idx}, output_dim_idx={output_dim_idx} "
+                          f"for shape {dims} and an input of rank {t.rank(like)}")
+    dims[output_dim_idx] = t.var(like)[0][input_dim_idx]
+    if any(d < 0 for k, d in enumerate(dims) if k != output_dim_idx):
+        raise Unsupported(f"shape {list(shape)} has an unknown dim")
+    fill = t.constant(np.asarray(value, _np_dtype(_dtype(dtype))))
+    return t.call("broadcast_in_dim", fill, like, shape=dims, broadcast_dimensions=[],
+                  like_axis=input_dim_idx)
+
+
+def prepare(paddle):
+    """Rewrite the PaddleProgram in place before its walk, and return it: each
+    `fill_constant` whose shape tensors hold one dim of a variable (nn.LSTM's zero state
+    [layers, batch, hidden]) becomes Paddle's `fill_constant_batch_size_like`, and each
+    dygraph-to-static loop over `range(tensor)` reads the range's length and elements
+    without making it (`rules_control.rewrite_range_loops`)."""
+    _batch_sized_fills(paddle)
+    rules_control.rewrite_range_loops(paddle)
+    return paddle
