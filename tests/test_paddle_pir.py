@@ -7,6 +7,7 @@ import copy
 import json
 import os
 import random
+import shutil
 
 import numpy as np
 import pytest
@@ -155,13 +156,18 @@ def test_if_and_while_regions():
     assert reads - set(body.vars) <= set(prog.blocks[0].vars)
 
 
-def test_unknown_pir_op_keeps_its_name_and_is_reported():
+def test_unknown_pir_op_keeps_its_name_and_is_reported(tmp_path):
     doc = _doc("mlp")
-    relu = next(op for op in _raw_ops(doc) if op["#"] == "1.relu")
-    relu["#"] = "1.frobnicate"
+    ops = doc["program"]["regions"][0]["blocks"][0]["ops"]
+    k = next(i for i, op in enumerate(ops) if op["#"] == "1.relu")
+    ops[k]["#"] = "1.frobnicate"
     prog = read_pir(json.dumps(doc))
     (op,) = _ops(prog, "pd_op.frobnicate")
-    assert list(op.inputs) == ["0"] and list(op.outputs) == ["0"]
+    assert list(op.inputs) == ["0"] and list(op.outputs) == ["0"] and op.index == k
+    (tmp_path / "model.json").write_text(json.dumps(doc))
+    shutil.copy(os.path.join(FIXTURES, "mlp", "pir", "model.pdiparams"), tmp_path)
+    with pytest.raises(UnsupportedOpError, match=rf"'pd_op.frobnicate' at #{k} in block 0"):
+        load_inference_model(str(tmp_path), pd.Executor(), Scope())
 
 
 # --- hostile and truncated files ---
@@ -284,26 +290,11 @@ def test_random_edits_give_format_errors_only(model):
 
 
 # --- the fixtures end to end ---
-_TABLE_GAPS = {   # ops the table cannot translate yet, the same in the legacy files
-    "bert": "range whose end is a shape: needs shape folding in the table",
-    "gru": "rnn and fill_constant with a run-time shape (rules_sequence)",
-    "lstm": "rnn and fill_constant with a run-time shape (rules_sequence)",
-    "dy2static": "pir.if / pir.while rows (rules_sequence)",
-    "interp": "the interpolate op (pops)",
-}
-
-
 _SLOW = ("resnet18", "mobilenetv2", "mobilenetv3_small")   # 10-20 s of XLA compiles each
 
 
-def _marks(model):
-    marks = [pytest.mark.slow] if model in _SLOW else []
-    if model in _TABLE_GAPS:
-        marks.append(pytest.mark.xfail(raises=UnsupportedOpError, reason=_TABLE_GAPS[model]))
-    return marks
-
-
-@pytest.mark.parametrize("model", [pytest.param(m, marks=_marks(m)) for m in MODELS])
+@pytest.mark.parametrize("model", [pytest.param(m, marks=[pytest.mark.slow] * (m in _SLOW))
+                                   for m in MODELS])
 def test_fixture_matches_paddle_executor(model):
     meta = _meta(model)
     ref = np.load(os.path.join(FIXTURES, model, "reference.npz"), allow_pickle=False)
