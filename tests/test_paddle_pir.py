@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import progdesc as pd
-from lowering.errors import FormatError, UnsupportedOpError
+from lowering.errors import FormatError, ProgdescError, UnsupportedOpError
 from progdesc import limits
 from progdesc.paddle import load_inference_model, persistable_names
 from progdesc.paddle.pir import DTYPE_CODES, read_pir
@@ -287,6 +287,18 @@ def test_random_edits_give_format_errors_only(model):
     for _ in range(100):   # byte edits of the text itself
         i = rng.randrange(len(text))
         _only_format_errors(text[:i] + rng.choice('{}[]":,0-9ae ') + text[i + 1:])
+
+
+def test_random_edits_through_the_loader_give_progdesc_errors_only(tmp_path):
+    rng = random.Random(7)
+    doc = _doc("mlp")
+    shutil.copy(os.path.join(FIXTURES, "mlp", "pir", "model.pdiparams"), tmp_path)
+    for _ in range(40):
+        (tmp_path / "model.json").write_text(json.dumps(_mutate(doc, rng)))
+        try:
+            load_inference_model(str(tmp_path), pd.Executor(), Scope())
+        except ProgdescError:
+            pass
 
 
 # --- the fixtures end to end ---

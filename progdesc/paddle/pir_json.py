@@ -6,6 +6,10 @@ well formed raises FormatError naming the JSON path
 
 The format (Paddle's serialize_deserialize writer; field names are one or two letters):
 
+    {"base_code": {"magic": "pir", "version": 4, "trainable": true},
+     "program": {"regions": [{"#": "region_0", "blocks": [{"#": "block_0",
+        "args": [], "ops": [op, ...]}]}]}}
+
 - An op is {"#": "<dialect>.<name>", "I": [{"%": id}, ...], "O": [{"%": id, "TT": type},
   ...], "A": [{"N": name, "AT": attr}, ...], "regions": [{"blocks": [block]}]}; dialects
   are numbered (0 builtin, 1 pd_op, 2 cf). Value ids are positive, block arguments
