@@ -156,6 +156,42 @@ def test_if_and_while_regions():
     assert reads - set(body.vars) <= set(prog.blocks[0].vars)
 
 
+def _long_form(doc):
+    """The document as older writers wrote it: dialects by name, value ids under '#',
+    parameters as full builtin.parameter ops."""
+    doc = copy.deepcopy(doc)
+    names = {"0": "builtin", "1": "pd_op", "2": "cf"}
+
+    def walk(block):
+        for op in block["ops"]:
+            if op["#"] == "p":
+                name, result, flags = op["A"][3], op["O"], op.get("OA", [1, 0, 1])
+                op.clear()
+                op.update({"#": "builtin.parameter", "I": [],
+                           "O": [{"#": result["%"], "TT": result["TT"]}],
+                           "A": [{"N": "parameter_name", "AT": {"#": "0.a_str", "D": name}}],
+                           "OA": [{"N": "persistable", "AT": {"#": "0.a_array", "D": [
+                               {"#": "0.a_bool", "D": bool(flags[0])}]}}]})
+                continue
+            dialect, _, base = op["#"].partition(".")
+            op["#"] = f"{names[dialect]}.{base}"
+            for v in op.get("I", []) + op.get("O", []):
+                v["#"] = v.pop("%")
+            for region in op.get("regions", []):
+                for b in region["blocks"]:
+                    walk(b)
+    walk(doc["program"]["regions"][0]["blocks"][0])
+    return doc
+
+
+@pytest.mark.parametrize("model", ["lstm", "dy2static"])
+def test_older_long_form_reads_the_same(model):
+    doc = _doc(model)
+    new, old = read_pir(json.dumps(doc)), read_pir(json.dumps(_long_form(doc)))
+    assert [(b.idx, b.parent, b.vars, b.ops) for b in old.blocks] == \
+        [(b.idx, b.parent, b.vars, b.ops) for b in new.blocks]
+
+
 def test_unknown_pir_op_keeps_its_name_and_is_reported(tmp_path):
     doc = _doc("mlp")
     ops = doc["program"]["regions"][0]["blocks"][0]["ops"]
