@@ -361,3 +361,27 @@ def test_fixture_matches_paddle_executor(model):
             assert np.asarray(out).shape == want.shape
             np.testing.assert_allclose(np.asarray(out), want, rtol=0, atol=1e-5,
                                        err_msg=f"{model} at batch {batch}")
+
+
+@pytest.mark.parametrize("model", ["mlp", "resnet18"])
+def test_training_import_then_clone_for_test_gives_paddle_eval(model):
+    meta = _meta(model)
+    ref = np.load(os.path.join(FIXTURES, model, "reference.npz"), allow_pickle=False)
+    scope = Scope()
+    exe = pd.Executor()
+    program, feeds, fetches = load_inference_model(os.path.join(FIXTURES, model, "pir"),
+                                                   exe, scope, for_training=True)
+    block = program.global_block()
+    trainable = {p.name for p in program.all_parameters()}
+    persistables = {op["A"][3] for op in _raw_ops(_doc(model)) if op["#"] == "p"}
+    statistics = {n for b in read_pir(_text(model)).blocks for op in b.ops
+                  if op.type == "batch_norm" for n in op.inputs["Mean"] + op.inputs["Variance"]}
+    assert trainable == persistables - statistics   # running statistics are state
+    assert {op.type for op in block.ops} & {"batch_norm", "dropout"}
+    test_program = program.clone(for_test=True)
+    batch = meta["batches"][0]
+    inputs = [ref[k.format(B=batch)] for k in meta["inputs"]]
+    (out,) = exe.run(test_program, feed=dict(zip(feeds, inputs)), fetch_list=fetches,
+                     scope=scope)
+    np.testing.assert_allclose(np.asarray(out), ref[meta["pir"]["outputs"][0].format(B=batch)],
+                               rtol=0, atol=1e-5)
