@@ -8,6 +8,7 @@ import json
 import os
 import random
 import shutil
+import time
 
 import numpy as np
 import pytest
@@ -385,3 +386,26 @@ def test_training_import_then_clone_for_test_gives_paddle_eval(model):
                      scope=scope)
     np.testing.assert_allclose(np.asarray(out), ref[meta["pir"]["outputs"][0].format(B=batch)],
                                rtol=0, atol=1e-5)
+
+
+def _dense(dims, element="0.t_f32"):
+    return {"#": "0.t_dtensor", "D": [{"#": element}, dims, "NCHW", [], 0]}
+
+
+def test_a_long_chain_of_unread_ops_is_dropped_in_linear_time():
+    n = 5_000   # a pass over the program per dropped op would take tens of seconds
+    ops = [{"#": "1.data", "I": [], "O": [{"%": 1, "TT": _dense([-1, 4])}],
+            "A": [{"N": "name", "AT": {"#": "0.a_str", "D": "x"}}]}]
+    for k in range(n):   # x -> relu -> relu -> ... that nothing reads
+        ops.append({"#": "1.relu", "I": [{"%": k + 1}], "O": [{"%": k + 2, "TT": _dense([-1, 4])}],
+                    "A": []})
+    ops.append({"#": "1.fetch", "I": [{"%": 1}], "O": [{"%": n + 2, "TT": _dense([-1, 4])}],
+                "A": [{"N": "col", "AT": {"#": "0.a_i32", "D": 0}}]})
+    doc = {"base_code": {"magic": "pir"}, "program": {"regions": [{"blocks": [
+        {"args": [], "ops": ops}]}]}}
+    start = time.perf_counter()
+    prog = read_pir(json.dumps(doc))
+    assert time.perf_counter() - start < 10
+    assert [op.type for op in prog.blocks[0].ops] == ["feed", "fetch"]
+    kept = read_pir(json.dumps(doc), prune=False)
+    assert len(kept.blocks[0].ops) == n + 2

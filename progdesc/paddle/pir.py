@@ -68,7 +68,7 @@ class _Builder:
         self.producer = {}    # value id -> (RawOp op, result index)
         self.parts = {}       # vector value id -> ids of its parts (builtin.split)
         self.taken = set()    # names given, to refuse a clash
-        self.params = set()   # value ids of parameters
+        self.param_names = set()   # names of the parameters
         self.feeds = 0
         self._current = []    # the decoded ops of the block being built
 
@@ -128,7 +128,7 @@ class _Builder:
                 (raw.path / "O" / "TT").fail("a parameter must be a dense tensor")
             self._define(vid, vtype, self.blocks[0], raw.path / "O",
                          raw.attrs["parameter_name"], persistable=raw.extra)
-            self.params.add(vid)
+            self.param_names.add(self.names[vid])
             return
         if name == "builtin.combine":
             for k, vid in enumerate(raw.operands):
@@ -328,7 +328,7 @@ class _Builder:
                 continue
             over = inplace.get(slot)
             target = inputs.get(over, [None])[0] if over else None
-            if target is not None and self._param_named(target):
+            if target is not None and target in self.param_names:
                 self.names[vid] = target
                 self.types[vid] = vtype
             else:
@@ -337,8 +337,6 @@ class _Builder:
         self._finish_attrs(row.type, raw, attrs, inputs)
         self._emit(block, raw, row.type, inputs, outputs, attrs)
 
-    def _param_named(self, name):
-        return any(self.names.get(v) == name for v in self.params)
 
     def _attrs(self, raw, renames):
         out = {}
@@ -466,33 +464,51 @@ class _Builder:
 
     # --- leaving out what nothing reads ---
     def _prune(self):
-        """Drop ops none of whose outputs anything reads (constants folded into
-        attributes, shape arithmetic for them), to a fixed point."""
-        keep_types = ("feed", "fetch", "pir.if", "pir.while")
-        while True:
-            used = set()
-            for b in self.blocks:
-                for op in b.ops:
-                    for names in op.inputs.values():
-                        used.update(names)
-                    if op.type in ("pir.if", "pir.while"):
-                        for key in ("then_outputs", "else_outputs", "body_outputs"):
-                            used.update(op.attrs.get(key, ()))
-                        used.add(op.attrs.get("body_cond"))
-            removed = False
-            for b in self.blocks:
-                kept = []
-                for op in b.ops:
-                    outs = [n for names in op.outputs.values() for n in names if n]
-                    writes_param = any(self._param_named(n) for n in outs)
-                    if outs and op.type not in keep_types and not writes_param and \
-                            not any(n in used for n in outs):
-                        removed = True
-                        continue
-                    kept.append(op)
-                b.ops[:] = kept
-            if not removed:
-                return
+        """Drop the ops none of whose outputs anything reads (constants folded into
+        attributes, the shape arithmetic that fed them), in one pass over a worklist."""
+        ops = [op for b in self.blocks for op in b.ops]
+        reads, producer = {}, {}
+        for op in ops:
+            for name in _reads(op):
+                reads[name] = reads.get(name, 0) + 1
+            for name in _writes(op):
+                producer[name] = op
+
+        def removable(op):
+            outs = _writes(op)
+            return outs and op.type not in _KEPT and \
+                not any(n in self.param_names or reads.get(n) for n in outs)
+
+        dead = set()
+        work = [op for op in ops if removable(op)]
+        while work:
+            op = work.pop()
+            if id(op) in dead or not removable(op):
+                continue
+            dead.add(id(op))
+            for name in _reads(op):
+                reads[name] -= 1
+                if not reads[name] and name in producer:
+                    work.append(producer[name])
+        for b in self.blocks:
+            b.ops[:] = [op for op in b.ops if id(op) not in dead]
+
+
+_KEPT = ("feed", "fetch", "pir.if", "pir.while")
+
+
+def _reads(op):
+    names = [n for slot in op.inputs.values() for n in slot]
+    if op.type in ("pir.if", "pir.while"):
+        for key in ("then_outputs", "else_outputs", "body_outputs"):
+            names.extend(op.attrs.get(key, ()))
+        if "body_cond" in op.attrs:
+            names.append(op.attrs["body_cond"])
+    return names
+
+
+def _writes(op):
+    return [n for slot in op.outputs.values() for n in slot if n]
 
 
 def _int_list(value):

@@ -54,15 +54,27 @@ class DType(str):
 
 
 class Path:
-    """A JSON path ('program.regions[0].blocks[0].ops[3]') for messages."""
+    """A JSON path ('program.regions[0].blocks[0].ops[3]') for messages: `path / key`
+    is one step deeper; the text is only made when a message needs it."""
 
-    __slots__ = ("text",)
+    __slots__ = ("parent", "key")
 
-    def __init__(self, text):
-        self.text = text
+    def __init__(self, key, parent=None):
+        self.parent, self.key = parent, key
 
     def __truediv__(self, key):
-        return Path(f"{self.text}[{key}]" if isinstance(key, int) else f"{self.text}.{key}")
+        return Path(key, self)
+
+    @property
+    def text(self):
+        steps, node = [], self
+        while node is not None:
+            steps.append(node.key)
+            node = node.parent
+        out = ""
+        for key in reversed(steps):
+            out += f"[{key}]" if isinstance(key, int) else (f".{key}" if out else key)
+        return out
 
     def fail(self, message):
         raise FormatError(f"PIR program: {self.text}: {message}")
