@@ -192,7 +192,8 @@ def test_rnn_row_gradients_match_jax_grad_of_the_reference(mode, num_layers):
 
     args = ([np.float64(w) for w in weights], np.float64(feed["x"]),
             *[np.float64(feed[s.name]) for s in states])
-    g_w, g_x, *g_s = jax.jit(jax.grad(reference_loss, argnums=tuple(range(2 + len(states)))))(*args)
+    argnums = tuple(range(2 + len(states)))
+    g_w, g_x, *g_s = jax.jit(jax.grad(reference_loss, argnums=argnums))(*args)
     for g, w in zip(got, [*g_w, g_x, *g_s]):
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
 
@@ -327,7 +328,8 @@ def test_imported_lstm_gradients_match_jax_grad_of_a_hand_written_lstm():
     """d sum(logits**2) / d every parameter of the imported classifier (our gradient makers
     through its scans) against jax.grad of the same classifier written by hand in JAX
     (float64), with the weights of the fixture's parameter file."""
-    paddle = progdesc.paddle.read_program(os.path.join(FIXTURES, "lstm", "legacy", "model.pdmodel"))
+    paddle = progdesc.paddle.read_program(
+        os.path.join(FIXTURES, "lstm", "legacy", "model.pdmodel"))
     rnn_op, = [op for op in paddle.blocks[0].ops if op.type == "rnn"]
     weight_names = rnn_op.inputs["WeightList"]
     exe, scope, program, feeds, fetches = _load("lstm", "legacy")

@@ -230,6 +230,24 @@ def _length_slice(op):
                                                    "StartsTensorList", "EndsTensorList")))
 
 
+def _range_readers(out, readers, users):
+    """(shapes, element slices, loop ops listing it) of the readers of the range `out`
+    when they are only those, and the shapes only have their length read; else None."""
+    shapes = [u for u in readers if u.type in SHAPE_OPS]
+    elements = [u for u in readers if u.type == "slice" and single(u, "Input") == out
+                and _element_index(u) is not None]
+    listed = [u for u in readers if u.type in ("while", "conditional_block")
+              and all(n != out for slot, names in u.inputs.items()
+                      if slot not in ("X", "Input") for n in names)]
+    if not (shapes or elements) or len(shapes) + len(elements) + len(listed) != len(readers):
+        return None
+    for s in shapes:
+        length = (s.outputs.get("Out") or [None])[0]
+        if length is None or not all(_length_slice(v) for v in users.get(length, [])):
+            return None
+    return shapes, elements, listed
+
+
 def rewrite_range_loops(paddle):
     """Rewrite, in place, each `range` of the PaddleProgram that only dygraph-to-static
     loops read (its length through `shape`, its elements through a decreasing slice at a
@@ -246,28 +264,18 @@ def rewrite_range_loops(paddle):
             if op.type not in ("range", "arange") or len(op.outputs.get("Out", [])) != 1:
                 continue
             ends = {s: single(op, s) for s in ("Start", "End", "Step")}
-            if None in ends.values():
-                continue
             out = op.outputs["Out"][0]
-            readers = users.get(out, [])
-            shapes = [u for u in readers if u.type in SHAPE_OPS]
-            elements = [u for u in readers if u.type == "slice" and single(u, "Input") == out
-                        and _element_index(u) is not None]
-            listed = [u for u in readers if u.type in ("while", "conditional_block")
-                      and all(n != out for s, ns in u.inputs.items()
-                              if s not in ("X", "Input") for n in ns)]
-            if not (shapes or elements) or len(shapes) + len(elements) + len(listed) != len(readers):
+            found = None if None in ends.values() else _range_readers(
+                out, users.get(out, []), users)
+            if found is None:
                 continue
-            if not all(all(_length_slice(v) for v in users.get(s.outputs["Out"][0], []))
-                       for s in shapes if s.outputs.get("Out")):
-                continue
+            shapes, elements, listed = found
             for s in shapes:
                 s.type, s.inputs = RANGE_LENGTH, {k: [v] for k, v in ends.items()}
             for e in elements:
-                e.type = RANGE_ELEMENT
                 e.inputs = {"Start": [ends["Start"]], "Step": [ends["Step"]],
                             "Index": [_element_index(e)]}
-                e.attrs = {}
+                e.type, e.attrs = RANGE_ELEMENT, {}
             for u in listed:
                 for slot in ("X", "Input"):
                     if slot in u.inputs:
