@@ -432,3 +432,160 @@ def test_held_parameters_are_not_overwritten_and_failures_write_nothing():
         with pytest.raises(FormatError, match="byte offset"):
             load_inference_model(tmp, pd.Executor(), scope=empty)
         assert "linear_0.w_0" not in empty
+
+
+def test_sizes_known_at_run_time_flow_into_fill_constant_and_range():
+    b = _Builder()
+    b.feed("x", (-1, -1, 3))
+    b.op("shape", {"Input": ["x"]}, {"Out": ["s"]})
+    b.op("slice", {"Input": ["s"]}, {"Out": ["n"]}, axes=[0], starts=[1], ends=[2],
+         decrease_axis=[0])
+    b.op("fill_constant", {}, {"Out": ["two"]}, shape=[], dtype=2, value=2.0)
+    b.op("fill_constant", {"ShapeTensorList": ["two", "n"]}, {"Out": ["z"]}, shape=[2, -1],
+         dtype=5, value=1.5)
+    b.op("cast", {"X": ["n"]}, {"Out": ["n64"]}, in_dtype=2, out_dtype=3)
+    b.op("fill_constant", {}, {"Out": ["zero"]}, shape=[1], dtype=3, value=0.0)
+    b.op("fill_constant", {}, {"Out": ["one"]}, shape=[1], dtype=3, value=1.0)
+    b.op("range", {"Start": ["zero"], "End": ["n64"], "Step": ["one"]}, {"Out": ["r"]})
+    b.vars["r"] = Var("r", (-1,), "int64")
+    b.fetch("z")
+    b.fetch("r")
+    z, r = b.run({"x": np.zeros((4, 6, 3), np.float32)})
+    np.testing.assert_array_equal(z, np.full((2, 6), 1.5, np.float32))
+    np.testing.assert_array_equal(r, np.arange(6))
+    assert r.dtype == np.int64 or r.dtype == np.int32   # int64 where x64 is on
+
+
+def test_more_layers_against_numpy():
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((2, 4, 3, 3)).astype(np.float32)
+    alpha = np.array([0.1, 0.2, 0.3, 0.4], np.float32)
+    got = _one("prelu", x, {"X": ["x"], "Alpha": ["a"]}, extra={"a": alpha}, mode="channel")
+    np.testing.assert_allclose(got, np.where(x > 0, x, x * alpha[None, :, None, None]),
+                               rtol=1e-6)
+    scale, bias = np.arange(1, 5, dtype=np.float32), np.arange(4, dtype=np.float32)
+    got = _one("group_norm", x, {"X": ["x"], "Scale": ["s"], "Bias": ["b"]},
+               outputs=("Y", "Mean", "Variance"), extra={"s": scale, "b": bias}, groups=2,
+               epsilon=1e-5)
+    g = x.reshape(2, 2, -1)
+    want = ((g - g.mean(-1, keepdims=True)) / np.sqrt(g.var(-1, keepdims=True) + 1e-5))
+    want = want.reshape(x.shape) * scale[:, None, None] + bias[:, None, None]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    got = _one("instance_norm", x, {"X": ["x"], "Scale": ["s"], "Bias": ["b"]},
+               outputs=("Y", "SavedMean", "SavedVariance"), extra={"s": scale, "b": bias})
+    m, v = x.mean((2, 3), keepdims=True), x.var((2, 3), keepdims=True)
+    np.testing.assert_allclose(got, (x - m) / np.sqrt(v + 1e-5) * scale[:, None, None]
+                               + bias[:, None, None], rtol=1e-4, atol=1e-5)
+    got = _one("p_norm", x, porder=2.0, axis=1, keepdim=False)
+    np.testing.assert_allclose(got, np.sqrt((x ** 2).sum(1)), rtol=1e-5)
+    np.testing.assert_array_equal(_one("flip", x, axis=[1, -1]), x[:, ::-1, :, ::-1])
+    idx = np.array([2, 0], np.int64)
+    np.testing.assert_array_equal(
+        _one("index_select", x, {"X": ["x"], "Index": ["i"]}, extra={"i": idx}, dim=1),
+        x[:, [2, 0]])
+    np.testing.assert_array_equal(_one("tile", x[0, 0], repeat_times=[2, 1, 2]),
+                                  np.tile(x[0, 0], (2, 1, 2)))
+    np.testing.assert_array_equal(_one("sum", x, {"X": ["x", "x"]}), x + x)
+    v5 = rng.standard_normal((1, 2, 2, 2, 2)).astype(np.float32)
+    got = _one("pad3d", v5, paddings=[1, 0, 0, 2, 1, 1], value=0.5)
+    np.testing.assert_array_equal(got, np.pad(v5, ((0, 0), (0, 0), (1, 1), (0, 2), (1, 0)),
+                                              constant_values=0.5))
+    got = _one("fill_constant_batch_size_like", x, {"Input": ["x"]}, shape=[-1, 7], dtype=5,
+               value=3.0, input_dim_idx=0, output_dim_idx=0)
+    np.testing.assert_array_equal(got, np.full((2, 7), 3.0, np.float32))
+
+
+def _program_of(build, feeds):
+    """Run a _Builder program that `build(b)` fills, on `feeds` ({name: array})."""
+    b = _Builder()
+    for name, value in feeds.items():
+        b.feed(name, value.shape, str(value.dtype))
+    for name in build(b):
+        b.fetch(name)
+    return b.run(feeds)
+
+
+def test_lists_constants_and_selection():
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((3, 4)).astype(np.float32)
+    ids = np.array([[1], [3]], np.int64)
+
+    def build(b):
+        b.op("split", {"X": ["x"]}, {"Out": ["s0", "s1"]}, num=0, sections=[1, -1], axis=-1)
+        b.op("stack", {"X": ["s0", "s0"]}, {"Y": ["st"]}, axis=-1)
+        b.op("concat", {"X": ["s1", "s0"]}, {"Out": ["cc"]}, axis=1)
+        b.op("assign_value", {}, {"Out": ["av"]}, shape=[2], dtype=2, int32_values=[2, 0])
+        b.op("gather", {"X": ["x"], "Index": ["av"]}, {"Out": ["g"]})
+        b.op("clip", {"X": ["x"]}, {"Out": ["cl"]}, min=-0.5, max=0.25)
+        b.op("greater_equal", {"X": ["x"], "Y": ["cl"]}, {"Out": ["ge"]})
+        b.op("logical_not", {"X": ["ge"]}, {"Out": ["nge"]})
+        b.op("where", {"Condition": ["nge"], "X": ["x"], "Y": ["cl"]}, {"Out": ["w"]})
+        b.param("table", np.arange(20, dtype=np.float32).reshape(5, 4))
+        b.op("lookup_table", {"W": ["table"], "Ids": ["ids"]}, {"Out": ["e"]}, padding_idx=3)
+        b.op("matmul", {"X": ["x"], "Y": ["x"]}, {"Out": ["mm"]}, transpose_Y=True, alpha=0.5)
+        b.op("arg_max", {"X": ["x"]}, {"Out": ["am"]}, flatten=True, dtype=3, axis=0)
+        b.op("cumsum", {"X": ["x"]}, {"Out": ["cs"]}, axis=1, exclusive=True)
+        b.op("expand_v2", {"X": ["s0"]}, {"Out": ["ex"]}, shape=[2, -1, 3])
+        b.op("unstack", {"X": ["x"]}, {"Y": ["u0", "u1", "u2"]}, axis=0)
+        b.op("one_hot_v2", {"X": ["av"]}, {"Out": ["oh"]}, depth=4, dtype=5)
+        return ["s1", "st", "cc", "g", "w", "e", "mm", "am", "cs", "ex", "u2", "oh"]
+
+    (s1, st, cc, g, w, e, mm, am, cs, ex, u2, oh) = _program_of(build, {"x": x, "ids": ids})
+    np.testing.assert_array_equal(s1, x[:, 1:])
+    np.testing.assert_array_equal(st, np.stack([x[:, :1], x[:, :1]], -1))
+    np.testing.assert_array_equal(cc, np.concatenate([x[:, 1:], x[:, :1]], 1))
+    np.testing.assert_array_equal(g, x[[2, 0]])
+    np.testing.assert_array_equal(w, np.where(x < np.clip(x, -0.5, 0.25), x, np.clip(x, -0.5, 0.25)))
+    np.testing.assert_array_equal(e, [np.arange(4, 8), np.zeros(4)])   # 3 is the padding row
+    np.testing.assert_allclose(mm, 0.5 * x @ x.T, rtol=1e-5)
+    assert int(am) == int(np.argmax(x))
+    np.testing.assert_allclose(cs, np.cumsum(x, 1) - x, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(ex, np.broadcast_to(x[:, :1], (2, 3, 3)))
+    np.testing.assert_array_equal(u2, x[2])
+    np.testing.assert_array_equal(oh, np.eye(4, dtype=np.float32)[[2, 0]])
+
+
+def test_integer_floor_division_rounds_down():
+    a = np.array([7, -7, 7, -7, 6], np.int32)
+    b = np.array([2, 2, -2, -2, 3], np.int32)
+
+    def build(bld):
+        bld.op("elementwise_floordiv", {"X": ["a"], "Y": ["b"]}, {"Out": ["q"]})
+        return ["q"]
+
+    np.testing.assert_array_equal(_program_of(build, {"a": a, "b": b})[0], a // b)
+
+
+def test_ops_that_do_not_fit_are_reported_with_the_others():
+    b = _Builder()
+    b.feed("x", (-1, 3, 4, 4))
+    b.param("w", np.zeros((2, 5, 3, 3), np.float32))   # 5 input channels for 3
+    b.op("conv2d", {"Input": ["x"], "Filter": ["w"]}, {"Output": ["y"]})
+    b.op("pool2d", {"X": ["x"]}, {"Out": ["p"]}, ksize=[2, 2], strides=[0, 0])
+    b.op("no_such_op", {"X": ["x"]}, {"Out": ["z"]})
+    b.fetch("z")
+    with pytest.raises(UnsupportedOpError) as e:
+        b.run({"x": np.zeros((1, 3, 4, 4), np.float32)})
+    assert [(p[0], p[2]) for p in e.value.places] == [("conv2d", 1), ("pool2d", 2),
+                                                      ("no_such_op", 3)]
+    assert "does not fit" in e.value.places[0][4]
+
+
+def test_attributes_of_other_types_give_typed_errors_only():
+    rng = np.random.default_rng(7)
+    original = read_pdmodel(_read(os.path.join(FIXTURES, "lenet", "legacy", "model.pdmodel")))
+    names = sorted(v.name for v in original.blocks[0].vars.values()
+                   if v.persistable and v.kind == "dense")
+    values = read_combined(_read(os.path.join(FIXTURES, "lenet", "legacy", "model.pdiparams")),
+                           names)
+    odd = [7, -1, 0, 2.5, "NHWC", [], [3], [1, 2, 3, 4, 5], [-4, 0], True, [1.5, "a"], 2**40]
+    for _ in range(40):
+        prog = read_pdmodel(_read(os.path.join(FIXTURES, "lenet", "legacy", "model.pdmodel")))
+        ops = [op for op in prog.blocks[0].ops if op.attrs and op.type not in ("feed", "fetch")]
+        for op in rng.choice(ops, size=3):
+            key = rng.choice(sorted(op.attrs))
+            op.attrs[key] = odd[rng.integers(len(odd))]
+        try:
+            translate(prog, values)
+        except (UnsupportedOpError, FormatError):
+            pass

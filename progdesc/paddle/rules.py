@@ -41,7 +41,8 @@ RULES.rename("elementwise_pow", "pow", inputs=("X", "Y"))
   `t.constant(array)`, `t.value_of(name)` (the value of a constant or folded shape,
   else None), `t.rank(name)`, `t.for_training` (the model is imported for
   training: batch norm and dropout run in training mode, `clone(for_test=True)` gives
-  eval), and for control flow `t.program` (ours), `t.paddle` (the PaddleProgram),
+  eval), `t.paddle_var(name, block)` (a Paddle variable's declaration as a Paddle
+  block sees it), and for control flow `t.program` (ours), `t.paddle` (the PaddleProgram),
   `t.subgraph(block, inputs, outputs)` (a Paddle block, by index or `graph.Block`, as a
   graph whose arguments are bound to the Paddle names `inputs` and whose results are
   the Paddle names `outputs`), then `t.inline(graph, args)` / `t.sub_block(graph, args)`
@@ -82,8 +83,9 @@ def _axis(axis, rank):
     return axis + rank if axis < 0 else axis
 
 
-def _dtype(code, what="dtype"):
-    """NumPy's name of a Paddle element type number (or a name a PIR reader passed)."""
+def dtype_name(code, what="dtype"):
+    """NumPy's name of a Paddle element type number (or a name a PIR reader passed);
+    Unsupported for a number progdesc does not know."""
     if isinstance(code, str):
         return code
     name = DTYPES.get(code)
@@ -104,6 +106,26 @@ def _ints(t, name, what):
 def _list_ints(t, names, what):
     """The values of a list of scalar tensors (ShapeTensorList, StartsTensorList)."""
     return [v for name in names for v in _ints(t, name, what)]
+
+
+def _sizes(t, names, what):
+    """The sizes held by a shape tensor or a list of them: ints and (variable, axis)
+    pairs for sizes known only at run time (see PaddleTranslator.sizes_of)."""
+    out = []
+    for name in names:
+        sizes = t.sizes_of(name)
+        if sizes is None:
+            raise Unsupported(f"{what} is computed at run time (not from a shape)")
+        out += sizes
+    return out
+
+
+def _with_unknown(sizes, what):
+    """Sizes as dims: -1 for the one size known only at run time (Unsupported if more)."""
+    unknown = [s for s in sizes if not isinstance(s, int)]
+    if len(unknown) > 1:
+        raise Unsupported(f"{what} holds {len(unknown)} sizes known only at run time")
+    return [s if isinstance(s, int) else -1 for s in sizes], (unknown[0] if unknown else None)
 
 
 def _dims(t, x):
@@ -292,13 +314,13 @@ def log_softmax(t, x, *, axis=-1):
 @RULES.rule("clip", inputs=("X", "Min", "Max"))
 def clip(t, x, lo, hi, *, min=-3.4e38, max=3.4e38):  # noqa: A002  (Paddle's names)
     if lo is not None or hi is not None:
-        lo = [min] if lo is None else _ints_or_floats(t, lo, "Min")
-        hi = [max] if hi is None else _ints_or_floats(t, hi, "Max")
+        lo = [min] if lo is None else _floats(t, lo, "Min")
+        hi = [max] if hi is None else _floats(t, hi, "Max")
         min, max = lo[0], hi[0]
     return t.call("clip", x, min=float(min), max=float(max))
 
 
-def _ints_or_floats(t, name, what):
+def _floats(t, name, what):
     value = t.value_of(name)
     if value is None:
         raise Unsupported(f"{what} is computed at run time")
@@ -309,11 +331,10 @@ def _ints_or_floats(t, name, what):
 def scale(t, x, scale_tensor, *, scale=1.0, bias=0.0, bias_after_scale=True):
     if scale_tensor is not None:
         known = t.value_of(scale_tensor)
-        if known is None:
-            y = t.call("mul", x, scale_tensor)
-            return t.call("scale", y, bias=float(bias) if bias_after_scale else 0.0) \
-                if bias_after_scale else t.call("mul", t.call("scale", x, bias=float(bias)),
-                                                scale_tensor)
+        if known is None:   # a scale computed at run time
+            if bias_after_scale:
+                return t.call("scale", t.call("mul", x, scale_tensor), bias=float(bias))
+            return t.call("mul", t.call("scale", x, bias=float(bias)), scale_tensor)
         scale = float(np.asarray(known).reshape(-1)[0])
     return t.call("scale", x, scale=float(scale), bias=float(bias),
                   bias_after_scale=bool(bias_after_scale))
@@ -390,8 +411,6 @@ def pool2d(t, x, *, pooling_type="max", ksize=(1, 1), global_pooling=False, stri
             raise Unsupported("SAME padding of unknown spatial dims")
         pads = [_same_pads(n, k, s) for n, k, s in zip(spatial, ksize, strides)]
         paddings = [pads[0][0], pads[0][1], pads[1][0], pads[1][1]]
-    if len(paddings) == 4:   # Paddle: (top, bottom, left, right)
-        pass
     return t.call("pool2d", x, pooling_type=pooling_type, ksize=list(ksize),
                   strides=list(strides), paddings=paddings, exclusive=bool(exclusive),
                   ceil_mode=bool(ceil_mode))
@@ -482,16 +501,16 @@ def lookup_table(t, w, ids, *, padding_idx=-1):
 def one_hot_v2(t, x, depth_tensor, *, depth=-1, dtype=5, allow_out_of_range=False):
     if depth_tensor is not None:
         depth = _ints(t, depth_tensor, "depth_tensor")[0]
-    return t.call("one_hot", x, depth=int(depth), dtype=_dtype(dtype))
+    return t.call("one_hot", x, depth=int(depth), dtype=dtype_name(dtype))
 
 
 # --- shapes ---
 @RULES.rule("reshape2", inputs=("X", "Shape", "ShapeTensor*"), outputs=("Out", "XShape"))
 def reshape2(t, x, shape_input, shape_list, *, shape=()):
     if shape_input is not None:
-        shape = _ints(t, shape_input, "Shape")
+        shape = _with_unknown(_sizes(t, [shape_input], "Shape"), "Shape")[0]
     elif shape_list:
-        shape = _list_ints(t, shape_list, "ShapeTensor")
+        shape = _with_unknown(_sizes(t, shape_list, "ShapeTensor"), "ShapeTensor")[0]
     return t.call("reshape", x, shape=[int(d) for d in shape]), None
 
 
@@ -601,6 +620,10 @@ def _slice(t, x, axes, starts, ends, strides, decrease_axis):
                  strides=[int(s) for s in strides] if strides else [])
     if decrease_axis:
         out = t.call("squeeze", out, axes=[_axis(a, len(dims)) for a in decrease_axis])
+    sizes = t.sizes_of(x)
+    if sizes is not None and len(dims) == 1 and axes == [0]:
+        t.set_sizes(out, sizes[slice(clamp(starts[0]), clamp(ends[0]),
+                                     int(strides[0]) if strides else None)])
     return out
 
 
@@ -667,10 +690,8 @@ def tile(t, x, reps_t, reps_l, *, repeat_times=()):
         repeat_times = _list_ints(t, reps_l, "repeat_times_tensor")
     reps = [int(r) for r in repeat_times]
     rank = t.rank(x)
-    if len(reps) > rank:
-        x = t.call("reshape", x, shape=[1] * (len(reps) - rank) + [0] * 0 + _dims(t, x)) \
-            if -1 not in _dims(t, x) else t.call("unsqueeze", x,
-                                                  axes=list(range(len(reps) - rank)))
+    if len(reps) > rank:   # Paddle lines x up with the trailing entries
+        x = t.call("unsqueeze", x, axes=list(range(len(reps) - rank)))
     reps = [1] * (t.rank(x) - len(reps)) + reps
     return t.call("tile", x, reps=reps)
 
@@ -678,24 +699,31 @@ def tile(t, x, reps_t, reps_l, *, repeat_times=()):
 # --- creation ---
 @RULES.rule("fill_constant", inputs=("ShapeTensor", "ShapeTensorList*", "ValueTensor"))
 def fill_constant(t, shape_t, shape_l, value_t, *, shape=(), dtype=5, value=0.0, str_value=""):
+    sizes = [int(d) for d in shape]
     if shape_t is not None:
-        shape = _ints(t, shape_t, "ShapeTensor")
+        sizes = _sizes(t, [shape_t], "ShapeTensor")
     elif shape_l:
-        shape = _list_ints(t, shape_l, "ShapeTensorList")
-    dtype = _dtype(dtype)
+        sizes = _sizes(t, shape_l, "ShapeTensorList")
+    dtype = dtype_name(dtype)
     if value_t is not None:
         known = t.value_of(value_t)
         if known is None:
             raise Unsupported("ValueTensor is computed at run time")
         value = np.asarray(known).reshape(-1)[0]
     elif str_value:
-        value = _parse_number(str_value)
-    if any(d < 0 for d in shape):
-        raise Unsupported(f"shape {list(shape)} has an unknown dim")
-    return t.constant(np.full([int(d) for d in shape], value, dtype=_np_dtype(dtype)))
+        value = parse_number(str_value)
+    dims, unknown = _with_unknown(sizes, "the shape")
+    if unknown is None:
+        if any(d < 0 for d in dims):
+            raise Unsupported(f"shape {dims} has an unknown dim")
+        return t.constant(np.full(dims, value, dtype=numpy_dtype(dtype)))
+    like, axis = unknown
+    return t.call("broadcast_in_dim", t.constant(np.asarray(value, numpy_dtype(dtype))), like,
+                  shape=dims, broadcast_dimensions=[], like_axis=axis)
 
 
-def _parse_number(text):
+def parse_number(text):
+    """The number of a Paddle `str_value` attribute ('7', '-inf', '1e-05')."""
     text = text.strip().lower()
     if text in ("inf", "+inf", "infinity"):
         return float("inf")
@@ -709,7 +737,8 @@ def _parse_number(text):
         return float(text)
 
 
-def _np_dtype(name):
+def numpy_dtype(name):
+    """The NumPy dtype of a dtype name (bfloat16 from ml_dtypes)."""
     if name == "bfloat16":
         import ml_dtypes
         return ml_dtypes.bfloat16
@@ -719,13 +748,13 @@ def _np_dtype(name):
 @RULES.rule("assign_value", inputs=())
 def assign_value(t, *, shape=(), dtype=5, fp32_values=(), int32_values=(), int64_values=(),
                  bool_values=(), fp64_values=(), values=()):
-    dtype = _dtype(dtype)
+    dtype = dtype_name(dtype)
     data = next((v for v in (values, fp32_values, int32_values, int64_values, bool_values,
                              fp64_values) if len(v)), [])
     count = math.prod(shape)
     if len(data) != count:
         raise Unsupported(f"{len(data)} values for shape {list(shape)}")
-    return t.constant(np.asarray(data).astype(_np_dtype(dtype)).reshape([int(d) for d in shape]))
+    return t.constant(np.asarray(data).astype(numpy_dtype(dtype)).reshape([int(d) for d in shape]))
 
 
 @RULES.rule("assign")
@@ -735,11 +764,8 @@ def assign(t, x):
 
 @RULES.rule("fill_any_like")
 def fill_any_like(t, x, *, value=0.0, dtype=-1):
-    dims, ours = t.var(x)
-    dtype = ours if dtype == -1 else _dtype(dtype)
-    zero = t.call("cast", t.call("fill_zeros_like", x), dtype=dtype) \
-        if dtype != ours else t.call("fill_zeros_like", x)
-    return t.call("add", zero, t.constant(np.asarray(value, _np_dtype(dtype))))
+    dtype = t.var(x)[1] if dtype == -1 else dtype_name(dtype)
+    return t.call("expand_as", t.constant(np.asarray(value, numpy_dtype(dtype))), x)
 
 
 @RULES.rule("fill_zeros_like")
@@ -747,15 +773,32 @@ def fill_zeros_like(t, x):
     return t.call("fill_zeros_like", x)
 
 
+@RULES.rule("fill_constant_batch_size_like", inputs=("Input",))
+def fill_constant_batch_size_like(t, x, *, shape=(), dtype=5, value=0.0, str_value="",
+                                  input_dim_idx=0, output_dim_idx=0):
+    value = parse_number(str_value) if str_value else value
+    dims = [int(d) for d in shape]
+    size = _dims(t, x)[input_dim_idx]
+    fill = np.asarray(value, numpy_dtype(dtype_name(dtype)))
+    if size != -1:
+        dims[output_dim_idx] = size
+        return t.constant(np.full(dims, fill))
+    dims[output_dim_idx] = -1
+    return t.call("broadcast_in_dim", t.constant(fill), x, shape=dims, broadcast_dimensions=[],
+                  like_axis=input_dim_idx)
+
+
 @RULES.rule("cast")
 def cast(t, x, *, out_dtype=5, in_dtype=5):
-    dtype = _dtype(out_dtype)
+    dtype = dtype_name(out_dtype)
     known = t.value_of(x)
     if known is not None:
-        return t.constant(known.astype(_np_dtype(dtype)))
-    if t.var(x)[1] == dtype:
-        return t.call("assign", x)
-    return t.call("cast", x, dtype=dtype)
+        return t.constant(known.astype(numpy_dtype(dtype)))
+    out = t.call("assign", x) if t.var(x)[1] == dtype else t.call("cast", x, dtype=dtype)
+    sizes = t.sizes_of(x)
+    if sizes is not None and dtype.startswith(("int", "uint")):
+        t.set_sizes(out, sizes)
+    return out
 
 
 @RULES.rule("shape", inputs=("Input",))
@@ -764,22 +807,36 @@ def shape(t, x, *, out_types=()):
     dtype = out_types[0].dtype if out_types and out_types[0] is not None and \
         out_types[0].dtype else "int32"
     if -1 not in dims:
-        return t.constant(np.asarray(dims, _np_dtype(dtype)))
+        return t.constant(np.asarray(dims, numpy_dtype(dtype)))
     parts = [t.call("unsqueeze", t.call("dim_size", x, axis=i, dtype=dtype), axes=[0])
-             if d == -1 else t.constant(np.asarray([d], _np_dtype(dtype)))
+             if d == -1 else t.constant(np.asarray([d], numpy_dtype(dtype)))
              for i, d in enumerate(dims)]
-    return t.call("concat", parts, axis=0)
+    out = t.call("concat", parts, axis=0)
+    t.set_sizes(out, [d if d != -1 else (x, i) for i, d in enumerate(dims)])
+    return out
 
 
 @RULES.rule("range", "arange", inputs=("Start", "End", "Step"))
 def range_(t, start, end, step, *, out_types=()):
     values = [t.value_of(v) for v in (start, end, step)]
-    if any(v is None for v in values):
+    dtype = numpy_dtype(out_types[0].dtype) if out_types and out_types[0] is not None and \
+        out_types[0].dtype else None
+    if all(v is not None for v in values):
+        s, e, d = (np.asarray(v).reshape(-1)[0] for v in values)
+        return t.constant(np.arange(s, e, d).astype(dtype or values[0].dtype))
+    ends = t.sizes_of(end)
+    if values[0] is None or values[2] is None or ends is None or len(ends) != 1:
         raise Unsupported("start, end or step is computed at run time")
-    dtype = values[0].dtype if not out_types or out_types[0] is None else \
-        _np_dtype(out_types[0].dtype)
-    s, e, d = (np.asarray(v).reshape(-1)[0] for v in values)
-    return t.constant(np.arange(s, e, d).astype(dtype))
+    s, d = (np.asarray(values[i]).reshape(-1)[0] for i in (0, 2))
+    if s != 0 or d != 1:
+        raise Unsupported("a range up to a size known only at run time from a start other "
+                          "than 0 or a step other than 1")
+    like, axis = ends[0]
+    ones = t.call("broadcast_in_dim", t.constant(np.ones((), np.int32)), like, shape=[-1],
+                  broadcast_dimensions=[], like_axis=axis)
+    counted = t.call("scale", t.call("cumsum", ones, axis=0), bias=-1.0)
+    dtype = np.dtype(dtype or values[0].dtype)
+    return t.call("cast", counted, dtype=str(dtype)) if dtype != np.int32 else counted
 
 
 # --- reductions and search ---
@@ -788,8 +845,8 @@ def _reduce(ours):
         axes = [] if reduce_all else [_axis(a, t.rank(x)) for a in dim]
         if len(axes) == t.rank(x):
             axes = []
-        if out_dtype not in (-1, None) and _dtype(out_dtype) != t.var(x)[1]:
-            x = t.call("cast", x, dtype=_dtype(out_dtype))
+        if out_dtype not in (-1, None) and dtype_name(out_dtype) != t.var(x)[1]:
+            x = t.call("cast", x, dtype=dtype_name(out_dtype))
         return t.call(ours, x, axis=axes, keep_dim=bool(keep_dim))
     rule.__name__ = rule.__qualname__ = ours
     return rule
@@ -807,11 +864,12 @@ def mean(t, x):
 
 def _arg(ours):
     def rule(t, x, *, axis=-1, keepdims=False, flatten=False, dtype=3):
+        dtype = 3 if dtype == -1 else dtype
         if flatten:
             x = t.call("reshape", x, shape=[-1])
             axis = 0
         return t.call(ours, x, axis=_axis(axis, t.rank(x)), keep_dim=bool(keepdims),
-                      dtype=_dtype(dtype))
+                      dtype=dtype_name(dtype))
     rule.__name__ = rule.__qualname__ = ours
     return rule
 
@@ -903,3 +961,120 @@ def _interp(method):
 for _method in ("nearest", "bilinear"):
     RULES.rule(f"{_method}_interp_v2", f"{_method}_interp",
                inputs=("X", "OutSize", "SizeTensor*", "Scale"))(_interp(_method))
+
+
+# --- more of paddle.nn ---
+@RULES.rule("sum", inputs=("X*",))
+def sum_(t, xs):
+    return xs[0] if len(xs) == 1 else t.call("sum", xs)
+
+
+@RULES.rule("bmm", inputs=("X", "Y"))
+def bmm(t, x, y):
+    return t.call("matmul", x, y)
+
+
+@RULES.rule("prelu", inputs=("X", "Alpha"))
+def prelu(t, x, alpha, *, mode="all", data_format="NCHW"):
+    rank = t.rank(x)
+    if mode == "channel":
+        channel = 1 if data_format == "NCHW" else rank - 1
+        alpha = t.call("reshape", alpha, shape=[-1])
+        if channel != rank - 1:
+            alpha = t.call("unsqueeze", alpha, axes=list(range(1, rank - channel)))
+    elif mode == "element":
+        alpha = t.call("unsqueeze", t.call("reshape", alpha, shape=_dims(t, alpha)[1:]),
+                       axes=[0]) if t.rank(alpha) == rank else alpha
+    elif mode == "all":
+        alpha = t.call("reshape", alpha, shape=[])
+    else:
+        raise Unsupported(f"mode={mode!r}")
+    zero = t.constant(np.zeros((), t.var(x)[1]))
+    return t.call("where", t.call("greater_than", x, zero), x, t.call("mul", x, alpha))
+
+
+@RULES.rule("flip")
+def flip(t, x, *, axis=()):
+    return t.call("rev", x, dimensions=[_axis(a, t.rank(x)) for a in axis])
+
+
+@RULES.rule("index_select", inputs=("X", "Index"))
+def index_select(t, x, index, *, dim=0):
+    return t.call("gather", x, index, axis=_axis(dim, t.rank(x)))
+
+
+@RULES.rule("p_norm")
+def p_norm(t, x, *, porder=2.0, axis=-1, epsilon=1e-12, keepdim=False, asvector=False):
+    if asvector:
+        x = t.call("reshape", x, shape=[-1])
+        axis = 0
+    axes = [_axis(axis, t.rank(x))]
+    a = t.call("abs", x)
+    if porder == float("inf"):
+        return t.call("reduce_max", a, axis=axes, keep_dim=bool(keepdim))
+    if porder == 2.0:
+        return t.call("sqrt", t.call("reduce_sum", t.call("square", a), axis=axes,
+                                     keep_dim=bool(keepdim)))
+    if porder == 1.0:
+        return t.call("reduce_sum", a, axis=axes, keep_dim=bool(keepdim))
+    raise Unsupported(f"porder={porder}")
+
+
+@RULES.rule("pad3d", inputs=("X", "Paddings"))
+def pad3d(t, x, paddings_t, *, paddings=(0, 0, 0, 0, 0, 0), mode="constant", value=0.0,
+          data_format="NCDHW"):
+    if paddings_t is not None:
+        paddings = _ints(t, paddings_t, "Paddings")
+    if mode != "constant" or data_format != "NCDHW":
+        raise Unsupported(f"mode={mode!r}, data_format={data_format!r} (only constant, NCDHW)")
+    left, right, top, bottom, front, back = [int(p) for p in paddings]
+    config = [0, 0, 0, 0, 0, 0, front, back, 0, top, bottom, 0, left, right, 0]
+    return t.call("pad", x, t.constant(np.asarray(value, t.var(x)[1])), padding_config=config)
+
+
+@RULES.rule("pad", inputs=("X",))
+def pad(t, x, *, paddings=(), pad_value=0.0):
+    config = [v for i in range(0, len(paddings), 2)
+              for v in (int(paddings[i]), int(paddings[i + 1]), 0)]
+    return t.call("pad", x, t.constant(np.asarray(pad_value, t.var(x)[1])),
+                  padding_config=config)
+
+
+@RULES.rule("instance_norm", inputs=("X", "Scale", "Bias"),
+            outputs=("Y", "SavedMean", "SavedVariance"))
+def instance_norm(t, x, scale, bias, *, epsilon=1e-5):
+    return _group_standardize(t, x, 0, scale, bias, epsilon), None, None
+
+
+@RULES.rule("group_norm", inputs=("X", "Scale", "Bias"), outputs=("Y", "Mean", "Variance"))
+def group_norm(t, x, scale, bias, *, epsilon=1e-5, groups=1, data_layout="NCHW"):
+    if data_layout != "NCHW":
+        raise Unsupported(f"data_layout={data_layout!r}")
+    return _group_standardize(t, x, groups, scale, bias, epsilon), None, None
+
+
+def _group_standardize(t, x, groups, scale, bias, epsilon):
+    """(x - mean) / sqrt(var + eps) over each sample's groups of channels (groups=0:
+    each channel alone), then the per-channel scale and bias."""
+    dims = _dims(t, x)
+    c = dims[1]
+    if c == -1 or -1 in dims[2:]:
+        raise Unsupported("normalisation over unknown dims")
+    groups = groups or c
+    spatial = dims[2:]
+    g = t.call("reshape", x, shape=[0, groups, c // groups * math.prod(spatial)])
+    mean = t.call("reduce_mean", g, axis=[2], keep_dim=True)
+    centered = t.call("sub", g, mean)
+    var = t.call("reduce_mean", t.call("square", centered), axis=[2], keep_dim=True)
+    y = t.call("mul", centered, t.call("rsqrt", t.call("scale", var, bias=float(epsilon))))
+    y = t.call("reshape", y, shape=[0, c] + spatial)
+    shape = [c] + [1] * len(spatial)
+    if scale is not None:
+        y = t.call("mul", y, t.call("reshape", scale, shape=shape))
+    if bias is not None:
+        y = t.call("add", y, t.call("reshape", bias, shape=shape))
+    return y
+
+
+# the older names of three helpers, which rules_sequence still imports
+_dtype, _np_dtype, _parse_number = dtype_name, numpy_dtype, parse_number

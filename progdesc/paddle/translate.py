@@ -18,17 +18,22 @@ What becomes what:
 - Sub-blocks (legacy `while`, `conditional_block`) and PIR regions are translated by
   the rules that own them, through `subgraph` and `inline` / `sub_block`.
 """
+import importlib
+import importlib.util
 from typing import NamedTuple
 
 import numpy as np
 
-from lowering.errors import FormatError
+from lowering.errors import FormatError, ProgramError, UnsupportedOpError
 from progdesc.framework import Program, program_guard
 from progdesc.paddle.graph import Block as PaddleBlock
-from progdesc.paddle import rules_sequence   # registers the rnn and control-flow rows
 from progdesc.paddle.rules import RULES
 from progdesc.paddle.table import is_list, slot_name
 from progdesc.translate import FAILED, Environment, Node, Translator, Unsupported
+
+# the rows of the sequence ops and control flow (helper pseq's module), once it is merged
+_SEQUENCE = (importlib.import_module("progdesc.paddle.rules_sequence")
+             if importlib.util.find_spec("progdesc.paddle.rules_sequence") else None)
 
 _SKIPPED_KINDS = ("feed_minibatch", "fetch_list", "feed_list", "step_scopes", "raw")
 
@@ -66,6 +71,7 @@ class PaddleTranslator(Translator):
         self.fetches = {}   # col -> our name of the fetched value
         self._envs = {}     # Paddle block index -> the environment of its walk
         self.known = {}     # our name -> its value, for the variables made by `constant`
+        self._sizes = {}    # our name -> the sizes an int vector (or scalar) holds
 
     def constant(self, value):
         """`Translator.constant`, remembering the value (see `value_of`)."""
@@ -73,6 +79,25 @@ class PaddleTranslator(Translator):
         name = super().constant(value)
         self.known[name] = value
         return name
+
+    def sizes_of(self, name):
+        """The elements of a 1-D (or 0-D) int variable of ours as sizes: a list of ints
+        and `(variable, axis)` pairs (the size of that dim of one of our variables, known
+        only at run time), as `shape` made them and `slice` or `cast` kept them; None if
+        unknown. For `fill_constant`, `range`, `reshape2` of a shape computed from
+        the batch size."""
+        if name is None:
+            return None
+        if name in self._sizes:
+            return list(self._sizes[name])
+        value = self.known.get(name)
+        if value is not None and value.dtype.kind in "iu" and value.ndim <= 1:
+            return [int(v) for v in value.reshape(-1)]
+        return None
+
+    def set_sizes(self, name, sizes):
+        """Record that our variable `name` holds `sizes` (see `sizes_of`)."""
+        self._sizes[name] = list(sizes)
 
     def value_of(self, name):
         """The value of one of our variables if the translation knows it (a constant, a
@@ -153,9 +178,20 @@ class PaddleTranslator(Translator):
             return
         out_types = tuple(self._types(op.outputs.get(slot_name(s), []), s, block)
                           for s in outputs)
-        node = node._replace(in_types=in_types, out_types=out_types)
+        node = Node(op.type, (), outputs, op.attrs, block=op.block, index=op.index,
+                    in_types=in_types, out_types=out_types)
         self.version = version
-        results = self.apply(node, ins)
+        try:
+            results = self.apply(node, ins)
+        except UnsupportedOpError:
+            raise
+        except ProgramError as e:   # attributes or shapes that do not fit our op
+            self.note(node, f"it does not fit: {e.detail}", type(e))
+            results = [FAILED] * len(outputs)
+        except (TypeError, ValueError, IndexError, KeyError, ArithmeticError) as e:
+            # attribute values of another type or size than Paddle writes (a hostile file)
+            self.note(node, f"attributes it cannot read ({type(e).__name__}: {e})")
+            results = [FAILED] * len(outputs)
         if len(outputs) == 1 and not (len(results) == 1 and results[0] is FAILED):
             results = [results if is_list(outputs[0]) else results[0]]
         self._bind(op, outputs, results, env)
@@ -230,12 +266,14 @@ def translate(paddle, values, *, for_training=False):
     to be stored in a Scope. Raises UnsupportedOpError listing every op that could not
     be translated, FormatError for a program that does not hold together (a feed without
     a declared variable, a persistable without a value)."""
-    paddle = rules_sequence.prepare(paddle)
+    if getattr(_SEQUENCE, "prepare", None) is not None:   # loops over range(tensor)
+        paddle = _SEQUENCE.prepare(paddle)
     program = Program()
     ours = program.global_block()
     block0 = paddle.blocks[0]
     written = _written(paddle)
-    env = _PaddleEnvironment(None)
+    translator = PaddleTranslator(program, paddle, for_training=for_training)
+    env = _PaddleEnvironment(translator)
     feeds_out = {n for op in block0.ops if op.type == "feed" for n in op.outputs.get("Out", [])}
     state = {}
     for var in block0.vars.values():
@@ -265,8 +303,6 @@ def translate(paddle, values, *, for_training=False):
                                 persistable=True, stop_gradient=True)
             state[var.name] = value
             env.bind([var.name], [var.name])
-    translator = PaddleTranslator(program, paddle, for_training=for_training)
-    env._translator = translator
     with program_guard(program):   # control-flow builders append to the current program
         translator.walk(block0, env)
     translator.check()
