@@ -238,7 +238,7 @@ def gelu(t, x, *, approximate=False):
 
 @RULES.rule("relu6")
 def relu6(t, x, *, threshold=6.0):
-    return t.call("clip", x, min=0.0, max=float(threshold))
+    return t.call("relu6", x, threshold=float(threshold))
 
 
 @RULES.rule("leaky_relu")
@@ -248,14 +248,13 @@ def leaky_relu(t, x, *, alpha=0.02):
 
 @RULES.rule("hard_swish")
 def hard_swish(t, x, *, threshold=6.0, scale=6.0, offset=3.0):
-    gate = t.call("clip", t.call("scale", x, bias=float(offset)), min=0.0, max=float(threshold))
-    return t.call("scale", t.call("mul", x, gate), scale=1.0 / float(scale))
+    return t.call("hard_swish", x, threshold=float(threshold), scale=float(scale),
+                  offset=float(offset))
 
 
 @RULES.rule("hard_sigmoid")
 def hard_sigmoid(t, x, *, slope=0.2, offset=0.5):
-    return t.call("clip", t.call("scale", x, scale=float(slope), bias=float(offset)),
-                  min=0.0, max=1.0)
+    return t.call("hard_sigmoid", x, slope=float(slope), offset=float(offset))
 
 
 @RULES.rule("swish")
@@ -284,7 +283,7 @@ def logsigmoid(t, x):
 
 @RULES.rule("mish")
 def mish(t, x, *, threshold=20.0):
-    return t.call("mul", x, t.call("tanh", t.call("softplus", x, threshold=float(threshold))))
+    return t.call("mish", x, threshold=float(threshold))
 
 
 @RULES.rule("reciprocal")
@@ -908,19 +907,11 @@ def cumsum(t, x, *, axis=-1, flatten=False, exclusive=False, reverse=False):
 
 
 # --- ops of ours added for Paddle (lowering/ops/conv_transpose.py, interpolate.py) ---
-def _ours(op_type):
-    """Raise Unsupported if our op library lacks `op_type` (yet)."""
-    from lowering import registry
-    if not registry.is_registered(op_type):
-        raise Unsupported(f"progdesc has no op '{op_type}' yet")
-
-
 @RULES.rule("conv2d_transpose", "depthwise_conv2d_transpose", inputs=("Input", "Filter"),
             outputs=("Output",))
 def conv2d_transpose(t, x, w, *, strides=(1, 1), paddings=(0, 0), output_padding=(),
                      output_size=(), dilations=(1, 1), groups=1, padding_algorithm="EXPLICIT",
                      data_format="NCHW"):
-    _ours("conv2d_transpose")
     return t.call("conv2d_transpose", x, w, strides=list(strides), paddings=list(paddings),
                   output_padding=list(output_padding), output_size=list(output_size),
                   dilations=list(dilations), groups=max(int(groups), 1),
@@ -931,7 +922,6 @@ def conv2d_transpose(t, x, w, *, strides=(1, 1), paddings=(0, 0), output_padding
 def _interp(method):
     def rule(t, x, out_size, size_list, scale_t, *, data_layout="NCHW", out_h=-1, out_w=-1,
              scale=(), align_corners=True, align_mode=1, out_d=-1):
-        _ours("interpolate")
         if t.rank(x) != 4:
             raise Unsupported(f"{t.rank(x)}-D input (only 4-D)")
         if out_size is not None:
