@@ -221,13 +221,14 @@ def test_fixture_reproduces_paddles_executor(model, fmt):
         np.testing.assert_allclose(got, reference[f"{fmt}_output_b{batch}"], rtol=0, atol=1e-5)
 
 
-def test_dy2static_loop_and_branches_are_our_control_flow():
-    """The legacy dy2static program becomes two conds (the if's two conditional_blocks) and
-    one while, with no range of run-time length left."""
-    _, _, program, _, _ = _load("dy2static", "legacy")
+@pytest.mark.parametrize("fmt,conds", [
+    ("legacy", 2), pytest.param("pir", 1, marks=FORMATS[1].marks)])
+def test_dy2static_loop_and_branches_are_our_control_flow(fmt, conds):
+    """The if becomes our cond (legacy: one per conditional_block, the branch that did
+    not run giving zeros that select_input never picks), the for loop our while."""
+    _, _, program, _, _ = _load("dy2static", fmt)
     types = [op.type for op in program.global_block().ops]
-    assert types.count("cond") == 2 and types.count("while") == 1
-    assert "iota" not in types
+    assert types.count("cond") == conds and types.count("while") == 1
 
 
 # --- control flow on hand-made programs ---
