@@ -411,3 +411,23 @@ def test_rnn_with_weights_that_do_not_fit_is_reported():
     paddle = _paddle_program([(-1, outer, ops0)])
     with pytest.raises(UnsupportedOpError, match=r"'rnn' at #3 in block 0.*WeightList holds 3"):
         translate(paddle, {"w": np.zeros((24, 4), "float32")})
+
+
+@pytest.mark.parametrize("op_type", ["while", "conditional_block"])
+def test_a_block_that_runs_itself_is_refused_not_recursed(op_type):
+    """A crafted program whose sub-block holds the op that runs that same sub-block."""
+    feed, fetch = _feed_fetch("x", "x")
+    outer = [_var("x", [2]), _var("c", [], "bool"), _var("m", []), _var("z", [])]
+    if op_type == "while":
+        slots = ({"X": ["x"], "Condition": ["c"]}, {"Out": ["x", "c"]}, {"sub_block": 1})
+    else:
+        slots = ({"Cond": ["c"], "Input": ["x"]}, {"Out": ["x"]},
+                 {"sub_block": 1, "is_scalar_condition": True})
+    ops0 = [feed,
+            Op("reduce_mean", {"X": ["x"]}, {"Out": ["m"]}, {"reduce_all": True}),
+            Op("fill_constant", {}, {"Out": ["z"]}, {"shape": [], "dtype": 5, "value": 0.0}),
+            Op("greater_than", {"X": ["m"], "Y": ["z"]}, {"Out": ["c"]}, {}),
+            Op(op_type, *slots), fetch]
+    ops1 = [Op(op_type, *slots, block=1)]
+    with pytest.raises(UnsupportedOpError, match=f"'{op_type}' at #0 in block 1.*runs itself"):
+        translate(_paddle_program([(-1, outer, ops0), (0, [], ops1)]), {})

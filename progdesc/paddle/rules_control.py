@@ -9,6 +9,8 @@ variables its body overwrites and reads before writing them (or that are read af
 it), and a branch returns the variables it writes. A `while` without a bound on its
 trip count has no gradient (our `while` needs max_iters for one).
 """
+import contextlib
+
 import numpy as np
 
 from lowering.errors import ProgramError
@@ -28,15 +30,16 @@ def _nested_blocks(paddle, op):
     return blocks
 
 
-def _reads(paddle, op):
+def _reads(paddle, op, seen=frozenset()):
     """The names `op` reads, its nested blocks' reads included. A conditional_block also
     reads what it writes: where its condition is false they keep their values."""
     names = {n for ns in op.inputs.values() for n in ns}
     if op.type == "conditional_block":
         names |= {n for ns in op.outputs.values() for n in ns}
     for block in _nested_blocks(paddle, op):
-        for inner in block.ops:
-            names |= _reads(paddle, inner)
+        if block.idx not in seen:   # a block nested in itself is refused when walked
+            for inner in block.ops:
+                names |= _reads(paddle, inner, seen | {block.idx})
     return names
 
 
@@ -56,13 +59,31 @@ def _read_first(paddle, block):
     return first
 
 
-def _subtree(paddle, block):
+def _subtree(paddle, block, found=None):
     """The indices of `block` and of every block nested in its ops."""
-    found = {block.idx}
+    found = set() if found is None else found
+    found.add(block.idx)
     for op in block.ops:
         for inner in _nested_blocks(paddle, op):
-            found |= _subtree(paddle, inner)
+            if inner.idx not in found:
+                _subtree(paddle, inner, found)
     return found
+
+
+@contextlib.contextmanager
+def _entered(t, block):
+    """Translating the Paddle block `block` as a branch or loop body: refused if it is
+    being translated already (a block that holds, or encloses, the op that runs it)."""
+    active = getattr(t, "_control_blocks", None)
+    if active is None:
+        active = t._control_blocks = set()
+    if block in active:
+        raise Unsupported(f"block {block} runs itself (it holds the op that runs it)")
+    active.add(block)
+    try:
+        yield
+    finally:
+        active.discard(block)
 
 
 def _read_elsewhere(paddle, body, names):
@@ -123,7 +144,8 @@ def while_(t, xs, condition, *, sub_block, in_types, out_types):
 
     init = [t.block.var(_scalar(t, condition))] + [t.block.var(initial[n]) for n in carried[1:]]
     try:
-        final = control_flow.while_loop(lambda *carry: carry[0], step, init)
+        with _entered(t, sub_block):
+            final = control_flow.while_loop(lambda *carry: carry[0], step, init)
     except ProgramError as e:
         raise Unsupported(f"its body does not keep its loop variables' types: {e}") from None
     t.tag_last_op()
@@ -161,7 +183,8 @@ def conditional_block(t, cond, inputs, *, sub_block, is_scalar_condition=False, 
 
     pred = t.block.var(_scalar(t, cond[0]))
     try:
-        result = control_flow.cond(pred, lambda: t.sub_block(branch, []), untaken)
+        with _entered(t, sub_block):
+            result = control_flow.cond(pred, lambda: t.sub_block(branch, []), untaken)
     except ProgramError as e:
         raise Unsupported(f"its outputs change type: {e}") from None
     t.tag_last_op()
@@ -321,8 +344,9 @@ def pir_if(t, cond, *, then_block, else_block, then_outputs=(), else_outputs=())
                 t.subgraph(else_block, (), else_outputs)]
     pred = t.block.var(_scalar(t, cond))
     try:
-        result = control_flow.cond(pred, lambda: t.sub_block(branches[0], []),
-                                   lambda: t.sub_block(branches[1], []))
+        with _entered(t, then_block), _entered(t, else_block):
+            result = control_flow.cond(pred, lambda: t.sub_block(branches[0], []),
+                                       lambda: t.sub_block(branches[1], []))
     except ProgramError as e:
         raise Unsupported(f"its branches yield different types: {e}") from None
     t.tag_last_op()
@@ -343,7 +367,8 @@ def pir_while(t, cond, xs, *, body_block, body_inputs=(), body_cond, body_output
 
     init = [t.block.var(_scalar(t, cond))] + [t.block.var(x) for x in xs]
     try:
-        final = control_flow.while_loop(lambda *carry: carry[0], step, init)
+        with _entered(t, body_block):
+            final = control_flow.while_loop(lambda *carry: carry[0], step, init)
     except ProgramError as e:
         raise Unsupported(f"its body does not keep its loop values' types: {e}") from None
     t.tag_last_op()
