@@ -134,6 +134,9 @@ def rnn(t, x, pre_state, weights, seq_len, *, mode="LSTM", num_layers=1, is_bidi
     only (`t.for_training`); DropoutState and Reserve, Paddle's workspaces, are not made."""
     if mode not in _GATES:
         raise Unsupported(f"mode={mode!r}")
+    if num_layers < 1 or hidden_size < 1 or input_size < 1:
+        raise Unsupported(f"num_layers={num_layers}, hidden_size={hidden_size}, "
+                          f"input_size={input_size}")
     directions = 2 if is_bidirec else 1
     cells = num_layers * directions
     if len(weights) != 4 * cells:
@@ -142,6 +145,11 @@ def rnn(t, x, pre_state, weights, seq_len, *, mode="LSTM", num_layers=1, is_bidi
     want = 2 if mode == "LSTM" else 1
     if len(pre_state) != want:
         raise Unsupported(f"PreState holds {len(pre_state)} tensors; {mode} takes {want}")
+    for state in pre_state:
+        dims = list(t.var(state)[0])
+        if len(dims) != 3 or dims[0] != cells or dims[2] != hidden_size:
+            raise Unsupported(f"PreState {state!r} has shape {dims}, expected "
+                              f"[{cells}, batch, {hidden_size}]")
     gates = _GATES[mode] * hidden_size
     for k in range(cells):
         fed = input_size if k < directions else directions * hidden_size
