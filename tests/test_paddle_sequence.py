@@ -431,3 +431,18 @@ def test_a_block_that_runs_itself_is_refused_not_recursed(op_type):
     ops1 = [Op(op_type, *slots, block=1)]
     with pytest.raises(UnsupportedOpError, match=f"'{op_type}' at #0 in block 1.*runs itself"):
         translate(_paddle_program([(-1, outer, ops0), (0, [], ops1)]), {})
+
+
+def test_a_while_that_never_updates_its_condition_is_refused():
+    feed, fetch = _feed_fetch("x", "x")
+    outer = [_var("x", [2]), _var("c", [], "bool"), _var("m", []), _var("z", [])]
+    ops0 = [feed,
+            Op("reduce_mean", {"X": ["x"]}, {"Out": ["m"]}, {"reduce_all": True}),
+            Op("fill_constant", {}, {"Out": ["z"]}, {"shape": [], "dtype": 5, "value": 0.0}),
+            Op("greater_than", {"X": ["m"], "Y": ["z"]}, {"Out": ["c"]}, {}),
+            Op("while", {"X": ["x"], "Condition": ["c"]}, {"Out": ["x"]}, {"sub_block": 1},
+               index=4),
+            fetch]
+    ops1 = [Op("scale", {"X": ["x"]}, {"Out": ["x"]}, {"scale": 2.0})]
+    with pytest.raises(UnsupportedOpError, match=r"'while' at #4 in block 0.*never writes"):
+        translate(_paddle_program([(-1, outer, ops0), (0, [], ops1)]), {})

@@ -126,6 +126,9 @@ def while_(t, xs, condition, *, sub_block, in_types, out_types):
     paddle = t.paddle
     cond_name = in_types[1].name
     outs = _paddle_names(out_types[0], "Out")
+    if cond_name not in outs:
+        raise Unsupported(f"its body never writes its condition '{cond_name}' (it would "
+                          "not end)")
     initial = dict(zip(_paddle_names(in_types[0], "X"), xs))
     initial[cond_name] = condition
     first = _read_first(paddle, body.block)
