@@ -446,3 +446,38 @@ def test_a_while_that_never_updates_its_condition_is_refused():
     ops1 = [Op("scale", {"X": ["x"]}, {"Out": ["x"]}, {"scale": 2.0})]
     with pytest.raises(UnsupportedOpError, match=r"'while' at #4 in block 0.*never writes"):
         translate(_paddle_program([(-1, outer, ops0), (0, [], ops1)]), {})
+
+
+def test_rnn_dropout_runs_in_training_imports_and_clone_for_test_removes_it():
+    """A two-layer GRU with dropout_prob=0.5 imported for training drops the second layer's
+    input; clone(for_test=True) gives the reference without dropout."""
+    rng = np.random.default_rng(3)
+    steps, batch, size, hidden = 4, 2, 3, 5
+    weights = _weights(rng, "GRU", size, hidden, 2, False)
+    names = [f"w{k}" for k in range(len(weights))]
+    feed, fetch = _feed_fetch("x", "out")
+    outer = [_var("x", [steps, batch, size]), _var("h", [2, batch, hidden]),
+             _var("out", [steps, batch, hidden])]
+    for name, w in zip(names, weights):
+        outer.append(Var(name, w.shape, "float32", persistable=True))
+    ops0 = [feed,
+            Op("fill_constant", {}, {"Out": ["h"]},
+               {"shape": [2, batch, hidden], "dtype": 5, "value": 0.0}),
+            Op("rnn", {"Input": ["x"], "PreState": ["h"], "WeightList": names},
+               {"Out": ["out"]}, {"mode": "GRU", "num_layers": 2, "hidden_size": hidden,
+                                  "input_size": size, "dropout_prob": 0.5}),
+            fetch]
+    program, _, fetches, state = translate(_paddle_program([(-1, outer, ops0)]),
+                                           dict(zip(names, weights)), for_training=True)
+    scope = pd.Scope()
+    for name, value in state.items():
+        scope.set(name, value)
+    x = rng.normal(size=(steps, batch, size)).astype("float32")
+    want, _ = paddle_rnn("GRU", x, [np.zeros((2, batch, hidden), "float32")], weights, None,
+                         2, False)
+    exe = pd.Executor()
+    trained = exe.run(program, feed={"x": x}, fetch_list=fetches, scope=scope)[0]
+    assert np.abs(trained - want).max() > 1e-3
+    evaluated = exe.run(program.clone(for_test=True), feed={"x": x}, fetch_list=fetches,
+                        scope=scope)[0]
+    np.testing.assert_allclose(evaluated, want, rtol=1e-5, atol=1e-5)
