@@ -481,3 +481,21 @@ def test_rnn_dropout_runs_in_training_imports_and_clone_for_test_removes_it():
     evaluated = exe.run(program.clone(for_test=True), feed={"x": x}, fetch_list=fetches,
                         scope=scope)[0]
     np.testing.assert_allclose(evaluated, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.slow   # two XLA exports with a symbolic batch
+@pytest.mark.parametrize("model", ["lstm", "dy2static"])
+def test_imported_scans_and_control_flow_export_with_a_symbolic_batch(model, tmp_path):
+    """The imported program exports to one compiled file that runs in plain JAX at both
+    batch sizes of the fixture and gives Paddle's outputs."""
+    from progdesc.export import export_compiled, load_compiled
+    exe, scope, program, feeds, fetches = _load(model, "legacy")
+    path = str(tmp_path / f"{model}.pdx")
+    export_compiled(path, program, feeds, fetches, scope)
+    run = load_compiled(path)
+    reference = np.load(os.path.join(FIXTURES, model, "reference.npz"), allow_pickle=False)
+    for batch in (2, 5):
+        out = run(reference[f"input_b{batch}"])
+        out = out[0] if isinstance(out, (list, tuple)) else out
+        np.testing.assert_allclose(np.asarray(out), reference[f"legacy_output_b{batch}"],
+                                   rtol=0, atol=1e-5)
