@@ -66,3 +66,7 @@ class PaddleRuleTable(RuleTable):
         in slot order, `fixed` as our op's attributes)."""
         self._add(foreign, since, PaddleEntry(_rename_rule(ours, fixed), inputs, outputs,
                                               op_type=ours))
+
+
+RULES = PaddleRuleTable("Paddle op")
+"""The table: `progdesc.paddle.rules` (its guide) and the rules_* modules fill it."""
