@@ -6,6 +6,10 @@ well formed raises FormatError naming the JSON path
 
 The format (Paddle's serialize_deserialize writer; field names are one or two letters):
 
+    {"base_code": {"magic": "pir", "version": 4, "trainable": true},
+     "program": {"regions": [{"#": "region_0", "blocks": [{"#": "block_0",
+        "args": [], "ops": [op, ...]}]}]}}
+
 - An op is {"#": "<dialect>.<name>", "I": [{"%": id}, ...], "O": [{"%": id, "TT": type},
   ...], "A": [{"N": name, "AT": attr}, ...], "regions": [{"blocks": [block]}]}; dialects
   are numbered (0 builtin, 1 pd_op, 2 cf). Value ids are positive, block arguments
@@ -17,6 +21,11 @@ The format (Paddle's serialize_deserialize writer; field names are one or two le
   offset]}, {"#": "0.t_vec", "D": [types]} or an element type such as {"#": "0.t_f32"};
   an attribute is {"#": "0.a_i32", "D": 3}, "0.a_array" of attributes, "1.a_intarray",
   "1.a_dtype" ("float32"), "1.a_scalar" ([dtype, value]), "1.a_place", ...
+- Older writers named dialects in full ('pd_op.relu'), value ids "#" like block
+  arguments, and wrote parameters as full `builtin.parameter` ops (attribute
+  'parameter_name', result attribute 'persistable'); those files read the same.
+  Paddle's later patch files (serialize_deserialize/patch/*.yaml) change attribute
+  types only (int32 or int64, float or double), which Python values do not see.
 """
 import json
 
@@ -249,8 +258,9 @@ class _Decoder:
         return args, ops
 
     def result(self, obj, path, negative=False):
-        vid = _field(obj, "#" if negative else "%", path, int)
-        where = path / ("#" if negative else "%")
+        key = "#" if negative or (isinstance(obj, dict) and "%" not in obj) else "%"
+        vid = _field(obj, key, path, int)   # older writers named value ids "#" too
+        where = path / key
         if negative and vid >= 0:
             where.fail(f"a block argument's id must be negative, got {vid}")
         if not negative and vid < 0:
@@ -276,7 +286,8 @@ class _Decoder:
             name = f"{_DIALECTS[dialect]}.{base}"
         operands = []
         for i, o in enumerate(_field(obj, "I", path, list) if "I" in obj else []):
-            operands.append(_field(o, "%", path / "I" / i, int))
+            key = "#" if isinstance(o, dict) and "%" not in o else "%"
+            operands.append(_field(o, key, path / "I" / i, int))
         results = [self.result(r, path / "O" / i)
                    for i, r in enumerate(_field(obj, "O", path, list))]
         attrs = {}
@@ -290,7 +301,26 @@ class _Decoder:
             blocks = _field(region, "blocks", rpath, list)
             regions.append([self.block(b, rpath / "blocks" / k, depth + 1)
                             for k, b in enumerate(blocks)])
+        if name == "builtin.parameter":   # the long form older writers used
+            return self.long_parameter(obj, path, index, attrs, results)
         return RawOp(name, operands, results, attrs, regions, path, index)
+
+    def long_parameter(self, obj, path, index, attrs, results):
+        pname = attrs.get("parameter_name")
+        if not isinstance(pname, str) or len(results) != 1:
+            path.fail("builtin.parameter has a string attribute 'parameter_name' and one "
+                      "result")
+        persistable = True
+        for i, a in enumerate(_field(obj, "OA", path, list) if "OA" in obj else []):
+            key = _field(a, "N", path / "OA" / i, str)
+            if key == "persistable":
+                flags = _attr(_field(a, "AT", path / "OA" / i), path / "OA" / i / "AT")
+                persistable = bool(flags[0]) if isinstance(flags, list) and flags \
+                    else bool(flags)
+        if pname.endswith("__non_persistable"):
+            persistable = False
+        return RawOp("builtin.parameter", [], results, {"parameter_name": pname}, [], path,
+                     index, extra=persistable)
 
     def parameter(self, obj, path, index):
         attrs = _field(obj, "A", path, list)
@@ -307,7 +337,7 @@ class _Decoder:
         if pname.endswith("__non_persistable"):
             persistable = False
         return RawOp("builtin.parameter", [], [result], {"parameter_name": pname}, [], path,
-                    index, extra=persistable)
+                     index, extra=persistable)
 
 
 def decode(text):
