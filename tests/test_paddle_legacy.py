@@ -619,3 +619,28 @@ def test_directory_with_a_config_json_beside_the_program(tmp_path):
     (tmp_path / "more.pdmodel").write_bytes(b"")
     with pytest.raises(FormatError, match="holds 2 Paddle programs"):
         load_inference_model(str(tmp_path), pd.Executor(), scope=pd.Scope())
+
+
+def test_border_padding_modes():
+    x = np.arange(2 * 3 * 4 * 5, dtype=np.float32).reshape(2, 3, 4, 5)
+    for mode, numpy_mode in (("reflect", "reflect"), ("replicate", "edge"),
+                             ("circular", "wrap")):
+        got = _one("pad2d", x, paddings=[1, 2, 3, 0], mode=mode)
+        np.testing.assert_array_equal(got, np.pad(x, ((0, 0), (0, 0), (1, 2), (3, 0)),
+                                                  mode=numpy_mode))
+    got = _one("pad2d", x, paddings=[0, 1, 1, 1], mode="constant", pad_value=-1.0,
+               data_format="NHWC")
+    np.testing.assert_array_equal(got, np.pad(x, ((0, 0), (0, 1), (1, 1), (0, 0)),
+                                              constant_values=-1))
+
+
+def test_interpolation_sizes_and_scales():
+    x = np.random.default_rng(9).standard_normal((1, 2, 3, 4)).astype(np.float32)
+    got = _one("nearest_interp_v2", x, out_h=6, out_w=8, align_corners=False)
+    np.testing.assert_array_equal(got, x.repeat(2, axis=2).repeat(2, axis=3))
+    got = _one("nearest_interp_v2", x, scale=[2.0], align_corners=False)
+    np.testing.assert_array_equal(got, x.repeat(2, axis=2).repeat(2, axis=3))
+    x1 = np.arange(4, dtype=np.float32).reshape(1, 1, 4)
+    got = _one("linear_interp_v2", x1, out_w=7, align_corners=True, data_layout="NCW")
+    np.testing.assert_allclose(got, np.linspace(0, 3, 7, dtype=np.float32)[None, None],
+                               rtol=1e-6, atol=1e-6)

@@ -171,36 +171,44 @@ def conv2d_transpose(t, x, w, *, strides=(1, 1), paddings=(0, 0), output_padding
                   data_format="NCHW" if data_format == "AnyLayout" else data_format)
 
 
+_SPATIAL = {"linear": 1, "bilinear": 2, "bicubic": 2, "trilinear": 3}
+
+
 def _interp(method):
-    def rule(t, x, out_size, size_list, scale_t, *, data_layout="NCHW", out_h=-1, out_w=-1,
-             scale=(), align_corners=True, align_mode=1, out_d=-1):
-        if t.rank(x) != 4:
-            raise Unsupported(f"{t.rank(x)}-D input (only 4-D)")
+    def rule(t, x, out_size, size_list, scale_t, *, data_layout="NCHW", out_d=-1, out_h=-1,
+             out_w=-1, scale=(), align_corners=True, align_mode=1):
+        spatial = t.rank(x) - 2
+        if spatial != _SPATIAL.get(method, spatial) or not 1 <= spatial <= 3:
+            raise Unsupported(f"{method} interpolation of a {t.rank(x)}-D input")
+        sizes = None
         if out_size is not None:
-            out_h, out_w = ints_of(t, out_size, "OutSize")
-            scale = ()
+            sizes = ints_of(t, out_size, "OutSize")
         elif size_list:
-            out_h, out_w = list_ints(t, size_list, "SizeTensor")
-            scale = ()
+            sizes = list_ints(t, size_list, "SizeTensor")
         elif scale_t is not None:
             value = t.value_of(scale_t)
             if value is None:
                 raise Unsupported("Scale is computed at run time")
             scale = [float(v) for v in np.asarray(value).reshape(-1)]
-        scale = list(scale)
+        if sizes is not None:
+            if len(sizes) != spatial:
+                raise Unsupported(f"{len(sizes)} output sizes for {spatial} spatial dims")
+            out_d, out_h, out_w = ([-1, -1] + sizes)[-3:]
+            scale = ()
+        scale = [float(s) for s in scale]
         if len(scale) == 1:
-            scale = scale * 2
+            scale = scale * spatial
         if scale and all(s <= 0 for s in scale):
             scale = []
-        return t.call("interpolate", x, data_layout="NCHW" if data_layout == "AnyLayout"
-                      else data_layout, out_h=int(out_h), out_w=int(out_w),
-                      scale=[float(s) for s in scale], interp_method=method,
+        layout = "NHWC" if data_layout in ("NHWC", "NWC", "NDHWC") else "NCHW"
+        return t.call("interpolate", x, data_layout=layout, out_d=int(out_d), out_h=int(out_h),
+                      out_w=int(out_w), scale=scale, interp_method=method,
                       align_corners=bool(align_corners), align_mode=int(align_mode))
     rule.__name__ = rule.__qualname__ = f"{method}_interp"
     return rule
 
 
-for _method in ("nearest", "bilinear"):
+for _method in ("nearest", "linear", "bilinear", "bicubic", "trilinear"):
     RULES.rule(f"{_method}_interp_v2", f"{_method}_interp",
                inputs=("X", "OutSize", "SizeTensor*", "Scale"))(_interp(_method))
 

@@ -333,16 +333,50 @@ def index_select(t, x, index, *, dim=0):
     return t.call("gather", x, index, axis=axis_of(dim, t.rank(x)))
 
 
+def _padded(t, x, pairs, mode, value):
+    """x padded by (low, high) `pairs`, one per dim: constant (`pad`) or Paddle's
+    reflect, replicate or circular modes (`border_pad`)."""
+    if mode == "constant":
+        config = [v for lo, hi in pairs for v in (lo, hi, 0)]
+        return t.call("pad", x, t.constant(np.asarray(value, t.var(x)[1])),
+                      padding_config=config)
+    if mode == "edge":
+        mode = "replicate"
+    if mode not in ("reflect", "replicate", "circular"):
+        raise Unsupported(f"mode={mode!r}")
+    return t.call("border_pad", x, paddings=[v for pair in pairs for v in pair], mode=mode)
+
+
 @RULES.rule("pad3d", inputs=("X", "Paddings"))
 def pad3d(t, x, paddings_t, *, paddings=(0, 0, 0, 0, 0, 0), mode="constant", value=0.0,
           data_format="NCDHW"):
     if paddings_t is not None:
         paddings = ints_of(t, paddings_t, "Paddings")
-    if mode != "constant" or data_format != "NCDHW":
-        raise Unsupported(f"mode={mode!r}, data_format={data_format!r} (only constant, NCDHW)")
     left, right, top, bottom, front, back = [int(p) for p in paddings]
-    config = [0, 0, 0, 0, 0, 0, front, back, 0, top, bottom, 0, left, right, 0]
-    return t.call("pad", x, t.constant(np.asarray(value, t.var(x)[1])), padding_config=config)
+    spatial = [(front, back), (top, bottom), (left, right)]
+    if data_format == "NCDHW":
+        pairs = [(0, 0), (0, 0)] + spatial
+    elif data_format == "NDHWC":
+        pairs = [(0, 0)] + spatial + [(0, 0)]
+    else:
+        raise Unsupported(f"data_format={data_format!r}")
+    return _padded(t, x, pairs, mode, value)
+
+
+@RULES.rule("pad2d", inputs=("X", "Paddings"))
+def pad2d(t, x, paddings_t, *, paddings=(0, 0, 0, 0), mode="constant", pad_value=0.0,
+          data_format="NCHW"):
+    if paddings_t is not None:
+        paddings = ints_of(t, paddings_t, "Paddings")
+    top, bottom, left, right = [int(p) for p in paddings]
+    spatial = [(top, bottom), (left, right)]
+    if data_format == "NCHW":
+        pairs = [(0, 0), (0, 0)] + spatial
+    elif data_format == "NHWC":
+        pairs = [(0, 0)] + spatial + [(0, 0)]
+    else:
+        raise Unsupported(f"data_format={data_format!r}")
+    return _padded(t, x, pairs, mode, pad_value)
 
 
 @RULES.rule("pad", inputs=("X",))
