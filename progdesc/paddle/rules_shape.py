@@ -257,21 +257,6 @@ def fill_zeros_like(t, x):
     return t.call("fill_zeros_like", x)
 
 
-@RULES.rule("fill_constant_batch_size_like", inputs=("Input",))
-def fill_constant_batch_size_like(t, x, *, shape=(), dtype=5, value=0.0, str_value="",
-                                  input_dim_idx=0, output_dim_idx=0):
-    value = parse_number(str_value) if str_value else value
-    dims = [int(d) for d in shape]
-    size = dims_of(t, x)[input_dim_idx]
-    fill = np.asarray(value, numpy_dtype(dtype_name(dtype)))
-    if size != -1:
-        dims[output_dim_idx] = size
-        return t.constant(np.full(dims, fill))
-    dims[output_dim_idx] = -1
-    return t.call("broadcast_in_dim", t.constant(fill), x, shape=dims, broadcast_dimensions=[],
-                  like_axis=input_dim_idx)
-
-
 @RULES.rule("cast")
 def cast(t, x, *, out_dtype=5, in_dtype=5):
     dtype = dtype_name(out_dtype)
