@@ -644,3 +644,26 @@ def test_interpolation_sizes_and_scales():
     got = _one("linear_interp_v2", x1, out_w=7, align_corners=True, data_layout="NCW")
     np.testing.assert_allclose(got, np.linspace(0, 3, 7, dtype=np.float32)[None, None],
                                rtol=1e-6, atol=1e-6)
+
+
+def test_a_block_that_runs_itself_is_refused():
+    from progdesc.paddle.table import PaddleRuleTable
+    from progdesc.paddle.translate import PaddleTranslator
+    from progdesc.translate import FAILED
+    table = PaddleRuleTable()
+
+    @table.rule("relu")
+    def again(t, x):   # as a hostile file's control flow would: its body is its own block
+        return t.inline(t.subgraph(0, ["x"], ["r"]), [x])[0]
+
+    b = _Builder()
+    b.feed("x", (-1, 3))
+    b.op("relu", {"X": ["x"]}, {"Out": ["r"]})
+    program = pd.Program()
+    program.global_block().create_var("x", [-1, 3], "float32")
+    translator = PaddleTranslator(program, b.program(), rules=table)
+    with pd.program_guard(program):
+        outs = translator.inline(translator.subgraph(0, ["x"], ["r"]), ["x"])
+    assert outs == [FAILED]
+    assert [(p.type, p.index) for p in translator.unsupported] == [("relu", 1)]
+    assert "would run itself" in translator.unsupported[0].why

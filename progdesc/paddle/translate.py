@@ -122,7 +122,12 @@ class PaddleTranslator(Translator):
 
     def inline(self, graph, args=None):
         """Translate the ops of a SubGraph into the current block, its inputs bound to
-        `args` (our names; None: all FAILED); returns our names of its outputs."""
+        `args` (our names; None: all FAILED); returns our names of its outputs. A block
+        being translated already (one that holds, or encloses, the op that runs it: a
+        hostile file) is refused: Unsupported."""
+        if graph.block.idx in self._envs:
+            raise Unsupported(f"block {graph.block.idx} would run itself (it holds or "
+                              "encloses the op that runs it)")
         parent = self._envs.get(graph.block.parent)
         env = _PaddleEnvironment(self, parent)
         env.bind(graph.inputs, [FAILED] * len(graph.inputs) if args is None else args)
