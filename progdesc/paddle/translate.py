@@ -61,7 +61,8 @@ class PaddleTranslator(Translator):
     """Appends the ops of a PaddleProgram to a Program of ours (see the module's text).
 
     Rules (progdesc.paddle.rules) call, besides the shared translator's methods: `rank`,
-    `for_training`, `paddle` (the PaddleProgram), `subgraph`."""
+    `value_of` and `sizes_of` (what is known of a variable's value while translating),
+    `paddle_var`, `for_training`, `paddle` (the PaddleProgram) and `subgraph`."""
 
     def __init__(self, program, paddle, *, for_training=False, rules=RULES):
         super().__init__(program, rules)
