@@ -1,9 +1,8 @@
 """The reader of Paddle 3's PIR programs: the `.json` file that `paddle.jit.save` and
 `paddle.static.save_inference_model` write by default, decoded into a
 `graph.PaddleProgram` whose ops read as legacy ops (`pir_ops`), so that one table
-(`progdesc.paddle.rules`) serves both formats.
-
-What the reader makes of it:
+(`progdesc.paddle.rules`) serves both formats. `pir_json` decodes and checks the file
+(its format is described there); this module turns its ops into legacy ones:
 
 - Every value is a variable: a parameter under its name, a `pd_op.data` under its name,
   any other value as '%<id>'. Parameters are persistable variables of block 0, except
@@ -14,6 +13,11 @@ What the reader makes of it:
   `pd_op.full` becomes `fill_constant` and `pd_op.full_int_array` `assign_value`
   where their values are read as tensors, and nothing where they are folded into an
   attribute; ops whose results nothing reads are left out.
+- Attributes take their legacy names (`pir_ops`); dtypes become Paddle's legacy element
+  type numbers (5 for float32, -1 for "undefined"); places and bookkeeping attributes
+  (struct_name, stop_gradient) are dropped. The running mean and variance that
+  `pd_op.batch_norm_` writes in place keep the persistable's name, as in a legacy
+  program.
 - `pd_op.if` becomes an op 'pir.if': inputs {'Cond': [c]}, outputs {'Out': [...]},
   attributes `then_block`, `else_block` (indices of blocks of the PaddleProgram, also
   in `Op.regions`) and `then_outputs`, `else_outputs` (the names each branch's
@@ -66,7 +70,6 @@ class _Builder:
         self.names = {}       # value id -> variable name
         self.types = {}       # value id -> decoded type
         self.producer = {}    # value id -> (RawOp op, result index)
-        self.parts = {}       # vector value id -> ids of its parts (builtin.split)
         self.taken = set()    # names given, to refuse a clash
         self.param_names = set()   # names of the parameters
         self.feeds = 0
@@ -146,7 +149,6 @@ class _Builder:
                 (raw.path / "I").fail("builtin.split takes one vector")
             self._read(raw.operands[0], raw, 0)
             self._results_declared(raw, block)
-            self.parts[raw.operands[0]] = [vid for vid, _ in raw.results]
             return
         if name in ("pd_op.data", "pd_op.feed"):
             return self._feed(raw, block)
