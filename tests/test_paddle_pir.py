@@ -409,3 +409,14 @@ def test_a_long_chain_of_unread_ops_is_dropped_in_linear_time():
     assert [op.type for op in prog.blocks[0].ops] == ["feed", "fetch"]
     kept = read_pir(json.dumps(doc), prune=False)
     assert len(kept.blocks[0].ops) == n + 2
+
+
+def test_a_value_of_a_branch_is_not_visible_after_it():
+    doc = _doc("dy2static")
+    ops = doc["program"]["regions"][0]["blocks"][0]["ops"]
+    k = next(i for i, op in enumerate(ops) if op["#"] == "1.if")
+    inner = ops[k]["regions"][0]["blocks"][0]["ops"][0]["O"][0]["%"]
+    f = next(i for i, op in enumerate(ops) if op["#"] == "1.fetch")
+    ops[f]["I"][0]["%"] = inner
+    _path_error(doc, rf"ops\[{f}\]\.I\[0\]: value %{inner} is not defined before this op in a "
+                     "block that encloses it")

@@ -74,9 +74,10 @@ class _Builder:
         self.param_names = set()   # names of the parameters
         self.feeds = 0
         self._splits = {}     # of the block being built: vector id -> builtin.split
+        self._visible = []    # value ids each enclosing block defines, innermost last
 
     def build(self, top, prune=True):
-        self._block(top, -1)
+        self._block(top, -1)   # the top block (its parameters are block 0's)
         if prune:
             self._prune()
         return PaddleProgram(self.blocks, "pir")
@@ -91,6 +92,7 @@ class _Builder:
         self.taken.add(name)
         self.names[vid] = name
         self.types[vid] = vtype
+        self._visible[-1].add(vid)
         if vtype is not None and vtype[0] in ("dense", "array"):
             kind = "dense" if vtype[0] == "dense" else "lod_tensor_array"
             block.vars[name] = Var(name, vtype[2], vtype[1], persistable, kind,
@@ -99,13 +101,17 @@ class _Builder:
 
     def _read(self, vid, op, k):
         name = self.names.get(vid)
-        if name is None:
-            (op.path / "I" / k).fail(f"value %{vid} is not defined before this op")
+        if name is None or not any(vid in ids for ids in self._visible):
+            (op.path / "I" / k).fail(f"value %{vid} is not defined before this op"
+                                     + (" in a block that encloses it" if name else ""))
         return name
 
     # --- blocks ---
-    def _block(self, decoded, parent):
+    def _block(self, decoded, parent, tail=None):
+        """Build a block of the program from (args, ops); with `tail` (a cf.yield),
+        also return the names it yields, read inside the block."""
         args, ops = decoded
+        self._visible.append(set())
         block = Block(len(self.blocks), parent, {}, [])
         self.blocks.append(block)
         if len(self.blocks) > limits.MAX_BLOCKS:
@@ -120,9 +126,12 @@ class _Builder:
         try:
             for raw in ops:
                 self._op(raw, block)
+            yielded = [self._read(v, tail, k) for k, v in enumerate(tail.operands)] \
+                if tail is not None else None
         finally:
             self._splits = outer
-        return block
+            self._visible.pop()
+        return block, yielded
 
     def _op(self, raw, block):
         for k, (vid, _) in enumerate(raw.results):
@@ -291,10 +300,7 @@ class _Builder:
                                                   f"{len(block_args)}")
         if not ops or ops[-1].name != "cf.yield":
             (rpath / "blocks" / 0 / "ops").fail("the block does not end with cf.yield")
-        last = ops[-1]
-        sub = self._block((block_args, ops[:-1]), parent.idx)
-        yielded = [self._read(v, last, k) for k, v in enumerate(last.operands)]
-        return sub, yielded
+        return self._block((block_args, ops[:-1]), parent.idx, tail=ops[-1])
 
     def _unknown(self, raw, block):
         inputs = {str(k): [self._read(v, raw, k)] for k, v in enumerate(raw.operands) if v}
@@ -337,6 +343,7 @@ class _Builder:
             if target is not None and target in self.param_names:
                 self.names[vid] = target
                 self.types[vid] = vtype
+                self._visible[-1].add(vid)
             else:
                 self._define(vid, vtype, block, raw.path / "O" / k)
             outputs[slot] = [self.names[vid]]
@@ -383,6 +390,7 @@ class _Builder:
         or fresh names where nothing splits it (yet)."""
         self.names[vid] = _value_name(vid)
         self.types[vid] = vtype
+        self._visible[-1].add(vid)
         if vtype is None or vtype[0] != "vec":
             (raw.path / "O" / k).fail("expected a vector type for a list result")
         ids = self._later_split(raw, vid, len(vtype[1]))
