@@ -487,6 +487,37 @@ def _usable_text(program):
     return _usable(program)
 
 
+@functools.lru_cache(maxsize=None)
+def _paddle_file(name):
+    """A file of the MLP that Paddle saved (tests/fixtures/paddle/mlp/legacy)."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "paddle",
+                        "mlp", "legacy", name)
+    with open(path, "rb") as f:
+        return f.read()
+
+
+class PaddleModelTarget(Target):
+    """progdesc.paddle.load_inference_model of Paddle's MLP with one of its two files
+    mutated, into a Scope holding other values (which a refusal must leave as they were)."""
+
+    def __init__(self, filename):
+        self.filename = filename
+        self.name = "paddle_" + filename.replace(".", "_")
+
+    def strategy(self):
+        return mutations(len(_paddle_file(self.filename)))
+
+    def prepare(self, case, work):
+        from progdesc.paddle import load_inference_model
+        for name in ("model.pdmodel", "model.pdiparams"):
+            data = _paddle_file(name)
+            with open(os.path.join(work, name), "wb") as f:
+                f.write(mutate(data, case) if name == self.filename else data)
+        scope = _stale_scope(seeds().values)
+        return Trial(lambda: load_inference_model(work, None, scope=scope),
+                     lambda result: None, scope)
+
+
 def targets(selftest=False):
     """Every fuzz target, by name (`selftest`: also the harness's own, see fuzz_deep)."""
     import fuzz_deep
@@ -509,6 +540,8 @@ def targets(selftest=False):
                     lambda path, _: export.load_compiled(path), _compiled_check, "m.pdx"),
         BytesTarget("read_compiled", lambda: s().compiled,
                     lambda data, _: export.read_compiled(data), _compiled_check),
+        PaddleModelTarget("model.pdmodel"),
+        PaddleModelTarget("model.pdiparams"),
     ] + fuzz_deep.targets(selftest)
     return {t.name: t for t in found}
 

@@ -192,7 +192,8 @@ def test_rnn_row_gradients_match_jax_grad_of_the_reference(mode, num_layers):
 
     args = ([np.float64(w) for w in weights], np.float64(feed["x"]),
             *[np.float64(feed[s.name]) for s in states])
-    g_w, g_x, *g_s = jax.jit(jax.grad(reference_loss, argnums=tuple(range(2 + len(states)))))(*args)
+    argnums = tuple(range(2 + len(states)))
+    g_w, g_x, *g_s = jax.jit(jax.grad(reference_loss, argnums=argnums))(*args)
     for g, w in zip(got, [*g_w, g_x, *g_s]):
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
 
@@ -220,13 +221,14 @@ def test_fixture_reproduces_paddles_executor(model, fmt):
         np.testing.assert_allclose(got, reference[f"{fmt}_output_b{batch}"], rtol=0, atol=1e-5)
 
 
-def test_dy2static_loop_and_branches_are_our_control_flow():
-    """The legacy dy2static program becomes two conds (the if's two conditional_blocks) and
-    one while, with no range of run-time length left."""
-    _, _, program, _, _ = _load("dy2static", "legacy")
+@pytest.mark.parametrize("fmt,conds", [
+    ("legacy", 2), pytest.param("pir", 1, marks=FORMATS[1].marks)])
+def test_dy2static_loop_and_branches_are_our_control_flow(fmt, conds):
+    """The if becomes our cond (legacy: one per conditional_block, the branch that did
+    not run giving zeros that select_input never picks), the for loop our while."""
+    _, _, program, _, _ = _load("dy2static", fmt)
     types = [op.type for op in program.global_block().ops]
-    assert types.count("cond") == 2 and types.count("while") == 1
-    assert "iota" not in types
+    assert types.count("cond") == conds and types.count("while") == 1
 
 
 # --- control flow on hand-made programs ---
@@ -327,7 +329,8 @@ def test_imported_lstm_gradients_match_jax_grad_of_a_hand_written_lstm():
     """d sum(logits**2) / d every parameter of the imported classifier (our gradient makers
     through its scans) against jax.grad of the same classifier written by hand in JAX
     (float64), with the weights of the fixture's parameter file."""
-    paddle = progdesc.paddle.read_program(os.path.join(FIXTURES, "lstm", "legacy", "model.pdmodel"))
+    paddle = progdesc.paddle.read_program(
+        os.path.join(FIXTURES, "lstm", "legacy", "model.pdmodel"))
     rnn_op, = [op for op in paddle.blocks[0].ops if op.type == "rnn"]
     weight_names = rnn_op.inputs["WeightList"]
     exe, scope, program, feeds, fetches = _load("lstm", "legacy")
@@ -408,3 +411,91 @@ def test_rnn_with_weights_that_do_not_fit_is_reported():
     paddle = _paddle_program([(-1, outer, ops0)])
     with pytest.raises(UnsupportedOpError, match=r"'rnn' at #3 in block 0.*WeightList holds 3"):
         translate(paddle, {"w": np.zeros((24, 4), "float32")})
+
+
+@pytest.mark.parametrize("op_type", ["while", "conditional_block"])
+def test_a_block_that_runs_itself_is_refused_not_recursed(op_type):
+    """A crafted program whose sub-block holds the op that runs that same sub-block."""
+    feed, fetch = _feed_fetch("x", "x")
+    outer = [_var("x", [2]), _var("c", [], "bool"), _var("m", []), _var("z", [])]
+    if op_type == "while":
+        slots = ({"X": ["x"], "Condition": ["c"]}, {"Out": ["x", "c"]}, {"sub_block": 1})
+    else:
+        slots = ({"Cond": ["c"], "Input": ["x"]}, {"Out": ["x"]},
+                 {"sub_block": 1, "is_scalar_condition": True})
+    ops0 = [feed,
+            Op("reduce_mean", {"X": ["x"]}, {"Out": ["m"]}, {"reduce_all": True}),
+            Op("fill_constant", {}, {"Out": ["z"]}, {"shape": [], "dtype": 5, "value": 0.0}),
+            Op("greater_than", {"X": ["m"], "Y": ["z"]}, {"Out": ["c"]}, {}),
+            Op(op_type, *slots), fetch]
+    ops1 = [Op(op_type, *slots, block=1)]
+    with pytest.raises(UnsupportedOpError, match=f"'{op_type}' at #0 in block 1.*runs itself"):
+        translate(_paddle_program([(-1, outer, ops0), (0, [], ops1)]), {})
+
+
+def test_a_while_that_never_updates_its_condition_is_refused():
+    feed, fetch = _feed_fetch("x", "x")
+    outer = [_var("x", [2]), _var("c", [], "bool"), _var("m", []), _var("z", [])]
+    ops0 = [feed,
+            Op("reduce_mean", {"X": ["x"]}, {"Out": ["m"]}, {"reduce_all": True}),
+            Op("fill_constant", {}, {"Out": ["z"]}, {"shape": [], "dtype": 5, "value": 0.0}),
+            Op("greater_than", {"X": ["m"], "Y": ["z"]}, {"Out": ["c"]}, {}),
+            Op("while", {"X": ["x"], "Condition": ["c"]}, {"Out": ["x"]}, {"sub_block": 1},
+               index=4),
+            fetch]
+    ops1 = [Op("scale", {"X": ["x"]}, {"Out": ["x"]}, {"scale": 2.0})]
+    with pytest.raises(UnsupportedOpError, match=r"'while' at #4 in block 0.*never writes"):
+        translate(_paddle_program([(-1, outer, ops0), (0, [], ops1)]), {})
+
+
+def test_rnn_dropout_runs_in_training_imports_and_clone_for_test_removes_it():
+    """A two-layer GRU with dropout_prob=0.5 imported for training drops the second layer's
+    input; clone(for_test=True) gives the reference without dropout."""
+    rng = np.random.default_rng(3)
+    steps, batch, size, hidden = 4, 2, 3, 5
+    weights = _weights(rng, "GRU", size, hidden, 2, False)
+    names = [f"w{k}" for k in range(len(weights))]
+    feed, fetch = _feed_fetch("x", "out")
+    outer = [_var("x", [steps, batch, size]), _var("h", [2, batch, hidden]),
+             _var("out", [steps, batch, hidden])]
+    for name, w in zip(names, weights):
+        outer.append(Var(name, w.shape, "float32", persistable=True))
+    ops0 = [feed,
+            Op("fill_constant", {}, {"Out": ["h"]},
+               {"shape": [2, batch, hidden], "dtype": 5, "value": 0.0}),
+            Op("rnn", {"Input": ["x"], "PreState": ["h"], "WeightList": names},
+               {"Out": ["out"]}, {"mode": "GRU", "num_layers": 2, "hidden_size": hidden,
+                                  "input_size": size, "dropout_prob": 0.5}),
+            fetch]
+    program, _, fetches, state = translate(_paddle_program([(-1, outer, ops0)]),
+                                           dict(zip(names, weights)), for_training=True)
+    scope = pd.Scope()
+    for name, value in state.items():
+        scope.set(name, value)
+    x = rng.normal(size=(steps, batch, size)).astype("float32")
+    want, _ = paddle_rnn("GRU", x, [np.zeros((2, batch, hidden), "float32")], weights, None,
+                         2, False)
+    exe = pd.Executor()
+    trained = exe.run(program, feed={"x": x}, fetch_list=fetches, scope=scope)[0]
+    assert np.abs(trained - want).max() > 1e-3
+    evaluated = exe.run(program.clone(for_test=True), feed={"x": x}, fetch_list=fetches,
+                        scope=scope)[0]
+    np.testing.assert_allclose(evaluated, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.slow   # two XLA exports with a symbolic batch
+@pytest.mark.parametrize("model", ["lstm", "dy2static"])
+def test_imported_scans_and_control_flow_export_with_a_symbolic_batch(model, tmp_path):
+    """The imported program exports to one compiled file that runs in plain JAX at both
+    batch sizes of the fixture and gives Paddle's outputs."""
+    from progdesc.export import export_compiled, load_compiled
+    exe, scope, program, feeds, fetches = _load(model, "legacy")
+    path = str(tmp_path / f"{model}.pdx")
+    export_compiled(path, program, feeds, fetches, scope)
+    run = load_compiled(path)
+    reference = np.load(os.path.join(FIXTURES, model, "reference.npz"), allow_pickle=False)
+    for batch in (2, 5):
+        out = run(reference[f"input_b{batch}"])
+        out = out[0] if isinstance(out, (list, tuple)) else out
+        np.testing.assert_allclose(np.asarray(out), reference[f"legacy_output_b{batch}"],
+                                   rtol=0, atol=1e-5)

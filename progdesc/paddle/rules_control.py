@@ -9,6 +9,8 @@ variables its body overwrites and reads before writing them (or that are read af
 it), and a branch returns the variables it writes. A `while` without a bound on its
 trip count has no gradient (our `while` needs max_iters for one).
 """
+import contextlib
+
 import numpy as np
 
 from lowering.errors import ProgramError
@@ -28,15 +30,16 @@ def _nested_blocks(paddle, op):
     return blocks
 
 
-def _reads(paddle, op):
+def _reads(paddle, op, seen=frozenset()):
     """The names `op` reads, its nested blocks' reads included. A conditional_block also
     reads what it writes: where its condition is false they keep their values."""
     names = {n for ns in op.inputs.values() for n in ns}
     if op.type == "conditional_block":
         names |= {n for ns in op.outputs.values() for n in ns}
     for block in _nested_blocks(paddle, op):
-        for inner in block.ops:
-            names |= _reads(paddle, inner)
+        if block.idx not in seen:   # a block nested in itself is refused when walked
+            for inner in block.ops:
+                names |= _reads(paddle, inner, seen | {block.idx})
     return names
 
 
@@ -56,13 +59,31 @@ def _read_first(paddle, block):
     return first
 
 
-def _subtree(paddle, block):
+def _subtree(paddle, block, found=None):
     """The indices of `block` and of every block nested in its ops."""
-    found = {block.idx}
+    found = set() if found is None else found
+    found.add(block.idx)
     for op in block.ops:
         for inner in _nested_blocks(paddle, op):
-            found |= _subtree(paddle, inner)
+            if inner.idx not in found:
+                _subtree(paddle, inner, found)
     return found
+
+
+@contextlib.contextmanager
+def _entered(t, block):
+    """Translating the Paddle block `block` as a branch or loop body: refused if it is
+    being translated already (a block that holds, or encloses, the op that runs it)."""
+    active = getattr(t, "_control_blocks", None)
+    if active is None:
+        active = t._control_blocks = set()
+    if block in active:
+        raise Unsupported(f"block {block} runs itself (it holds the op that runs it)")
+    active.add(block)
+    try:
+        yield
+    finally:
+        active.discard(block)
 
 
 def _read_elsewhere(paddle, body, names):
@@ -105,6 +126,9 @@ def while_(t, xs, condition, *, sub_block, in_types, out_types):
     paddle = t.paddle
     cond_name = in_types[1].name
     outs = _paddle_names(out_types[0], "Out")
+    if cond_name not in outs:
+        raise Unsupported(f"its body never writes its condition '{cond_name}' (it would "
+                          "not end)")
     initial = dict(zip(_paddle_names(in_types[0], "X"), xs))
     initial[cond_name] = condition
     first = _read_first(paddle, body.block)
@@ -123,7 +147,8 @@ def while_(t, xs, condition, *, sub_block, in_types, out_types):
 
     init = [t.block.var(_scalar(t, condition))] + [t.block.var(initial[n]) for n in carried[1:]]
     try:
-        final = control_flow.while_loop(lambda *carry: carry[0], step, init)
+        with _entered(t, sub_block):
+            final = control_flow.while_loop(lambda *carry: carry[0], step, init)
     except ProgramError as e:
         raise Unsupported(f"its body does not keep its loop variables' types: {e}") from None
     t.tag_last_op()
@@ -161,7 +186,8 @@ def conditional_block(t, cond, inputs, *, sub_block, is_scalar_condition=False, 
 
     pred = t.block.var(_scalar(t, cond[0]))
     try:
-        result = control_flow.cond(pred, lambda: t.sub_block(branch, []), untaken)
+        with _entered(t, sub_block):
+            result = control_flow.cond(pred, lambda: t.sub_block(branch, []), untaken)
     except ProgramError as e:
         raise Unsupported(f"its outputs change type: {e}") from None
     t.tag_last_op()
@@ -230,6 +256,24 @@ def _length_slice(op):
                                                    "StartsTensorList", "EndsTensorList")))
 
 
+def _range_readers(out, readers, users):
+    """(shapes, element slices, loop ops listing it) of the readers of the range `out`
+    when they are only those, and the shapes only have their length read; else None."""
+    shapes = [u for u in readers if u.type in SHAPE_OPS]
+    elements = [u for u in readers if u.type == "slice" and single(u, "Input") == out
+                and _element_index(u) is not None]
+    listed = [u for u in readers if u.type in ("while", "conditional_block")
+              and all(n != out for slot, names in u.inputs.items()
+                      if slot not in ("X", "Input") for n in names)]
+    if not (shapes or elements) or len(shapes) + len(elements) + len(listed) != len(readers):
+        return None
+    for s in shapes:
+        length = (s.outputs.get("Out") or [None])[0]
+        if length is None or not all(_length_slice(v) for v in users.get(length, [])):
+            return None
+    return shapes, elements, listed
+
+
 def rewrite_range_loops(paddle):
     """Rewrite, in place, each `range` of the PaddleProgram that only dygraph-to-static
     loops read (its length through `shape`, its elements through a decreasing slice at a
@@ -246,28 +290,18 @@ def rewrite_range_loops(paddle):
             if op.type not in ("range", "arange") or len(op.outputs.get("Out", [])) != 1:
                 continue
             ends = {s: single(op, s) for s in ("Start", "End", "Step")}
-            if None in ends.values():
-                continue
             out = op.outputs["Out"][0]
-            readers = users.get(out, [])
-            shapes = [u for u in readers if u.type in SHAPE_OPS]
-            elements = [u for u in readers if u.type == "slice" and single(u, "Input") == out
-                        and _element_index(u) is not None]
-            listed = [u for u in readers if u.type in ("while", "conditional_block")
-                      and all(n != out for s, ns in u.inputs.items()
-                              if s not in ("X", "Input") for n in ns)]
-            if not (shapes or elements) or len(shapes) + len(elements) + len(listed) != len(readers):
+            found = None if None in ends.values() else _range_readers(
+                out, users.get(out, []), users)
+            if found is None:
                 continue
-            if not all(all(_length_slice(v) for v in users.get(s.outputs["Out"][0], []))
-                       for s in shapes if s.outputs.get("Out")):
-                continue
+            shapes, elements, listed = found
             for s in shapes:
                 s.type, s.inputs = RANGE_LENGTH, {k: [v] for k, v in ends.items()}
             for e in elements:
-                e.type = RANGE_ELEMENT
                 e.inputs = {"Start": [ends["Start"]], "Step": [ends["Step"]],
                             "Index": [_element_index(e)]}
-                e.attrs = {}
+                e.type, e.attrs = RANGE_ELEMENT, {}
             for u in listed:
                 for slot in ("X", "Input"):
                     if slot in u.inputs:
@@ -313,8 +347,9 @@ def pir_if(t, cond, *, then_block, else_block, then_outputs=(), else_outputs=())
                 t.subgraph(else_block, (), else_outputs)]
     pred = t.block.var(_scalar(t, cond))
     try:
-        result = control_flow.cond(pred, lambda: t.sub_block(branches[0], []),
-                                   lambda: t.sub_block(branches[1], []))
+        with _entered(t, then_block), _entered(t, else_block):
+            result = control_flow.cond(pred, lambda: t.sub_block(branches[0], []),
+                                       lambda: t.sub_block(branches[1], []))
     except ProgramError as e:
         raise Unsupported(f"its branches yield different types: {e}") from None
     t.tag_last_op()
@@ -335,7 +370,8 @@ def pir_while(t, cond, xs, *, body_block, body_inputs=(), body_cond, body_output
 
     init = [t.block.var(_scalar(t, cond))] + [t.block.var(x) for x in xs]
     try:
-        final = control_flow.while_loop(lambda *carry: carry[0], step, init)
+        with _entered(t, body_block):
+            final = control_flow.while_loop(lambda *carry: carry[0], step, init)
     except ProgramError as e:
         raise Unsupported(f"its body does not keep its loop values' types: {e}") from None
     t.tag_last_op()

@@ -10,18 +10,27 @@ from progdesc.translate import Unsupported
 
 
 # --- convolution and pooling ---
-def _conv_layout(data_format):
-    if data_format not in ("NCHW", "AnyLayout"):
-        raise Unsupported(f"data_format={data_format!r} (only NCHW)")
+def _to_nchw(t, x, data_format):
+    """x in NCHW, our ops' layout: an NHWC input is transposed (and its result back, by
+    `_from_nchw`)."""
+    if data_format in ("NCHW", "AnyLayout"):
+        return x
+    if data_format != "NHWC":
+        raise Unsupported(f"data_format={data_format!r}")
+    return t.call("transpose", x, perm=[0, 3, 1, 2])
+
+
+def _from_nchw(t, y, data_format):
+    return t.call("transpose", y, perm=[0, 2, 3, 1]) if data_format == "NHWC" else y
 
 
 @RULES.rule("conv2d", "depthwise_conv2d", inputs=("Input", "Filter"), outputs=("Output",))
 def conv2d(t, x, w, *, strides=(1, 1), paddings=(0, 0), dilations=(1, 1), groups=1,
            padding_algorithm="EXPLICIT", data_format="NCHW"):
-    _conv_layout(data_format)
-    return t.call("conv2d", x, w, strides=list(strides), paddings=list(paddings),
-                  dilations=list(dilations), groups=max(int(groups), 1),
-                  padding_algorithm=padding_algorithm)
+    y = t.call("conv2d", _to_nchw(t, x, data_format), w, strides=list(strides),
+               paddings=list(paddings), dilations=list(dilations), groups=max(int(groups), 1),
+               padding_algorithm=padding_algorithm)
+    return _from_nchw(t, y, data_format)
 
 
 def _same_pads(n, k, s):
@@ -33,7 +42,14 @@ def _same_pads(n, k, s):
 def pool2d(t, x, *, pooling_type="max", ksize=(1, 1), global_pooling=False, strides=(1, 1),
            paddings=(0, 0), exclusive=True, adaptive=False, ceil_mode=False,
            data_format="NCHW", padding_algorithm="EXPLICIT"):
-    _conv_layout(data_format)
+    y = _pool2d(t, _to_nchw(t, x, data_format), pooling_type, list(ksize), global_pooling,
+                list(strides), list(paddings), exclusive, adaptive, ceil_mode,
+                padding_algorithm)
+    return _from_nchw(t, y, data_format)
+
+
+def _pool2d(t, x, pooling_type, ksize, global_pooling, strides, paddings, exclusive, adaptive,
+            ceil_mode, padding_algorithm):
     if pooling_type not in ("max", "avg"):
         raise Unsupported(f"pooling_type={pooling_type!r}")
     spatial = dims_of(t, x)[2:]
@@ -155,36 +171,44 @@ def conv2d_transpose(t, x, w, *, strides=(1, 1), paddings=(0, 0), output_padding
                   data_format="NCHW" if data_format == "AnyLayout" else data_format)
 
 
+_SPATIAL = {"linear": 1, "bilinear": 2, "bicubic": 2, "trilinear": 3}
+
+
 def _interp(method):
-    def rule(t, x, out_size, size_list, scale_t, *, data_layout="NCHW", out_h=-1, out_w=-1,
-             scale=(), align_corners=True, align_mode=1, out_d=-1):
-        if t.rank(x) != 4:
-            raise Unsupported(f"{t.rank(x)}-D input (only 4-D)")
+    def rule(t, x, out_size, size_list, scale_t, *, data_layout="NCHW", out_d=-1, out_h=-1,
+             out_w=-1, scale=(), align_corners=True, align_mode=1):
+        spatial = t.rank(x) - 2
+        if spatial != _SPATIAL.get(method, spatial) or not 1 <= spatial <= 3:
+            raise Unsupported(f"{method} interpolation of a {t.rank(x)}-D input")
+        sizes = None
         if out_size is not None:
-            out_h, out_w = ints_of(t, out_size, "OutSize")
-            scale = ()
+            sizes = ints_of(t, out_size, "OutSize")
         elif size_list:
-            out_h, out_w = list_ints(t, size_list, "SizeTensor")
-            scale = ()
+            sizes = list_ints(t, size_list, "SizeTensor")
         elif scale_t is not None:
             value = t.value_of(scale_t)
             if value is None:
                 raise Unsupported("Scale is computed at run time")
             scale = [float(v) for v in np.asarray(value).reshape(-1)]
-        scale = list(scale)
+        if sizes is not None:
+            if len(sizes) != spatial:
+                raise Unsupported(f"{len(sizes)} output sizes for {spatial} spatial dims")
+            out_d, out_h, out_w = ([-1, -1] + sizes)[-3:]
+            scale = ()
+        scale = [float(s) for s in scale]
         if len(scale) == 1:
-            scale = scale * 2
+            scale = scale * spatial
         if scale and all(s <= 0 for s in scale):
             scale = []
-        return t.call("interpolate", x, data_layout="NCHW" if data_layout == "AnyLayout"
-                      else data_layout, out_h=int(out_h), out_w=int(out_w),
-                      scale=[float(s) for s in scale], interp_method=method,
+        layout = "NHWC" if data_layout in ("NHWC", "NWC", "NDHWC") else "NCHW"
+        return t.call("interpolate", x, data_layout=layout, out_d=int(out_d), out_h=int(out_h),
+                      out_w=int(out_w), scale=scale, interp_method=method,
                       align_corners=bool(align_corners), align_mode=int(align_mode))
     rule.__name__ = rule.__qualname__ = f"{method}_interp"
     return rule
 
 
-for _method in ("nearest", "bilinear"):
+for _method in ("nearest", "linear", "bilinear", "bicubic", "trilinear"):
     RULES.rule(f"{_method}_interp_v2", f"{_method}_interp",
                inputs=("X", "OutSize", "SizeTensor*", "Scale"))(_interp(_method))
 

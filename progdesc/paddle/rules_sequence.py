@@ -1,8 +1,8 @@
 """Paddle's sequence models in the translation table: the `rnn` op (LSTM, GRU, simple
-RNN) as `scan`s over time (so its gradient comes from scan's gradient maker), and the
-zero initial states nn.RNN layers build with a run-time batch size. `prepare` rewrites
-those, and dygraph-to-static's loops (progdesc.paddle.rules_control), before the walk;
-importing this module registers both modules' rows.
+RNN) as `scan`s over time (so its gradient comes from scan's gradient maker), and
+`fill_constant_batch_size_like`. `prepare` rewrites dygraph-to-static's loops
+(progdesc.paddle.rules_control) before the walk; importing this module registers both
+modules' rows.
 
 The rnn op's meaning, as Paddle's CPU kernel computes it (read, not copied):
 - Input is time major [T, B, input_size]; PreState is [h0] or [h0, c0] (LSTM), each
@@ -21,8 +21,7 @@ import numpy as np
 
 from progdesc import control_flow
 from progdesc.paddle import rules_control
-from progdesc.paddle.rules import RULES
-from progdesc.paddle.rules_control import SHAPE_OPS, single
+from progdesc.paddle.rules import RULES, _dtype, _np_dtype, _parse_number
 from progdesc.translate import Unsupported
 
 _GATES = {"LSTM": 4, "GRU": 3, "RNN_TANH": 1, "RNN_RELU": 1}
@@ -135,6 +134,9 @@ def rnn(t, x, pre_state, weights, seq_len, *, mode="LSTM", num_layers=1, is_bidi
     only (`t.for_training`); DropoutState and Reserve, Paddle's workspaces, are not made."""
     if mode not in _GATES:
         raise Unsupported(f"mode={mode!r}")
+    if num_layers < 1 or hidden_size < 1 or input_size < 1:
+        raise Unsupported(f"num_layers={num_layers}, hidden_size={hidden_size}, "
+                          f"input_size={input_size}")
     directions = 2 if is_bidirec else 1
     cells = num_layers * directions
     if len(weights) != 4 * cells:
@@ -143,6 +145,11 @@ def rnn(t, x, pre_state, weights, seq_len, *, mode="LSTM", num_layers=1, is_bidi
     want = 2 if mode == "LSTM" else 1
     if len(pre_state) != want:
         raise Unsupported(f"PreState holds {len(pre_state)} tensors; {mode} takes {want}")
+    for state in pre_state:
+        dims = list(t.var(state)[0])
+        if len(dims) != 3 or dims[0] != cells or dims[2] != hidden_size:
+            raise Unsupported(f"PreState {state!r} has shape {dims}, expected "
+                              f"[{cells}, batch, {hidden_size}]")
     gates = _GATES[mode] * hidden_size
     for k in range(cells):
         fed = input_size if k < directions else directions * hidden_size
@@ -160,75 +167,13 @@ def rnn(t, x, pre_state, weights, seq_len, *, mode="LSTM", num_layers=1, is_bidi
     return out, None, states, None
 
 
-# --- zeros shaped by a run-time dim (nn.RNN's initial states) ---
-
-def _producers(paddle):
-    return {n: op for block in paddle.blocks for op in block.ops
-            for names in op.outputs.values() for n in names}
-
-
-def _constant_int(op):
-    """The value of a fill_constant of one element with no tensor inputs, or None."""
-    if op.type != "fill_constant" or any(op.inputs.values()):
-        return None
-    if list(op.attrs.get("shape", ())) not in ([], [1]):
-        return None
-    text = op.attrs.get("str_value", "")
-    try:
-        return int(float(text)) if text else int(op.attrs.get("value", 0.0))
-    except ValueError:
-        return None
-
-
-def _dim_source(producers, name, depth=0):
-    """Where the scalar `name` comes from: ('const', n), ('dim', variable, axis) for
-    `slice(shape(variable))[axis]`, or None."""
-    op = producers.get(name)
-    if op is None or depth > 4:
-        return None
-    if op.type == "cast":
-        return _dim_source(producers, single(op, "X"), depth + 1)
-    value = _constant_int(op)
-    if value is not None:
-        return ("const", value)
-    if op.type != "slice" or list(op.attrs.get("axes", ())) != [0]:
-        return None
-    starts, ends = list(op.attrs.get("starts", ())), list(op.attrs.get("ends", ()))
-    if len(starts) != 1 or ends != [starts[0] + 1] or starts[0] < 0 or any(
-            op.inputs.get(s) for s in ("StartsTensor", "EndsTensor", "StartsTensorList",
-                                       "EndsTensorList")):
-        return None
-    shape = producers.get(single(op, "Input"))
-    if shape is None or shape.type not in SHAPE_OPS or single(shape, "Input") is None:
-        return None
-    return ("dim", single(shape, "Input"), starts[0])
-
-
-def _batch_sized_fills(paddle):
-    producers = _producers(paddle)
-    for block in paddle.blocks:
-        for op in block.ops:
-            entries = op.inputs.get("ShapeTensorList", [])
-            if op.type != "fill_constant" or not entries or op.inputs.get("ShapeTensor") \
-                    or op.inputs.get("ValueTensor"):
-                continue
-            sources = [_dim_source(producers, n) for n in entries]
-            dynamic = [k for k, src in enumerate(sources) if src and src[0] == "dim"]
-            if None in sources or len(dynamic) != 1:
-                continue
-            _, like, axis = sources[dynamic[0]]
-            op.type = "fill_constant_batch_size_like"
-            op.inputs = {"Input": [like]}
-            op.attrs = {**op.attrs, "input_dim_idx": axis, "output_dim_idx": dynamic[0],
-                        "shape": [-1 if src[0] == "dim" else src[1] for src in sources]}
-
+# --- zeros shaped by a run-time dim (older programs' RNN initial states) ---
 
 @RULES.rule("fill_constant_batch_size_like", inputs=("Input",))
 def fill_constant_batch_size_like(t, like, *, shape, value=0.0, str_value="", dtype=5,
                                   input_dim_idx=0, output_dim_idx=0):
     """A tensor of `shape` filled with `value`, whose dim output_dim_idx is Input's dim
     input_dim_idx."""
-    from progdesc.paddle.rules import _dtype, _np_dtype, _parse_number
     if str_value:
         value = _parse_number(str_value)
     dims = [int(d) for d in shape]
@@ -245,10 +190,7 @@ def fill_constant_batch_size_like(t, like, *, shape, value=0.0, str_value="", dt
 
 def prepare(paddle):
     """Rewrite the PaddleProgram in place before its walk, and return it: each
-    `fill_constant` whose shape tensors hold one dim of a variable (nn.LSTM's zero state
-    [layers, batch, hidden]) becomes Paddle's `fill_constant_batch_size_like`, and each
     dygraph-to-static loop over `range(tensor)` reads the range's length and elements
     without making it (`rules_control.rewrite_range_loops`)."""
-    _batch_sized_fills(paddle)
     rules_control.rewrite_range_loops(paddle)
     return paddle

@@ -257,21 +257,6 @@ def fill_zeros_like(t, x):
     return t.call("fill_zeros_like", x)
 
 
-@RULES.rule("fill_constant_batch_size_like", inputs=("Input",))
-def fill_constant_batch_size_like(t, x, *, shape=(), dtype=5, value=0.0, str_value="",
-                                  input_dim_idx=0, output_dim_idx=0):
-    value = parse_number(str_value) if str_value else value
-    dims = [int(d) for d in shape]
-    size = dims_of(t, x)[input_dim_idx]
-    fill = np.asarray(value, numpy_dtype(dtype_name(dtype)))
-    if size != -1:
-        dims[output_dim_idx] = size
-        return t.constant(np.full(dims, fill))
-    dims[output_dim_idx] = -1
-    return t.call("broadcast_in_dim", t.constant(fill), x, shape=dims, broadcast_dimensions=[],
-                  like_axis=input_dim_idx)
-
-
 @RULES.rule("cast")
 def cast(t, x, *, out_dtype=5, in_dtype=5):
     dtype = dtype_name(out_dtype)
@@ -333,16 +318,50 @@ def index_select(t, x, index, *, dim=0):
     return t.call("gather", x, index, axis=axis_of(dim, t.rank(x)))
 
 
+def _padded(t, x, pairs, mode, value):
+    """x padded by (low, high) `pairs`, one per dim: constant (`pad`) or Paddle's
+    reflect, replicate or circular modes (`border_pad`)."""
+    if mode == "constant":
+        config = [v for lo, hi in pairs for v in (lo, hi, 0)]
+        return t.call("pad", x, t.constant(np.asarray(value, t.var(x)[1])),
+                      padding_config=config)
+    if mode == "edge":
+        mode = "replicate"
+    if mode not in ("reflect", "replicate", "circular"):
+        raise Unsupported(f"mode={mode!r}")
+    return t.call("border_pad", x, paddings=[v for pair in pairs for v in pair], mode=mode)
+
+
 @RULES.rule("pad3d", inputs=("X", "Paddings"))
 def pad3d(t, x, paddings_t, *, paddings=(0, 0, 0, 0, 0, 0), mode="constant", value=0.0,
           data_format="NCDHW"):
     if paddings_t is not None:
         paddings = ints_of(t, paddings_t, "Paddings")
-    if mode != "constant" or data_format != "NCDHW":
-        raise Unsupported(f"mode={mode!r}, data_format={data_format!r} (only constant, NCDHW)")
     left, right, top, bottom, front, back = [int(p) for p in paddings]
-    config = [0, 0, 0, 0, 0, 0, front, back, 0, top, bottom, 0, left, right, 0]
-    return t.call("pad", x, t.constant(np.asarray(value, t.var(x)[1])), padding_config=config)
+    spatial = [(front, back), (top, bottom), (left, right)]
+    if data_format == "NCDHW":
+        pairs = [(0, 0), (0, 0)] + spatial
+    elif data_format == "NDHWC":
+        pairs = [(0, 0)] + spatial + [(0, 0)]
+    else:
+        raise Unsupported(f"data_format={data_format!r}")
+    return _padded(t, x, pairs, mode, value)
+
+
+@RULES.rule("pad2d", inputs=("X", "Paddings"))
+def pad2d(t, x, paddings_t, *, paddings=(0, 0, 0, 0), mode="constant", pad_value=0.0,
+          data_format="NCHW"):
+    if paddings_t is not None:
+        paddings = ints_of(t, paddings_t, "Paddings")
+    top, bottom, left, right = [int(p) for p in paddings]
+    spatial = [(top, bottom), (left, right)]
+    if data_format == "NCHW":
+        pairs = [(0, 0), (0, 0)] + spatial
+    elif data_format == "NHWC":
+        pairs = [(0, 0)] + spatial + [(0, 0)]
+    else:
+        raise Unsupported(f"data_format={data_format!r}")
+    return _padded(t, x, pairs, mode, pad_value)
 
 
 @RULES.rule("pad", inputs=("X",))

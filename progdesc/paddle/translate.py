@@ -61,7 +61,8 @@ class PaddleTranslator(Translator):
     """Appends the ops of a PaddleProgram to a Program of ours (see the module's text).
 
     Rules (progdesc.paddle.rules) call, besides the shared translator's methods: `rank`,
-    `for_training`, `paddle` (the PaddleProgram), `subgraph`."""
+    `value_of` and `sizes_of` (what is known of a variable's value while translating),
+    `paddle_var`, `for_training`, `paddle` (the PaddleProgram) and `subgraph`."""
 
     def __init__(self, program, paddle, *, for_training=False, rules=RULES):
         super().__init__(program, rules)
@@ -122,7 +123,12 @@ class PaddleTranslator(Translator):
 
     def inline(self, graph, args=None):
         """Translate the ops of a SubGraph into the current block, its inputs bound to
-        `args` (our names; None: all FAILED); returns our names of its outputs."""
+        `args` (our names; None: all FAILED); returns our names of its outputs. A block
+        being translated already (one that holds, or encloses, the op that runs it: a
+        hostile file) is refused: Unsupported."""
+        if graph.block.idx in self._envs:
+            raise Unsupported(f"block {graph.block.idx} would run itself (it holds or "
+                              "encloses the op that runs it)")
         parent = self._envs.get(graph.block.parent)
         env = _PaddleEnvironment(self, parent)
         env.bind(graph.inputs, [FAILED] * len(graph.inputs) if args is None else args)
