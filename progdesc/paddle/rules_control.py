@@ -10,6 +10,7 @@ it), and a branch returns the variables it writes. A `while` without a bound on 
 trip count has no gradient (our `while` needs max_iters for one).
 """
 import contextlib
+import weakref
 
 import numpy as np
 
@@ -70,13 +71,14 @@ def _subtree(paddle, block, found=None):
     return found
 
 
+_ACTIVE = weakref.WeakKeyDictionary()   # translator -> the Paddle blocks it is inside
+
+
 @contextlib.contextmanager
 def _entered(t, block):
     """Translating the Paddle block `block` as a branch or loop body: refused if it is
     being translated already (a block that holds, or encloses, the op that runs it)."""
-    active = getattr(t, "_control_blocks", None)
-    if active is None:
-        active = t._control_blocks = set()
+    active = _ACTIVE.setdefault(t, set())
     if block in active:
         raise Unsupported(f"block {block} runs itself (it holds the op that runs it)")
     active.add(block)
