@@ -38,3 +38,22 @@ def test_piecewise_activations_take_paddles_derivatives_at_their_corners():
                             scope=pd.Scope())
     for name, value in zip(grads, got):
         np.testing.assert_allclose(value, expected[name], rtol=1e-6, atol=1e-7, err_msg=name)
+
+
+def test_grid_sample_border_passes_the_whole_slope_on_the_bounds():
+    # X is the ramp 0..4 along W; with align_corners, x = -1 and 1 are the pixels 0 and 4
+    # exactly, where border padding clips. PaddlePaddle's kernel differentiates the clip as
+    # 1 there: d out / d x = (right neighbour - left one) * (W - 1) / 2, the right
+    # neighbour of pixel 4 being outside X (0).
+    x = np.arange(5, dtype="float32").reshape(1, 1, 1, 5)
+    grid = np.array([[[[-1.0, 0.0], [1.0, 0.0]]]], "float32")
+    main = pd.Program()
+    with pd.program_guard(main, pd.Program()):
+        xv = pd.data("x", [1, 1, 1, 5])
+        gv = pd.data("grid", [1, 1, 2, 2])
+        out = ops.grid_sample(xv, gv, padding_mode="border", align_corners=True)
+        dgrid, = pd.gradients([out], [gv])
+    got_out, got_dgrid = pd.Executor().run(main, feed={"x": x, "grid": grid},
+                                           fetch_list=[out, dgrid], scope=pd.Scope())
+    np.testing.assert_allclose(got_out.ravel(), [0.0, 4.0])
+    np.testing.assert_allclose(got_dgrid[..., 0].ravel(), [(1 - 0) * 2.0, (0 - 4) * 2.0])

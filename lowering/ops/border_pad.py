@@ -13,8 +13,9 @@ through `border_pad_grad` (`jax.vjp` of the rule: every output element's gradien
 added to the element it copies), whose gradient is border_pad again.
 """
 import jax.numpy as jnp
+import numpy as np
 
-from lowering import checks
+from lowering import checks, sizes
 from lowering.constraints import non_negative, one_of
 from lowering.errors import ShapeError
 from lowering.ops.collective import local_vjp
@@ -26,7 +27,7 @@ _ATTRS = {
     "mode": Attr("mode", "string", "reflect", "reflect, replicate or circular",
                  where=one_of("reflect", "replicate", "circular")),
 }
-_NUMPY_MODE = {"reflect": "reflect", "replicate": "edge", "circular": "wrap"}
+_NUMPY_MODE = {"reflect": "reflect", "replicate": "edge"}
 
 
 def _pairs(X, paddings, mode):
@@ -49,13 +50,29 @@ def _pairs(X, paddings, mode):
         if mode == "reflect" and max(lo, hi) > n - 1:
             raise ShapeError(f"reflect padding ({lo}, {hi}) of dim {axis} of X "
                              f"{checks.typed(X)} must be at most its size - 1", slot="X")
+    dims = [n + lo + hi if isinstance(n, int) else n for n, (lo, hi) in zip(X.shape, pairs)]
+    too_big = sizes.oversized(dims, X.dtype)
+    if too_big:
+        raise ShapeError(f"X {checks.typed(X)} padded by {list(paddings)} is too large: "
+                         f"{too_big}", slot="X")
     return pairs
+
+
+def _circular(X, pairs):
+    """X padded circularly: a gather of indices modulo each dim (any number of turns)."""
+    for axis, (n, (lo, hi)) in enumerate(zip(X.shape, pairs)):
+        if lo or hi:
+            X = jnp.take(X, np.arange(-lo, n + hi) % n, axis=axis)
+    return X
 
 
 @op("border_pad", inputs=[In("X", "number")], outputs=[Out("Out")], attrs=_ATTRS)
 def border_pad(X, *, paddings, mode):
     """X padded with copies of its own elements: reflected, replicated or circular."""
-    return jnp.pad(X, _pairs(X, paddings, mode), mode=_NUMPY_MODE[mode])
+    pairs = _pairs(X, paddings, mode)
+    if mode == "circular":
+        return _circular(X, pairs)
+    return jnp.pad(X, pairs, mode=_NUMPY_MODE[mode])
 
 
 @border_pad.gradient

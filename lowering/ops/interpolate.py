@@ -31,7 +31,7 @@ rule), whose gradient is interpolate again.
 import jax.numpy as jnp
 import numpy as np
 
-from lowering import checks
+from lowering import checks, sizes
 from lowering.constraints import between, one_of, positive
 from lowering.errors import ShapeError
 from lowering.ops.collective import local_vjp
@@ -90,6 +90,13 @@ def _sizes(X, data_layout, out_d, out_h, out_w, scale, interp_method):
     if min(sizes_out) < 1:
         raise ShapeError(f"the output of X {checks.typed(X)} would be {sizes_out} "
                          f"({data_layout}, {why}); each size must be at least 1", slot="X")
+    dims = list(X.shape)
+    for axis, n in zip(axes, sizes_out):
+        dims[axis] = n
+    too_big = sizes.oversized(dims, X.dtype)   # before the index tables are built
+    if too_big:
+        raise ShapeError(f"the output of X {checks.typed(X)} ({why}) is too large: {too_big}",
+                         slot="X")
     return axes, sizes_in, sizes_out, (tuple(scale) or (None,) * spatial)
 
 

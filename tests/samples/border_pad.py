@@ -58,6 +58,10 @@ INVALID = [
     Invalid("border_pad", {"X": spec(2, 3, 4)}, attrs={"paddings": [0, 0, 1, 1]},
             name="paddings_per_dim", expect=("X", "paddings=[0, 0, 1, 1]", "3 dims",
                                              "float32[2, 3, 4]")),
+    # refused before any index table is built
+    Invalid("border_pad", {"X": spec(2, 3, 4)},
+            attrs={"paddings": [0, 0, 2**31 - 1, 2**31 - 1, 0, 2**30], "mode": "circular"},
+            name="hostile_size", expect=("X", "too large", "float32[2, 3, 4]")),
     Invalid("border_pad", {"X": spec(2, 3, 4)}, attrs={"paddings": [0, 0, 0, 3, 0, 0]},
             name="reflect_too_wide", expect=("X", "reflect padding (0, 3) of dim 1",
                                              "float32[2, 3, 4]", "its size - 1")),

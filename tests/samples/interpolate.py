@@ -169,6 +169,9 @@ INVALID = [
             name="scaled_to_nothing", expect=("X", "[0, 8]", "scale=[0.2, 1.0]")),
     Invalid("interpolate", {"X": spec(2, 3, 8, 8)}, attrs={"scale": [2.0]},
             name="one_scale", expect=("X", "scale=[2.0]", "one value per spatial dim")),
+    # refused before any index table of 2^31 entries is built
+    Invalid("interpolate", {"X": spec(2, 3, 8, 8)}, attrs={"out_h": 2**31 - 1, "out_w": 2**20},
+            name="hostile_size", expect=("X", "too large", "out_h=2147483647")),
     Invalid("interpolate", {"X": spec(2, 3, 8, 8, 8)}, attrs={"out_d": 4, "out_h": 4,
                                                               "out_w": 4},
             name="bilinear_of_3d",
