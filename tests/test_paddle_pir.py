@@ -125,11 +125,17 @@ def test_constants_fold_into_legacy_attributes():
     assert dropout.attrs["dropout_prob"] == pytest.approx(0.1)
 
 
-def test_batch_norm_running_statistics_are_written_in_place():
-    prog = read_pir(_text("resnet18"))
+@pytest.mark.parametrize("name", ["1.batch_norm_", "1.batch_norm"])
+def test_batch_norm_running_statistics_are_written_in_place(name):
+    doc = _doc("resnet18")
+    for op in _raw_ops(doc):
+        if op["#"] == "1.batch_norm_":
+            op["#"] = name    # the form without '_' gives new values for the statistics
+    prog = read_pir(json.dumps(doc))
     bn = _ops(prog, "batch_norm")[0]
     assert bn.outputs["MeanOut"] == bn.inputs["Mean"]
     assert bn.outputs["VarianceOut"] == bn.inputs["Variance"]
+    assert bn.outputs["Y"] != bn.inputs["X"]
     assert bn.attrs["data_layout"] == "NCHW" and "data_format" not in bn.attrs
 
 
