@@ -125,11 +125,17 @@ def test_constants_fold_into_legacy_attributes():
     assert dropout.attrs["dropout_prob"] == pytest.approx(0.1)
 
 
-def test_batch_norm_running_statistics_are_written_in_place():
-    prog = read_pir(_text("resnet18"))
+@pytest.mark.parametrize("name", ["1.batch_norm_", "1.batch_norm"])
+def test_batch_norm_running_statistics_are_written_in_place(name):
+    doc = _doc("resnet18")
+    for op in _raw_ops(doc):
+        if op["#"] == "1.batch_norm_":
+            op["#"] = name    # the form without '_' gives new values for the statistics
+    prog = read_pir(json.dumps(doc))
     bn = _ops(prog, "batch_norm")[0]
     assert bn.outputs["MeanOut"] == bn.inputs["Mean"]
     assert bn.outputs["VarianceOut"] == bn.inputs["Variance"]
+    assert bn.outputs["Y"] != bn.inputs["X"]
     assert bn.attrs["data_layout"] == "NCHW" and "data_format" not in bn.attrs
 
 
@@ -228,8 +234,11 @@ def test_errors_name_the_json_path():
     del bad["program"]["regions"][0]["blocks"][0]["ops"][k]["O"]
     _path_error(bad, rf"ops\[{k}\]: has no field 'O'")
     bad = copy.deepcopy(doc)
-    bad["program"]["regions"][0]["blocks"][0]["ops"][k]["O"][0]["TT"]["D"][1] = [-5, 3]
-    _path_error(bad, rf"ops\[{k}\]\.O\[0\]\.TT\.D\[1\]\[0\]: a dim of -5")
+    bad["program"]["regions"][0]["blocks"][0]["ops"][k]["O"][0]["TT"]["D"][1] = [2.5, 3]
+    _path_error(bad, rf"ops\[{k}\]\.O\[0\]\.TT\.D\[1\]\[0\]: expected an integer")
+    odd = copy.deepcopy(doc)   # Paddle writes -4 for an unknown batch times 4 channels
+    odd["program"]["regions"][0]["blocks"][0]["ops"][k]["O"][0]["TT"]["D"][1] = [-4, 3]
+    assert any(v.shape == (-1, 3) for v in read_pir(json.dumps(odd)).blocks[0].vars.values())
     bad = copy.deepcopy(doc)
     bad["program"]["regions"][0]["blocks"][0]["ops"][k]["O"][0]["%"] = 1
     _path_error(bad, r"value %1 is defined twice")
@@ -409,3 +418,14 @@ def test_a_long_chain_of_unread_ops_is_dropped_in_linear_time():
     assert [op.type for op in prog.blocks[0].ops] == ["feed", "fetch"]
     kept = read_pir(json.dumps(doc), prune=False)
     assert len(kept.blocks[0].ops) == n + 2
+
+
+def test_a_value_of_a_branch_is_not_visible_after_it():
+    doc = _doc("dy2static")
+    ops = doc["program"]["regions"][0]["blocks"][0]["ops"]
+    k = next(i for i, op in enumerate(ops) if op["#"] == "1.if")
+    inner = ops[k]["regions"][0]["blocks"][0]["ops"][0]["O"][0]["%"]
+    f = next(i for i, op in enumerate(ops) if op["#"] == "1.fetch")
+    ops[f]["I"][0]["%"] = inner
+    _path_error(doc, rf"ops\[{f}\]\.I\[0\]: value %{inner} is not defined before this op in a "
+                     "block that encloses it")

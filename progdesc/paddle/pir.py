@@ -1,9 +1,8 @@
 """The reader of Paddle 3's PIR programs: the `.json` file that `paddle.jit.save` and
 `paddle.static.save_inference_model` write by default, decoded into a
 `graph.PaddleProgram` whose ops read as legacy ops (`pir_ops`), so that one table
-(`progdesc.paddle.rules`) serves both formats.
-
-What the reader makes of it:
+(`progdesc.paddle.rules`) serves both formats. `pir_json` decodes and checks the file
+(its format is described there); this module turns its ops into legacy ones:
 
 - Every value is a variable: a parameter under its name, a `pd_op.data` under its name,
   any other value as '%<id>'. Parameters are persistable variables of block 0, except
@@ -14,6 +13,11 @@ What the reader makes of it:
   `pd_op.full` becomes `fill_constant` and `pd_op.full_int_array` `assign_value`
   where their values are read as tensors, and nothing where they are folded into an
   attribute; ops whose results nothing reads are left out.
+- Attributes take their legacy names (`pir_ops`); dtypes become Paddle's legacy element
+  type numbers (5 for float32, -1 for "undefined"); places and bookkeeping attributes
+  (struct_name, stop_gradient) are dropped. The running mean and variance that
+  `pd_op.batch_norm_` writes in place keep the persistable's name, as in a legacy
+  program.
 - `pd_op.if` becomes an op 'pir.if': inputs {'Cond': [c]}, outputs {'Out': [...]},
   attributes `then_block`, `else_block` (indices of blocks of the PaddleProgram, also
   in `Op.regions`) and `then_outputs`, `else_outputs` (the names each branch's
@@ -66,14 +70,14 @@ class _Builder:
         self.names = {}       # value id -> variable name
         self.types = {}       # value id -> decoded type
         self.producer = {}    # value id -> (RawOp op, result index)
-        self.parts = {}       # vector value id -> ids of its parts (builtin.split)
         self.taken = set()    # names given, to refuse a clash
         self.param_names = set()   # names of the parameters
         self.feeds = 0
-        self._current = []    # the decoded ops of the block being built
+        self._splits = {}     # of the block being built: vector id -> builtin.split
+        self._visible = []    # value ids each enclosing block defines, innermost last
 
     def build(self, top, prune=True):
-        self._block(top, -1, None)
+        self._block(top, -1)   # the top block (its parameters are block 0's)
         if prune:
             self._prune()
         return PaddleProgram(self.blocks, "pir")
@@ -88,6 +92,7 @@ class _Builder:
         self.taken.add(name)
         self.names[vid] = name
         self.types[vid] = vtype
+        self._visible[-1].add(vid)
         if vtype is not None and vtype[0] in ("dense", "array"):
             kind = "dense" if vtype[0] == "dense" else "lod_tensor_array"
             block.vars[name] = Var(name, vtype[2], vtype[1], persistable, kind,
@@ -96,26 +101,37 @@ class _Builder:
 
     def _read(self, vid, op, k):
         name = self.names.get(vid)
-        if name is None:
-            (op.path / "I" / k).fail(f"value %{vid} is not defined before this op")
+        if name is None or not any(vid in ids for ids in self._visible):
+            (op.path / "I" / k).fail(f"value %{vid} is not defined before this op"
+                                     + (" in a block that encloses it" if name else ""))
         return name
 
     # --- blocks ---
-    def _block(self, decoded, parent, _owner):
+    def _block(self, decoded, parent, tail=None):
+        """Build a block of the program from (args, ops); with `tail` (a cf.yield),
+        also return the names it yields, read inside the block."""
         args, ops = decoded
+        self._visible.append(set())
         block = Block(len(self.blocks), parent, {}, [])
         self.blocks.append(block)
         if len(self.blocks) > limits.MAX_BLOCKS:
             raise FormatError(f"PIR program: more than {limits.MAX_BLOCKS} blocks")
         for k, (vid, vtype) in enumerate(args):
             self._define(vid, vtype, block, Path(f"block argument {k}"))
-        outer, self._current = self._current, ops
+        splits = {}   # vector id -> the first builtin.split of it in this block
+        for raw in ops:
+            if raw.name == "builtin.split" and len(raw.operands) == 1:
+                splits.setdefault(raw.operands[0], raw)
+        outer, self._splits = self._splits, splits
         try:
             for raw in ops:
                 self._op(raw, block)
+            yielded = [self._read(v, tail, k) for k, v in enumerate(tail.operands)] \
+                if tail is not None else None
         finally:
-            self._current = outer
-        return block
+            self._splits = outer
+            self._visible.pop()
+        return block, yielded
 
     def _op(self, raw, block):
         for k, (vid, _) in enumerate(raw.results):
@@ -142,7 +158,6 @@ class _Builder:
                 (raw.path / "I").fail("builtin.split takes one vector")
             self._read(raw.operands[0], raw, 0)
             self._results_declared(raw, block)
-            self.parts[raw.operands[0]] = [vid for vid, _ in raw.results]
             return
         if name in ("pd_op.data", "pd_op.feed"):
             return self._feed(raw, block)
@@ -285,10 +300,7 @@ class _Builder:
                                                   f"{len(block_args)}")
         if not ops or ops[-1].name != "cf.yield":
             (rpath / "blocks" / 0 / "ops").fail("the block does not end with cf.yield")
-        last = ops[-1]
-        sub = self._block((block_args, ops[:-1]), parent.idx, raw)
-        yielded = [self._read(v, last, k) for k, v in enumerate(last.operands)]
-        return sub, yielded
+        return self._block((block_args, ops[:-1]), parent.idx, tail=ops[-1])
 
     def _unknown(self, raw, block):
         inputs = {str(k): [self._read(v, raw, k)] for k, v in enumerate(raw.operands) if v}
@@ -331,6 +343,7 @@ class _Builder:
             if target is not None and target in self.param_names:
                 self.names[vid] = target
                 self.types[vid] = vtype
+                self._visible[-1].add(vid)
             else:
                 self._define(vid, vtype, block, raw.path / "O" / k)
             outputs[slot] = [self.names[vid]]
@@ -377,6 +390,7 @@ class _Builder:
         or fresh names where nothing splits it (yet)."""
         self.names[vid] = _value_name(vid)
         self.types[vid] = vtype
+        self._visible[-1].add(vid)
         if vtype is None or vtype[0] != "vec":
             (raw.path / "O" / k).fail("expected a vector type for a list result")
         ids = self._later_split(raw, vid, len(vtype[1]))
@@ -398,14 +412,14 @@ class _Builder:
     def _later_split(self, raw, vid, count):
         """Ids of the parts of vector `vid` as a later builtin.split in the same block
         names them; None for each part when no op splits it."""
-        for other in self._current:
-            if other.name == "builtin.split" and other.operands == [vid]:
-                if len(other.results) != count:
-                    (other.path / "O").fail(f"builtin.split gives {len(other.results)} "
-                                            f"parts of a vector of {count}")
-                other.extra = "named"
-                return [sid or None for sid, _ in other.results]
-        return [None] * count
+        other = self._splits.get(vid)
+        if other is None:
+            return [None] * count
+        if len(other.results) != count:
+            (other.path / "O").fail(f"builtin.split gives {len(other.results)} parts of a "
+                                    f"vector of {count}")
+        other.extra = "named"
+        return [sid or None for sid, _ in other.results]
 
     # --- constant folding ---
     def _fold(self, raw, k, vid, spec, inputs, attrs):

@@ -157,8 +157,10 @@ def _type(obj, path):
         if len(dims) > _MAX_RANK:
             (path / "D" / 1).fail(f"a rank of {len(dims)}; at most {_MAX_RANK} is allowed")
         for i, d in enumerate(dims):
-            if _typed(d, int, path / "D" / 1 / i) < -1:
-                (path / "D" / 1 / i).fail(f"a dim of {d}")
+            _typed(d, int, path / "D" / 1 / i)
+        # any negative dim is unknown: Paddle writes -1, and products of it (-4 for an
+        # unknown batch times 4 channels in instance_norm's saved statistics)
+        dims = [-1 if d < 0 else d for d in dims]
         return ("dense" if tid == "0.t_dtensor" else "array", element[1], tuple(dims))
     if tid == "0.t_vec":
         data = _field(obj, "D", path, list)

@@ -57,8 +57,10 @@ ROWS = {
              "silu", "sin", "cos", "floor", "ceil", "erf", "gelu", "softmax", "log_softmax",
              "relu6", "swish", "sign", "reciprocal", "softplus", "softsign", "elu", "selu",
              "celu", "tanh_shrink", "logsigmoid", "assign", "logical_not", "bitwise_not",
-             "isnan", "isinf", "isfinite", "round", "mish", "log1p", "expm1", "tan",
-             "thresholded_relu", "increment"),
+             "isnan", "isinf", "isfinite", "round", "log1p", "expm1", "tan",
+             "thresholded_relu"),
+    "pd_op.increment": Row("increment", attrs={"value": "step"}),
+    "pd_op.mish": Row("mish", attrs={"lambda": "threshold"}),
     "pd_op.hardswish": Row("hard_swish"),
     "pd_op.hardsigmoid": Row("hard_sigmoid"),
     "pd_op.leaky_relu": Row("leaky_relu", attrs={"negative_slope": "alpha"}),
@@ -90,6 +92,9 @@ ROWS = {
         "Input", "Filter", Fold("output_size", "ints")), ("Output",)),
     "pd_op.depthwise_conv2d_transpose": Row("depthwise_conv2d_transpose", (
         "Input", "Filter", Fold("output_size", "ints")), ("Output",)),
+    "pd_op.sync_batch_norm": Row("sync_batch_norm", ("X", "Mean", "Variance", "Scale", "Bias"), (
+        "Y", "MeanOut", "VarianceOut", "SavedMean", "SavedVariance", "ReserveSpace"),
+        attrs={"data_format": "data_layout"}),
     "pd_op.batch_norm": Row("batch_norm", ("X", "Mean", "Variance", "Scale", "Bias"), (
         "Y", "MeanOut", "VarianceOut", "SavedMean", "SavedVariance", "ReserveSpace"),
         attrs={"data_format": "data_layout"}),
@@ -190,11 +195,13 @@ ROWS = {
 """PIR op name -> its Row. An op named with a trailing '_' (Paddle's in-place form,
 'pd_op.relu_') reads as the row of its name without it."""
 
-INPLACE = {"pd_op.batch_norm_": {"MeanOut": "Mean", "VarianceOut": "Variance"}}
-"""In-place PIR ops whose results overwrite persistable operands: result slot -> the
-operand slot it overwrites (the result takes the persistable's name, as in a legacy
-program, so the loader sees the persistable written: running statistics, not
-trainable parameters)."""
+INPLACE = {name: {"MeanOut": "Mean", "VarianceOut": "Variance"}
+           for name in ("pd_op.batch_norm_", "pd_op.batch_norm", "pd_op.sync_batch_norm_")}
+"""PIR ops whose results replace persistable operands: result slot -> the operand slot
+it overwrites (the result takes the persistable's name, as in a legacy program, so the
+loader sees the persistable written: running statistics, not trainable parameters).
+`batch_norm` (not in place) gives its updated statistics as new values; a legacy
+program writes them over the old ones, and so does the reader."""
 
 
 def row(name):

@@ -10,6 +10,7 @@ it), and a branch returns the variables it writes. A `while` without a bound on 
 trip count has no gradient (our `while` needs max_iters for one).
 """
 import contextlib
+import weakref
 
 import numpy as np
 
@@ -70,13 +71,14 @@ def _subtree(paddle, block, found=None):
     return found
 
 
+_ACTIVE = weakref.WeakKeyDictionary()   # translator -> the Paddle blocks it is inside
+
+
 @contextlib.contextmanager
 def _entered(t, block):
     """Translating the Paddle block `block` as a branch or loop body: refused if it is
     being translated already (a block that holds, or encloses, the op that runs it)."""
-    active = getattr(t, "_control_blocks", None)
-    if active is None:
-        active = t._control_blocks = set()
+    active = _ACTIVE.setdefault(t, set())
     if block in active:
         raise Unsupported(f"block {block} runs itself (it holds the op that runs it)")
     active.add(block)
@@ -108,6 +110,7 @@ def _scalar(t, name):
 
 
 def _paddle_names(types, what):
+    """The Paddle names of a slot's variables (graph.Vars from `in_types`/`out_types`)."""
     names = []
     for var in types:
         if var is None:
@@ -229,10 +232,11 @@ def select_output(t, x, mask, *, out_types):
 
 RANGE_LENGTH = "dy2static.range_length"
 RANGE_ELEMENT = "dy2static.range_element"
-SHAPE_OPS = ("shape", "shape64")
+_SHAPE_OPS = ("shape", "shape64")
 
 
-def single(op, slot):
+def _single(op, slot):
+    """The one variable in a slot of a Paddle op, or None."""
     names = op.inputs.get(slot, [])
     return names[0] if len(names) == 1 else None
 
@@ -259,8 +263,8 @@ def _length_slice(op):
 def _range_readers(out, readers, users):
     """(shapes, element slices, loop ops listing it) of the readers of the range `out`
     when they are only those, and the shapes only have their length read; else None."""
-    shapes = [u for u in readers if u.type in SHAPE_OPS]
-    elements = [u for u in readers if u.type == "slice" and single(u, "Input") == out
+    shapes = [u for u in readers if u.type in _SHAPE_OPS]
+    elements = [u for u in readers if u.type == "slice" and _single(u, "Input") == out
                 and _element_index(u) is not None]
     listed = [u for u in readers if u.type in ("while", "conditional_block")
               and all(n != out for slot, names in u.inputs.items()
@@ -289,7 +293,7 @@ def rewrite_range_loops(paddle):
         for op in list(block.ops):
             if op.type not in ("range", "arange") or len(op.outputs.get("Out", [])) != 1:
                 continue
-            ends = {s: single(op, s) for s in ("Start", "End", "Step")}
+            ends = {s: _single(op, s) for s in ("Start", "End", "Step")}
             out = op.outputs["Out"][0]
             found = None if None in ends.values() else _range_readers(
                 out, users.get(out, []), users)
@@ -310,6 +314,7 @@ def rewrite_range_loops(paddle):
 
 
 def _out_dtype(out_types, default):
+    """The element type Paddle declares for the op's first output, else `default`."""
     var = out_types[0] if out_types else None
     return var.dtype if var is not None and var.dtype else default
 

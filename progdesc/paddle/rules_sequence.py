@@ -21,7 +21,8 @@ import numpy as np
 
 from progdesc import control_flow
 from progdesc.paddle import rules_control
-from progdesc.paddle.rules import RULES, _dtype, _np_dtype, _parse_number
+from progdesc.paddle.rule_args import dtype_name, numpy_dtype, parse_number
+from progdesc.paddle.rules import RULES
 from progdesc.translate import Unsupported
 
 _GATES = {"LSTM": 4, "GRU": 3, "RNN_TANH": 1, "RNN_RELU": 1}
@@ -175,7 +176,7 @@ def fill_constant_batch_size_like(t, like, *, shape, value=0.0, str_value="", dt
     """A tensor of `shape` filled with `value`, whose dim output_dim_idx is Input's dim
     input_dim_idx."""
     if str_value:
-        value = _parse_number(str_value)
+        value = parse_number(str_value)
     dims = [int(d) for d in shape]
     if not 0 <= output_dim_idx < len(dims) or not 0 <= input_dim_idx < t.rank(like):
         raise Unsupported(f"input_dim_idx={input_dim_idx}, output_dim_idx={output_dim_idx} "
@@ -183,7 +184,7 @@ def fill_constant_batch_size_like(t, like, *, shape, value=0.0, str_value="", dt
     dims[output_dim_idx] = t.var(like)[0][input_dim_idx]
     if any(d < 0 for k, d in enumerate(dims) if k != output_dim_idx):
         raise Unsupported(f"shape {list(shape)} has an unknown dim")
-    fill = t.constant(np.asarray(value, _np_dtype(_dtype(dtype))))
+    fill = t.constant(np.asarray(value, numpy_dtype(dtype_name(dtype))))
     return t.call("broadcast_in_dim", fill, like, shape=dims, broadcast_dimensions=[],
                   like_axis=input_dim_idx)
 
