@@ -393,7 +393,10 @@ def _reduce(r):
         raise _Error(f"REDUCE of a {_kind(func)}, not an accepted global")
     if not isinstance(args, tuple):
         raise _Error(f"REDUCE of {func.name} with arguments of type {_kind(args)}")
-    r.push(_REDUCERS[func.tag](func.name, args))
+    reducer = _REDUCERS.get(func.tag)
+    if reducer is None:
+        raise _Error(f"REDUCE of {func.name}, which builds nothing by itself")
+    r.push(reducer(func.name, args))
 
 
 def _reconstruct(name, args):
