@@ -32,9 +32,12 @@ bench: $(STAMP)
 fuzz: $(STAMP)
 	$(PY) -m bench.fuzz
 
-# Regenerate lowering/progdesc_pb2.py from proto/progdesc.proto (tests fail when it is stale).
+# Regenerate lowering/progdesc_pb2.py from proto/progdesc.proto, and
+# progdesc/paddle/framework_pb2.py from proto/paddle_framework.proto (tests fail when stale).
 proto: $(STAMP)
 	$(PY) -m grpc_tools.protoc -Iproto --python_out=lowering proto/progdesc.proto
+	$(PY) -m grpc_tools.protoc -Iproto --python_out=progdesc/paddle proto/paddle_framework.proto
+	mv progdesc/paddle/paddle_framework_pb2.py progdesc/paddle/framework_pb2.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache
