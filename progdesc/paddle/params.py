@@ -88,11 +88,14 @@ def _read_tensor(s):
     if dtype is None:
         s.fail(f"element type {desc.data_type}, which progdesc does not know", at)
     dims = list(desc.dims)
-    if len(dims) > MAX_RANK or any(d < 0 for d in dims):
+    nonzero = 1
+    for d in dims[:MAX_RANK + 1]:
+        nonzero *= max(d, 1)
+    if len(dims) > MAX_RANK or any(d < 0 for d in dims) or nonzero >= 2**62:
         s.fail(f"dims {dims[:8]}{'...' if len(dims) > 8 else ''}", at)
     np_dtype = _numpy_dtype(dtype)
     count = 0 if 0 in dims else 1
-    for d in dims if count else ():   # stops growing once past what is left, so never a huge product
+    for d in dims if count else ():
         count *= d
         if count * np_dtype.itemsize > s.left():
             s.fail(f"a {dtype} tensor of dims {dims} needs more bytes than the "

@@ -1,0 +1,434 @@
+"""The legacy Paddle format: our proto of ProgramDesc, the .pdmodel and .pdiparams readers
+(hostile and truncated files), the translator's walk and the table's rules (each against
+NumPy on a program written here the way Paddle writes it), and load_inference_model's
+contract with the Scope. The fixtures' models are in test_paddle_models.py."""
+import os
+import struct
+import tempfile
+
+import numpy as np
+import pytest
+from google.protobuf import descriptor_pb2
+
+import progdesc as pd
+from lowering.errors import FormatError, ScopeError, UnsupportedOpError
+from progdesc import io
+from progdesc.paddle import framework_pb2 as fpb
+from progdesc.paddle import load_inference_model
+from progdesc.paddle.graph import Block, Op, PaddleProgram, Var
+from progdesc.paddle.params import read_combined, read_tensor_file, write_tensor
+from progdesc.paddle.pdmodel import read_pdmodel
+from progdesc.paddle.translate import translate
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FIXTURES = os.path.join(ROOT, "tests", "fixtures", "paddle")
+MLP = os.path.join(FIXTURES, "mlp")
+
+
+def _read(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+# --- the generated module ---
+def test_generated_module_is_not_stale():
+    protoc = pytest.importorskip("grpc_tools.protoc")
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "set.pb")
+        assert protoc.main(["protoc", f"-I{ROOT}/proto", f"--descriptor_set_out={out}",
+                            "paddle_framework.proto"]) == 0
+        fresh = descriptor_pb2.FileDescriptorSet.FromString(_read(out)).file[0]
+    for message in fresh.message_type:   # protoc adds json names the generated code omits
+        for f in message.field:
+            f.ClearField("json_name")
+    shipped = descriptor_pb2.FileDescriptorProto.FromString(fpb.DESCRIPTOR.serialized_pb)
+    assert fresh == shipped, "progdesc/paddle/framework_pb2.py is stale: run `make proto`"
+
+
+# --- the readers on Paddle's own files ---
+def test_read_pdmodel_of_paddle3_legacy_mlp():
+    prog = read_pdmodel(_read(os.path.join(MLP, "legacy", "model.pdmodel")))
+    assert prog.format == "pdmodel" and len(prog.blocks) == 1
+    block = prog.blocks[0]
+    types = [op.type for op in block.ops]
+    assert types[0] == "feed" and types[-1] == "fetch" and "matmul_v2" in types
+    assert block.vars["x"].shape == (-1, 16) and block.vars["x"].dtype == "float32"
+    assert block.vars["linear_0.w_0"].persistable
+    assert block.vars["feed"].kind == "feed_minibatch"
+    assert prog.op_versions.get("elementwise_add") is not None
+    dropout = next(op for op in block.ops if op.type == "dropout")
+    assert dropout.attrs["is_test"] is True and isinstance(dropout.attrs["dropout_prob"], float)
+
+
+def _mlp_names():
+    prog = read_pdmodel(_read(os.path.join(MLP, "legacy", "model.pdmodel")))
+    return sorted(v.name for v in prog.blocks[0].vars.values()
+                  if v.persistable and v.kind == "dense")
+
+
+def test_combined_and_separate_parameter_files_agree():
+    names = _mlp_names()
+    combined = read_combined(_read(os.path.join(MLP, "legacy", "model.pdiparams")), names)
+    assert sorted(combined) == names
+    assert combined["linear_0.w_0"].shape == (16, 32)
+    for name in names:
+        alone = read_tensor_file(_read(os.path.join(MLP, "legacy_separate", name)), name)
+        np.testing.assert_array_equal(alone, combined[name])
+
+
+def test_write_tensor_reads_back():
+    a = np.arange(12, dtype=np.int64).reshape(3, 4)
+    np.testing.assert_array_equal(read_tensor_file(write_tensor(a)), a)
+    assert read_tensor_file(write_tensor(np.zeros((0, 7), np.float32))).shape == (0, 7)
+
+
+# --- hostile files ---
+def test_truncated_pdiparams_names_offset_and_variable():
+    data = _read(os.path.join(MLP, "legacy", "model.pdiparams"))
+    names = _mlp_names()
+    for cut in sorted({1, 3, 4, 12, 16, 20, 40, len(data) // 2, len(data) - 1}):
+        with pytest.raises(FormatError, match=r"byte offset \d+ \(variable '[^']+'\)"):
+            read_combined(data[:cut], names)
+    with pytest.raises(FormatError, match="bytes left over"):
+        read_combined(data + b"\0", names)
+
+
+def test_random_edits_of_files_give_format_errors_only():
+    rng = np.random.default_rng(0)
+    params = _read(os.path.join(MLP, "legacy", "model.pdiparams"))
+    model = _read(os.path.join(MLP, "legacy", "model.pdmodel"))
+    names = _mlp_names()
+    for _ in range(150):
+        for data, read in ((params, lambda d: read_combined(d, names)), (model, read_pdmodel)):
+            edited = bytearray(data)
+            for _ in range(rng.integers(1, 6)):
+                edited[rng.integers(len(edited))] = rng.integers(256)
+            try:
+                read(bytes(edited))
+            except FormatError:
+                pass
+
+
+def test_truncated_pdmodel_names_offset():
+    data = _read(os.path.join(MLP, "legacy", "model.pdmodel"))
+    for cut in (1, 10, 100, len(data) // 3, len(data) - 3):
+        try:
+            read_pdmodel(data[:cut])
+        except FormatError as e:
+            assert "byte offset" in str(e) or "block" in str(e)
+
+
+def _tensor(dims, dtype=5, lod=b"", body=b""):
+    desc = fpb.PdTensorDesc(data_type=dtype, dims=dims).SerializeToString()
+    return (struct.pack("<I", 0) + lod + struct.pack("<I", 0) + struct.pack("<i", len(desc))
+            + desc + body)
+
+
+@pytest.mark.parametrize("dims", [[2**40, 2**40], [2**62], [-3, 4], [1] * 100,
+                                  [2**31, 2**31, 2**31, 0, 5]])
+def test_crafted_huge_dims_are_refused_before_allocation(dims):
+    data = _tensor(dims, lod=struct.pack("<Q", 0), body=b"\0" * 16)
+    with pytest.raises(FormatError, match="byte offset"):
+        read_tensor_file(data, "w")
+
+
+def test_crafted_lod_counts_are_refused():
+    with pytest.raises(FormatError, match="LoD levels cannot fit"):
+        read_tensor_file(struct.pack("<IQ", 0, 2**60) + b"\0" * 32, "w")
+    with pytest.raises(FormatError, match="needs 4096 bytes"):
+        read_tensor_file(struct.pack("<IQQ", 0, 1, 4096) + b"\0" * 32, "w")
+
+
+def test_unknown_element_type_and_bad_tensordesc():
+    with pytest.raises(FormatError, match="element type 99"):
+        read_tensor_file(_tensor([1], dtype=99, lod=struct.pack("<Q", 0), body=b"\0" * 4))
+    bad = struct.pack("<IQI", 0, 0, 0) + struct.pack("<i", 3) + b"\x0a\xff\xff"
+    with pytest.raises(FormatError, match="TensorDesc protobuf is malformed"):
+        read_tensor_file(bad)
+
+
+def test_malformed_pdmodel_structure():
+    with pytest.raises(FormatError, match="no blocks"):
+        read_pdmodel(b"")
+    prog = fpb.PdProgram()
+    block = prog.blocks.add(idx=0, parent_idx=-1)
+    block.ops.add(type=b"sub", attrs=[fpb.PdAttr(name=b"sub_block", type=8, block_idx=5)])
+    with pytest.raises(FormatError, match="names block 5"):
+        read_pdmodel(prog.SerializeToString())
+    prog.blocks[0].ops[0].attrs[0].type = 77
+    with pytest.raises(FormatError, match="type 77"):
+        read_pdmodel(prog.SerializeToString())
+    prog.blocks[0].ops[0].ClearField("attrs")
+    prog.blocks[0].ops[0].type = b"\xff\xfe"
+    with pytest.raises(FormatError, match="not UTF-8"):
+        read_pdmodel(prog.SerializeToString())
+
+
+# --- programs written here the way Paddle writes them ---
+class _Builder:
+    """A one-block PaddleProgram: feeds, parameters and ops, as a legacy file has them."""
+
+    def __init__(self):
+        self.vars, self.ops, self.values = {}, [], {}
+        self.vars["feed"] = Var("feed", (), "", True, "feed_minibatch")
+        self.vars["fetch"] = Var("fetch", (), "", True, "fetch_list")
+        self.feeds = 0
+        self.fetches = 0
+
+    def feed(self, name, shape, dtype="float32"):
+        self.vars[name] = Var(name, tuple(shape), dtype)
+        self.op("feed", {"X": ["feed"]}, {"Out": [name]}, col=self.feeds)
+        self.feeds += 1
+        return name
+
+    def param(self, name, value):
+        value = np.asarray(value)
+        self.vars[name] = Var(name, value.shape, str(value.dtype), persistable=True)
+        self.values[name] = value
+        return name
+
+    def op(self, type, inputs, outputs, **attrs):
+        for names in outputs.values():
+            for n in names:
+                self.vars.setdefault(n, Var(n, (), "float32"))
+        self.ops.append(Op(type, inputs, outputs, attrs, 0, len(self.ops)))
+        return [n for names in outputs.values() for n in names][:1]
+
+    def fetch(self, name):
+        self.op("fetch", {"X": [name]}, {"Out": ["fetch"]}, col=self.fetches)
+        self.fetches += 1
+
+    def program(self):
+        return PaddleProgram([Block(0, -1, dict(self.vars), list(self.ops))], "pdmodel")
+
+    def run(self, feed, for_training=False):
+        program, feeds, fetches, state = translate(self.program(), self.values,
+                                                   for_training=for_training)
+        scope = pd.Scope()
+        io.set_values(program, state, scope)
+        return pd.Executor().run(program, feed=feed, fetch_list=fetches, scope=scope)
+
+
+def _one(type, x, inputs=None, outputs=("Out",), extra=None, **attrs):
+    """The output of one op of `type` on the feed x (and parameters `extra`)."""
+    b = _Builder()
+    b.feed("x", x.shape, str(x.dtype))
+    ins = {"X": ["x"]} if inputs is None else inputs
+    for name, value in (extra or {}).items():
+        b.param(name, value)
+    outs = {slot: [f"out_{slot}"] for slot in outputs}
+    b.op(type, ins, outs, **attrs)
+    b.fetch(f"out_{outputs[0]}")
+    return b.run({"x": x})[0]
+
+
+X = np.random.default_rng(1).standard_normal((2, 3, 4, 5)).astype(np.float32)
+
+
+def test_elementwise_add_with_paddle_axis():
+    y = np.arange(3, dtype=np.float32)
+    got = _one("elementwise_add", X, {"X": ["x"], "Y": ["y"]}, extra={"y": y}, axis=1)
+    np.testing.assert_allclose(got, X + y[None, :, None, None], rtol=1e-6)
+    y2 = np.ones((3, 4), np.float32) * np.arange(4, dtype=np.float32)
+    got = _one("elementwise_mul", X, {"X": ["x"], "Y": ["y"]}, extra={"y": y2}, axis=1)
+    np.testing.assert_allclose(got, X * y2[None, :, :, None], rtol=1e-6)
+
+
+def test_mul_flattens_by_num_col_dims():
+    w = np.random.default_rng(2).standard_normal((20, 6)).astype(np.float32)
+    got = _one("mul", X, {"X": ["x"], "Y": ["w"]}, extra={"w": w}, x_num_col_dims=2)
+    want = X.reshape(2, 3, 20) @ w
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def _adaptive_avg(x, out):
+    n, c, h, w = x.shape
+    res = np.zeros((n, c, out[0], out[1]), x.dtype)
+    for i in range(out[0]):
+        for j in range(out[1]):
+            h0, h1 = (i * h) // out[0], -(-((i + 1) * h) // out[0])
+            w0, w1 = (j * w) // out[1], -(-((j + 1) * w) // out[1])
+            res[:, :, i, j] = x[:, :, h0:h1, w0:w1].mean(axis=(2, 3))
+    return res
+
+
+def test_adaptive_pool_uneven_windows():
+    got = _one("pool2d", X, pooling_type="avg", ksize=[3, 2], adaptive=True)
+    np.testing.assert_allclose(got, _adaptive_avg(X, (3, 2)), rtol=1e-5, atol=1e-6)
+    got = _one("pool2d", X, pooling_type="max", ksize=[1, 1], adaptive=True)
+    np.testing.assert_allclose(got, X.max(axis=(2, 3), keepdims=True))
+
+
+def test_pool2d_ceil_mode_and_exclusive_padding():
+    got = _one("pool2d", X, pooling_type="avg", ksize=[3, 3], strides=[2, 2], paddings=[1, 1],
+               exclusive=True, ceil_mode=True)
+    pad = np.pad(X, ((0, 0), (0, 0), (1, 2), (1, 2)))
+    ones = np.pad(np.ones((4, 5)), ((1, 2), (1, 2)))
+    rows, cols = got.shape[2:]
+    assert (rows, cols) == (3, 3)   # ceil((4 + 2 - 3) / 2) + 1, ceil((5 + 2 - 3) / 2) + 1
+    for i in range(rows):
+        for j in range(cols):
+            win = pad[:, :, 2 * i:2 * i + 3, 2 * j:2 * j + 3].sum(axis=(2, 3))
+            np.testing.assert_allclose(got[:, :, i, j],
+                                       win / ones[2 * i:2 * i + 3, 2 * j:2 * j + 3].sum(),
+                                       rtol=1e-5, atol=1e-6)
+
+
+def test_shape_ops():
+    got = _one("flatten_contiguous_range", X, outputs=("Out", "XShape"), start_axis=1,
+               stop_axis=2)
+    np.testing.assert_array_equal(got, X.reshape(2, 12, 5))
+    got = _one("unsqueeze2", X, outputs=("Out", "XShape"), axes=[-1, 0])
+    np.testing.assert_array_equal(got, X[None, ..., None])
+    got = _one("squeeze2", X[:, :1], outputs=("Out", "XShape"), axes=[1, 2])   # 2: not 1
+    np.testing.assert_array_equal(got, X[:, 0])
+    got = _one("reshape2", X, outputs=("Out", "XShape"), shape=[0, -1, 5])
+    np.testing.assert_array_equal(got, X.reshape(2, 12, 5))
+    got = _one("transpose2", X, outputs=("Out", "XShape"), axis=[0, 2, 3, 1])
+    np.testing.assert_array_equal(got, X.transpose(0, 2, 3, 1))
+    got = _one("slice", X, {"Input": ["x"]}, axes=[1, 3], starts=[-2, 1],
+               ends=[2**31 - 1, 3], decrease_axis=[])
+    np.testing.assert_array_equal(got, X[:, -2:, :, 1:3])
+    got = _one("slice", X, {"Input": ["x"]}, axes=[2], starts=[1], ends=[2], decrease_axis=[2])
+    np.testing.assert_array_equal(got, X[:, :, 1])
+    got = _one("strided_slice", X, {"Input": ["x"]}, axes=[3], starts=[4], ends=[-6],
+               strides=[-2])
+    np.testing.assert_array_equal(got, X[:, :, :, 4::-2])
+
+
+def test_reductions_and_search():
+    np.testing.assert_allclose(_one("reduce_mean", X, dim=[-1, 1], keep_dim=True),
+                               X.mean(axis=(1, 3), keepdims=True), rtol=1e-5)
+    np.testing.assert_allclose(_one("reduce_sum", X, dim=[0], reduce_all=True), X.sum(),
+                               rtol=1e-5)
+    np.testing.assert_array_equal(_one("arg_max", X, axis=1, dtype=3), X.argmax(axis=1))
+    got = _one("top_k_v2", X, outputs=("Out", "Indices"), k=2, axis=-1)
+    np.testing.assert_allclose(got, -np.sort(-X, axis=-1)[..., :2])
+
+
+def test_activations():
+    rng = np.random.default_rng(3)
+    x = (rng.standard_normal((4, 6)) * 4).astype(np.float32)
+    np.testing.assert_allclose(_one("hard_swish", x), x * np.clip(x + 3, 0, 6) / 6,
+                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(_one("hard_sigmoid", x, slope=1 / 6, offset=0.5),
+                               np.clip(x / 6 + 0.5, 0, 1), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(_one("relu6", x), np.clip(x, 0, 6))
+    np.testing.assert_allclose(_one("swish", x, beta=1.0), x / (1 + np.exp(-x)), rtol=1e-5,
+                               atol=1e-6)
+    np.testing.assert_allclose(_one("leaky_relu", x, alpha=0.1), np.where(x > 0, x, 0.1 * x),
+                               rtol=1e-6)
+    np.testing.assert_allclose(_one("elu", x, alpha=0.5),
+                               np.where(x > 0, x, 0.5 * np.expm1(x)), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(_one("scale", x, scale=2.0, bias=1.0, bias_after_scale=False),
+                               (x + 1) * 2, rtol=1e-6)
+
+
+def test_fill_constant_shape_and_cast():
+    b = _Builder()
+    b.feed("x", (-1, 3))
+    b.op("fill_constant", {}, {"Out": ["c"]}, shape=[1, 3], dtype=3, value=0.0, str_value="7")
+    b.op("cast", {"X": ["c"]}, {"Out": ["cf"]}, in_dtype=3, out_dtype=5)
+    b.op("elementwise_add", {"X": ["x"], "Y": ["cf"]}, {"Out": ["y"]}, axis=-1)
+    b.op("shape", {"Input": ["x"]}, {"Out": ["s"]})
+    b.fetch("y")
+    b.fetch("s")
+    x = np.ones((4, 3), np.float32)
+    y, s = b.run({"x": x})
+    np.testing.assert_array_equal(y, x + 7)
+    np.testing.assert_array_equal(s, [4, 3])
+
+
+def test_unsupported_ops_listed_all_at_once_with_places():
+    b = _Builder()
+    b.feed("x", (-1, 3))
+    b.op("no_such_op", {"X": ["x"]}, {"Out": ["a"]})
+    b.op("relu", {"X": ["a"]}, {"Out": ["r"]})   # reads a failed value: not reported again
+    b.op("another_op", {"X": ["x"]}, {"Out": ["b"]})
+    b.op("reshape2", {"X": ["x"], "ShapeTensor": ["x"]}, {"Out": ["c"]}, shape=[3])
+    b.fetch("r")
+    with pytest.raises(UnsupportedOpError) as e:
+        b.run({"x": np.zeros((1, 3), np.float32)})
+    places = [(p[0], p[1], p[2]) for p in e.value.places]
+    assert places == [("no_such_op", 0, 1), ("another_op", 0, 3), ("reshape2", 0, 4)]
+    assert "run time" in e.value.places[2][4]
+
+
+def test_dropout_modes_and_training_import():
+    b = _Builder()
+    b.feed("x", (-1, 1000))
+    b.op("dropout", {"X": ["x"]}, {"Out": ["d"], "Mask": ["m"]}, dropout_prob=0.25,
+         is_test=True, dropout_implementation="downgrade_in_infer")
+    b.fetch("d")
+    x = np.ones((2, 1000), np.float32)
+    np.testing.assert_allclose(b.run({"x": x})[0], x * 0.75, rtol=1e-6)
+    program, feeds, fetches, state = translate(b.program(), {}, for_training=True)
+    train = pd.Executor().run(program, feed={"x": x}, fetch_list=fetches)[0]
+    assert set(np.unique(train)) <= {0.0, 1.0} and 0.6 < train.mean() < 0.9
+    evaluated = pd.Executor().run(program.clone(for_test=True), feed={"x": x},
+                                  fetch_list=fetches)[0]
+    np.testing.assert_allclose(evaluated, x * 0.75, rtol=1e-6)
+
+
+def test_batch_norm_training_import_updates_running_stats():
+    rng = np.random.default_rng(4)
+    b = _Builder()
+    b.feed("x", (-1, 3, 2, 2))
+    for name, value in (("s", np.ones(3)), ("o", np.zeros(3)), ("m", np.full(3, 0.5)),
+                        ("v", np.full(3, 2.0))):
+        b.param(name, value.astype(np.float32))
+    b.op("batch_norm", {"X": ["x"], "Scale": ["s"], "Bias": ["o"], "Mean": ["m"],
+                        "Variance": ["v"]},
+         {"Y": ["y"], "MeanOut": ["m"], "VarianceOut": ["v"], "SavedMean": ["sm"],
+          "SavedVariance": ["sv"]}, is_test=True, momentum=0.9, epsilon=1e-5)
+    b.fetch("y")
+    x = rng.standard_normal((4, 3, 2, 2)).astype(np.float32)
+    evaluated = b.run({"x": x})[0]
+    np.testing.assert_allclose(evaluated, (x - 0.5) / np.sqrt(2.0 + 1e-5), rtol=1e-5, atol=1e-6)
+    program, feeds, fetches, state = translate(b.program(), b.values, for_training=True)
+    scope = pd.Scope()
+    io.set_values(program, state, scope)
+    exe = pd.Executor()
+    train = exe.run(program, feed={"x": x}, fetch_list=fetches, scope=scope)[0]
+    mean = x.mean(axis=(0, 2, 3))
+    np.testing.assert_allclose(train.mean(axis=(0, 2, 3)), 0, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(scope.get("m")), 0.9 * 0.5 + 0.1 * mean, rtol=1e-5)
+
+
+# --- load_inference_model and the Scope ---
+def _mlp_input():
+    return np.load(os.path.join(MLP, "reference.npz"))["input_b2"]
+
+
+def test_load_inference_model_takes_dir_prefix_or_file():
+    ref = np.load(os.path.join(MLP, "reference.npz"))
+    for path in (os.path.join(MLP, "legacy"), os.path.join(MLP, "legacy", "model"),
+                 os.path.join(MLP, "legacy", "model.pdmodel")):
+        scope = pd.Scope()
+        program, feeds, fetches = load_inference_model(path, pd.Executor(), scope=scope)
+        out = pd.Executor().run(program, feed={feeds[0]: ref["input_b2"]}, fetch_list=fetches,
+                                scope=scope)[0]
+        np.testing.assert_allclose(out, ref["legacy_output_b2"], atol=1e-6)
+    with pytest.raises(FormatError, match="no Paddle model"):
+        load_inference_model(os.path.join(MLP, "nothing_here"), pd.Executor())
+
+
+def test_held_parameters_are_not_overwritten_and_failures_write_nothing():
+    scope = pd.Scope()
+    load_inference_model(os.path.join(MLP, "legacy"), pd.Executor(), scope=scope)
+    load_inference_model(os.path.join(MLP, "legacy"), pd.Executor(), scope=scope)  # same: fine
+    scope.write_many({"linear_0.w_0": np.zeros((16, 32), np.float32)})
+    with pytest.raises(ScopeError, match="linear_0.w_0"):
+        load_inference_model(os.path.join(MLP, "legacy"), pd.Executor(), scope=scope)
+    load_inference_model(os.path.join(MLP, "legacy"), pd.Executor(), scope=scope,
+                         overwrite=True)
+    assert np.asarray(scope.get("linear_0.w_0")).any()
+    with tempfile.TemporaryDirectory() as tmp:   # a truncated parameter file: nothing written
+        for f in ("model.pdmodel", "model.pdiparams"):
+            data = _read(os.path.join(MLP, "legacy", f))
+            with open(os.path.join(tmp, f), "wb") as out:
+                out.write(data if f.endswith("pdmodel") else data[:-10])
+        empty = pd.Scope()
+        with pytest.raises(FormatError, match="byte offset"):
+            load_inference_model(tmp, pd.Executor(), scope=empty)
+        assert "linear_0.w_0" not in empty
