@@ -1,0 +1,394 @@
+"""Paddle training programs continue training here.
+
+`paddle.static.save(main_program, prefix)` writes the whole main program (forward, backward
+and optimizer ops, each marked by its `op_role` attribute) to `prefix.pdmodel`, the
+parameters to `prefix.pdparams` and the optimizer's variables (learning rate, moments,
+beta-power accumulators, velocities) to `prefix.pdopt`, both Python pickles.
+`load_training_program` imports the forward part through the Paddle translator, lets our
+backward pass differentiate it, re-creates Paddle's optimizer as ours (progdesc.optimizer,
+the same update rule) and loads Paddle's accumulators as our optimizer's state, so the next
+run of the program takes the step Paddle would have taken next.
+
+    prog = progdesc.paddle.load_training_program("ckpt/model", exe)
+    loss, = exe.run(prog.program, feed={"x": xb, "label": yb}, fetch_list=[prog.loss])
+
+What is re-created (everything else in the optimizer part is refused, by op, at once):
+
+- `sgd`, `momentum` (mu, use_nesterov, its `l2_decay` regularization), `adam` (beta1,
+  beta2, epsilon; `lazy_mode` only matters for sparse gradients, which these programs do
+  not have), `adamw` (coeff, with_decay, lr_ratio), with the learning rate the file holds
+  in the update op's LearningRate variable;
+- L2 regularization as Paddle writes it in the optimizer part (`scale` of the parameter
+  and `sum` into its gradient), per parameter.
+
+Paddle's Adam keeps per-parameter powers of beta1 and beta2 (its bias corrections); ours
+counts updates in one step counter, so that count is read from the powers
+(beta1_pow = beta1 ** (updates + 1)), which must agree across parameters. The update
+rules are the same: Paddle's lr * sqrt(1 - beta2_pow) / (1 - beta1_pow) * m1 /
+(sqrt(m2) + epsilon * sqrt(1 - beta2_pow)) is lr * m1_hat / (sqrt(m2_hat) + epsilon),
+optax's Adam; AdamW's decay is lr * lr_ratio * coeff * param in both.
+"""
+import math
+import os
+from typing import NamedTuple
+
+import numpy as np
+
+from lowering.errors import FormatError, ProgramError, UnsupportedOpError
+from progdesc import io
+from progdesc import optimizer as opt
+from progdesc.backward import append_backward
+from progdesc.framework import Program, Variable, program_guard
+from progdesc.paddle import pickles
+from progdesc.paddle import rules_training  # noqa: F401  (registers the loss rows)
+from progdesc.paddle.graph import Block, Op, PaddleProgram
+from progdesc.paddle.pdmodel import read_pdmodel
+from progdesc.paddle.translate import translate
+
+# Paddle's OpRole bits (paddle/fluid/framework/op_proto_maker.h)
+BACKWARD, OPTIMIZE, RPC, DIST, LR_SCHED, LOSS = 0x1, 0x2, 0x4, 0x8, 0x10, 0x100
+_NOT_FORWARD = BACKWARD | OPTIMIZE | RPC | DIST | LR_SCHED
+
+_UPDATE_OPS = ("sgd", "momentum", "adam", "adamw")
+
+
+class TrainingProgram(NamedTuple):
+    """What `load_training_program` returns.
+
+    - `program`: ours: Paddle's forward ops translated, our backward pass, and our
+      optimizer's update ops; each run trains one step on the fed batch.
+    - `startup_program`: the initializers of our optimizer's variables; it has already
+      run, and the scope holds Paddle's values since: running it again would reset the
+      moments, the step count and the learning rate.
+    - `feed_names`: the variables to feed (Paddle's data variables, in the order the
+      forward ops first read them).
+    - `loss`: the loss Variable (the output of Paddle's op marked as the loss).
+    - `optimizers`: our Optimizer objects, one per set of parameters Paddle updated with
+      the same rule and hyperparameters (usually one; AdamW excluding some parameters
+      from decay gives two); `optimizers[i].lr_var` is its learning-rate variable.
+    """
+    program: Program
+    startup_program: Program
+    feed_names: list
+    loss: Variable
+    optimizers: list
+
+
+def load_training_program(path_prefix, executor, scope=None):
+    """Import the training program `paddle.static.save(main, path_prefix)` wrote, with its
+    parameters and optimizer state, so that training continues where Paddle left off.
+
+    Reads `path_prefix.pdmodel`, `.pdparams` and `.pdopt` (the pickles without executing
+    them: progdesc.paddle.pickles), runs the optimizer's startup program with `executor`
+    and stores every value in `scope` (default: the global one). Returns a
+    `TrainingProgram` (program, startup_program, feed_names, loss, optimizers).
+
+    Raises FormatError for files that are missing, malformed or disagree with the program
+    (an accumulator without a value, Adam's beta powers at different steps),
+    UnsupportedOpError listing the ops that cannot be translated or re-created
+    (gradient clipping, learning-rate schedule ops, an unknown optimizer).
+    """
+    prefix = os.fspath(path_prefix)
+    paddle = read_pdmodel(io.read_file(prefix + ".pdmodel", "Paddle program"))
+    values = {}
+    for suffix in (".pdparams", ".pdopt"):
+        if os.path.isfile(prefix + suffix) or suffix == ".pdparams":
+            values.update(_arrays(prefix + suffix))
+    block0 = paddle.blocks[0]
+    forward, optimize, refused = _split(block0)
+    loss_name = _loss(block0, forward)
+    feeds = _feeds(block0, forward)
+    updates, more_refused = _updates(block0, optimize, values)
+    refused += more_refused
+    if refused:
+        raise UnsupportedOpError(
+            f"the training program has {len(refused)} op(s) that cannot be re-created here: "
+            + "; ".join(f"#{i} {t}: {why}" for t, i, why in refused),
+            unsupported=[(t, "", why) for t, _, why in refused],
+            places=[(t, 0, i, "", why) for t, i, why in refused])
+    program, feed_names, fetches, state = translate(
+        _forward_program(paddle, forward, feeds, loss_name), values, for_training=True)
+    block = program.global_block()
+    loss = block.var(fetches[0])
+    startup = Program()
+    with program_guard(program, startup):
+        grads = {p.name: (p, g) for p, g in append_backward(
+            loss, parameter_list=[u.param for u in updates])}
+    missing = [u.param for u in updates if u.param not in grads]
+    if missing:
+        raise ProgramError(f"Paddle updates {', '.join(missing)}, but the loss "
+                           f"'{loss_name}' does not depend on them")
+    optimizers = []
+    for group in _groups(updates):
+        ours = group[0].optimizer()
+        ops = ours.apply_gradients([grads[u.param] for u in group], startup)
+        state.update(_state(ours, ops, group, values))
+        optimizers.append(ours)
+    executor.run(startup, scope=scope)
+    io.check_values(program, state, allow_missing=True, where=f"'{prefix}'")
+    io.set_values(program, state, scope)
+    return TrainingProgram(program, startup, feed_names, loss, optimizers)
+
+
+def _arrays(path):
+    """{name: array} of a .pdparams / .pdopt pickle."""
+    data = io.read_file(path, "Paddle checkpoint")
+    value = pickles.loads(data, where=f"'{path}'")
+    if not isinstance(value, dict):
+        raise FormatError(f"'{path}' holds a {type(value).__name__}, not a dict of arrays")
+    out = {}
+    for name, array in value.items():
+        if isinstance(array, np.generic):
+            array = np.asarray(array)
+        if not isinstance(name, str) or not isinstance(array, np.ndarray):
+            continue   # Paddle's bookkeeping entries ('StructuredToParameterName@@', ...)
+        out[name] = array
+    return out
+
+
+def _role(op):
+    role = op.attrs.get("op_role", 0)
+    return role if isinstance(role, int) else 0
+
+
+def _split(block0):
+    """(forward ops, optimizer-part ops, refused [(type, index, why)]) of block 0."""
+    forward, optimize, refused = [], [], []
+    for op in block0.ops:
+        role = _role(op)
+        if op.type in ("feed", "fetch"):
+            continue
+        if not role & _NOT_FORWARD:
+            forward.append(op)
+        elif role & OPTIMIZE:
+            optimize.append(op)
+        elif role & LR_SCHED:
+            refused.append((op.type, op.index, "a learning-rate schedule op (the learning "
+                            "rate is taken as the file holds it; schedule it with progdesc.lr)"))
+        elif role & (RPC | DIST):
+            refused.append((op.type, op.index, "a distributed-training op"))
+    return forward, optimize, refused
+
+
+def _loss(block0, forward):
+    """The name of the loss: the output of the forward op marked Loss, else the variable
+    whose gradient the backward part seeds."""
+    marked = [op for op in forward if _role(op) & LOSS]
+    names = [n for op in marked for ns in op.outputs.values() for n in ns]
+    if len(names) == 1:
+        return names[0]
+    seeds = [n for op in block0.ops if _role(op) == (LOSS | BACKWARD)
+             for ns in op.outputs.values() for n in ns if n.endswith("@GRAD")]
+    if len(seeds) == 1 and seeds[0][:-len("@GRAD")] in block0.vars:
+        return seeds[0][:-len("@GRAD")]
+    raise FormatError(f"cannot tell the loss of the training program: {len(names)} "
+                      f"output(s) of ops marked as the loss ({names[:4]}) and "
+                      f"{len(seeds)} loss-gradient seed(s)")
+
+
+def _feeds(block0, forward):
+    """Paddle's data variables: what the forward ops read before any op writes it and
+    that is not persistable, in the order of first read."""
+    written, feeds = set(), []
+    for op in forward:
+        for names in op.inputs.values():
+            for n in names:
+                var = block0.vars.get(n)
+                if (n not in written and n not in feeds and var is not None
+                        and not var.persistable and var.kind == "dense"):
+                    feeds.append(n)
+        written.update(n for names in op.outputs.values() for n in names)
+    return feeds
+
+
+def _forward_program(paddle, forward, feeds, loss):
+    """The PaddleProgram of the forward part: feed ops for `feeds`, the forward ops of
+    block 0, a fetch of the loss; block 0 declares only the variables these ops or the
+    sub-blocks use (not the gradients and optimizer accumulators)."""
+    block0 = paddle.blocks[0]
+    used = set(feeds) | {loss}
+    for op in forward:
+        used.update(n for slots in (op.inputs, op.outputs) for ns in slots.values() for n in ns)
+    for block in paddle.blocks[1:]:
+        for op in block.ops:
+            used.update(n for slots in (op.inputs, op.outputs) for ns in slots.values()
+                        for n in ns)
+    ops = [Op("feed", {"X": ["feed"]}, {"Out": [n]}, {"col": i}, index=-1)
+           for i, n in enumerate(feeds)]
+    ops += forward
+    ops.append(Op("fetch", {"X": [loss]}, {"Out": ["fetch"]}, {"col": 0}, index=-1))
+    vars_ = {n: v for n, v in block0.vars.items() if n in used}
+    blocks = [Block(0, -1, vars_, ops)] + list(paddle.blocks[1:])
+    return PaddleProgram(blocks, paddle.format, paddle.op_versions)
+
+
+class _Update(NamedTuple):
+    """One of Paddle's update ops, read: its parameter, rule, hyperparameters, learning
+    rate and L2 coefficient, and the op itself (its accumulators' names)."""
+    op: Op
+    param: str
+    kind: str
+    hyper: tuple
+    lr: float
+    l2: float
+
+    def key(self):
+        return (self.kind, self.hyper, self.lr, self.l2)
+
+    def optimizer(self):
+        """Our optimizer of the same rule and hyperparameters."""
+        h = dict(self.hyper)
+        if self.kind == "sgd":
+            return opt.SGD(self.lr, weight_decay=self.l2)
+        if self.kind == "momentum":
+            return opt.Momentum(self.lr, momentum=h["mu"], use_nesterov=h["use_nesterov"],
+                                weight_decay=self.l2)
+        if self.kind == "adam":
+            return opt.Adam(self.lr, h["beta1"], h["beta2"], h["epsilon"],
+                            weight_decay=self.l2)
+        return opt.AdamW(self.lr, h["beta1"], h["beta2"], h["epsilon"],
+                         weight_decay=h["coeff"])
+
+
+def _updates(block0, optimize, values):
+    """([_Update], refused [(type, index, why)]) of the optimizer part."""
+    refused, updates = [], []
+    scaled, l2 = {}, {}     # scale outputs -> (param, coeff); param -> L2 coefficient
+    for op in optimize:
+        if op.type in _UPDATE_OPS:
+            continue
+        ins = op.inputs.get("X", [])
+        outs = op.outputs.get("Out", [])
+        if (op.type == "scale" and len(ins) == 1 and len(outs) == 1
+                and not op.inputs.get("ScaleTensor") and op.attrs.get("bias", 0.0) == 0.0):
+            scaled[outs[0]] = (ins[0], float(op.attrs.get("scale", 1.0)))
+        elif (op.type == "sum" and len(ins) == 2 and len(outs) == 1 and ins[0] == outs[0]
+              and ins[1] in scaled):
+            param, coeff = scaled[ins[1]]
+            l2[param] = l2.get(param, 0.0) + coeff
+        else:
+            refused.append((op.type, op.index, "an optimizer-part op other than the "
+                            "updates and their L2 regularization (gradient clipping?)"))
+    for op in optimize:
+        if op.type not in _UPDATE_OPS:
+            continue
+        try:
+            updates.append(_update(op, l2, values))
+        except _Refused as e:
+            refused.append((op.type, op.index, str(e)))
+    if not updates and not refused:
+        refused.append(("", -1, "the program has no optimizer update op (sgd, momentum, "
+                        "adam, adamw): save it after minimize"))
+    return updates, refused
+
+
+class _Refused(Exception):
+    pass
+
+
+def _one(op, slot):
+    names = op.inputs.get(slot, [])
+    if len(names) != 1:
+        raise _Refused(f"input slot {slot} holds {len(names)} variables, expected 1")
+    return names[0]
+
+
+def _update(op, l2, values):
+    a = op.attrs
+    param = _one(op, "Param")
+    for slot in ("MasterParam", "SkipUpdate", "Beta1Tensor", "Beta2Tensor", "EpsilonTensor",
+                 "Moment2Max"):
+        if op.inputs.get(slot):
+            raise _Refused(f"input slot {slot} is used")
+    if a.get("multi_precision"):
+        raise _Refused("multi_precision (master weights)")
+    lr_name = _one(op, "LearningRate")
+    if lr_name not in values:
+        raise _Refused(f"its learning rate '{lr_name}' has no value in .pdopt/.pdparams")
+    lr_value = np.asarray(values[lr_name])
+    if lr_value.size != 1 or lr_value.dtype.kind != "f":
+        raise _Refused(f"its learning rate '{lr_name}' is {lr_value.dtype}"
+                       f"{list(lr_value.shape)}, not one float")
+    lr = float(lr_value.reshape(()))
+    decay = l2.get(param, 0.0)
+    if op.type == "sgd":
+        hyper = {}
+    elif op.type == "momentum":
+        if a.get("rescale_grad", 1.0) != 1.0:
+            raise _Refused(f"rescale_grad={a['rescale_grad']}")
+        method = a.get("regularization_method", "")
+        if method not in ("", "l2_decay"):
+            raise _Refused(f"regularization_method={method!r}")
+        if method == "l2_decay":
+            decay += float(a.get("regularization_coeff", 0.0))
+        hyper = {"mu": float(a.get("mu", 0.9)), "use_nesterov": bool(a.get("use_nesterov"))}
+    else:
+        if a.get("amsgrad"):
+            raise _Refused("amsgrad")
+        if a.get("use_global_beta_pow"):
+            raise _Refused("use_global_beta_pow")
+        hyper = {k: float(a.get(k, d)) for k, d in
+                 (("beta1", 0.9), ("beta2", 0.999), ("epsilon", 1e-8))}
+        if op.type == "adamw":
+            if decay:
+                raise _Refused("L2 regularization ops as well as AdamW's decoupled decay")
+            hyper["coeff"] = float(a.get("coeff", 0.01)) if a.get("with_decay", True) else 0.0
+            lr *= float(a.get("lr_ratio", 1.0))
+    return _Update(op, param, op.type, tuple(sorted(hyper.items())), lr, decay)
+
+
+def _groups(updates):
+    """The updates grouped by rule, hyperparameters and learning rate, in file order."""
+    groups = {}
+    for u in updates:
+        groups.setdefault(u.key(), []).append(u)
+    return list(groups.values())
+
+
+def _state(ours, ops, group, values):
+    """{our state variable: Paddle's value} for the update ops `ops` our optimizer `ours`
+    appended for `group`: each accumulator under the slot both ops share ('Moment1',
+    'Velocity'), and Adam's step count from Paddle's beta powers."""
+    by_param = {u.param: u for u in group}
+    state = {}
+    for op in ops:
+        if op.type != ours.op_type:
+            continue
+        update = by_param[op.input("Param")[0]]
+        for _, slot, _ in ours.state:
+            paddle_name = _one(update.op, slot)
+            if paddle_name not in values:
+                raise FormatError(f"the accumulator '{paddle_name}' ({slot} of "
+                                  f"'{update.param}') has no value in the .pdopt file",
+                                  var=paddle_name)
+            state[op.input(slot)[0]] = values[paddle_name]
+        if ours.uses_step:
+            steps = {_adam_steps(u, values) for u in group}
+            if len(steps) != 1:
+                raise FormatError(f"Adam's beta powers of {[u.param for u in group]} are at "
+                                  f"different steps {sorted(steps)}; ours count one step "
+                                  "for all parameters")
+            step = op.input("Step")[0]
+            state[step] = np.array([steps.pop()], dtype=np.int64)
+    return state
+
+
+def _adam_steps(update, values):
+    """The number of updates Paddle's Adam has applied, from beta1_pow = beta1 ** (n + 1)
+    (checked against beta2_pow)."""
+    counts = []
+    for slot, beta in (("Beta1Pow", "beta1"), ("Beta2Pow", "beta2")):
+        name = _one(update.op, slot)
+        if name not in values:
+            raise FormatError(f"the accumulator '{name}' ({slot} of '{update.param}') has no "
+                              "value in the .pdopt file", var=name)
+        power = float(np.asarray(values[name]).reshape(-1)[0])
+        b = dict(update.hyper)[beta]
+        if not (0.0 < power <= 1.0 and 0.0 < b < 1.0):
+            raise FormatError(f"'{name}' = {power} is not a power of {beta} = {b}", var=name)
+        counts.append(math.log(power) / math.log(b) - 1.0)
+    n = round(counts[0])
+    if n < 0 or abs(counts[0] - n) > 1e-2 or abs(counts[1] - n) > max(0.5, 1e-3 * n):
+        raise FormatError(f"the beta powers of '{update.param}' give {counts[0]:.3f} and "
+                          f"{counts[1]:.3f} updates, not one whole number")
+    return n
