@@ -13,8 +13,7 @@ from paddle_pickle_asm import pickle_of_arrays
 from progdesc import Executor, Scope
 from progdesc import optimizer as opt
 from progdesc.paddle import framework_pb2 as fpb
-from progdesc.paddle import pickles
-from progdesc.paddle.training import load_training_program
+from progdesc.paddle import load_training_program, pickles
 
 ROOT = os.path.join(os.path.dirname(__file__), "fixtures", "paddle")
 OPTIMIZERS = ["adam", "sgd", "momentum", "adamw"]
