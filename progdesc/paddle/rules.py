@@ -106,6 +106,26 @@ def _list_ints(t, names, what):
     return [v for name in names for v in _ints(t, name, what)]
 
 
+def _sizes(t, names, what):
+    """The sizes held by a shape tensor or a list of them: ints and (variable, axis)
+    pairs for sizes known only at run time (see PaddleTranslator.sizes_of)."""
+    out = []
+    for name in names:
+        sizes = t.sizes_of(name)
+        if sizes is None:
+            raise Unsupported(f"{what} is computed at run time (not from a shape)")
+        out += sizes
+    return out
+
+
+def _with_unknown(sizes, what):
+    """Sizes as dims: -1 for the one size known only at run time (Unsupported if more)."""
+    unknown = [s for s in sizes if not isinstance(s, int)]
+    if len(unknown) > 1:
+        raise Unsupported(f"{what} holds {len(unknown)} sizes known only at run time")
+    return [s if isinstance(s, int) else -1 for s in sizes], (unknown[0] if unknown else None)
+
+
 def _dims(t, x):
     return list(t.var(x)[0])
 
@@ -489,9 +509,9 @@ def one_hot_v2(t, x, depth_tensor, *, depth=-1, dtype=5, allow_out_of_range=Fals
 @RULES.rule("reshape2", inputs=("X", "Shape", "ShapeTensor*"), outputs=("Out", "XShape"))
 def reshape2(t, x, shape_input, shape_list, *, shape=()):
     if shape_input is not None:
-        shape = _ints(t, shape_input, "Shape")
+        shape = _with_unknown(_sizes(t, [shape_input], "Shape"), "Shape")[0]
     elif shape_list:
-        shape = _list_ints(t, shape_list, "ShapeTensor")
+        shape = _with_unknown(_sizes(t, shape_list, "ShapeTensor"), "ShapeTensor")[0]
     return t.call("reshape", x, shape=[int(d) for d in shape]), None
 
 
@@ -601,6 +621,10 @@ def _slice(t, x, axes, starts, ends, strides, decrease_axis):
                  strides=[int(s) for s in strides] if strides else [])
     if decrease_axis:
         out = t.call("squeeze", out, axes=[_axis(a, len(dims)) for a in decrease_axis])
+    sizes = t.sizes_of(x)
+    if sizes is not None and len(dims) == 1 and axes == [0]:
+        t.set_sizes(out, sizes[slice(clamp(starts[0]), clamp(ends[0]),
+                                     int(strides[0]) if strides else None)])
     return out
 
 
@@ -678,10 +702,11 @@ def tile(t, x, reps_t, reps_l, *, repeat_times=()):
 # --- creation ---
 @RULES.rule("fill_constant", inputs=("ShapeTensor", "ShapeTensorList*", "ValueTensor"))
 def fill_constant(t, shape_t, shape_l, value_t, *, shape=(), dtype=5, value=0.0, str_value=""):
+    sizes = [int(d) for d in shape]
     if shape_t is not None:
-        shape = _ints(t, shape_t, "ShapeTensor")
+        sizes = _sizes(t, [shape_t], "ShapeTensor")
     elif shape_l:
-        shape = _list_ints(t, shape_l, "ShapeTensorList")
+        sizes = _sizes(t, shape_l, "ShapeTensorList")
     dtype = _dtype(dtype)
     if value_t is not None:
         known = t.value_of(value_t)
@@ -690,9 +715,14 @@ def fill_constant(t, shape_t, shape_l, value_t, *, shape=(), dtype=5, value=0.0,
         value = np.asarray(known).reshape(-1)[0]
     elif str_value:
         value = _parse_number(str_value)
-    if any(d < 0 for d in shape):
-        raise Unsupported(f"shape {list(shape)} has an unknown dim")
-    return t.constant(np.full([int(d) for d in shape], value, dtype=_np_dtype(dtype)))
+    dims, unknown = _with_unknown(sizes, "the shape")
+    if unknown is None:
+        if any(d < 0 for d in dims):
+            raise Unsupported(f"shape {dims} has an unknown dim")
+        return t.constant(np.full(dims, value, dtype=_np_dtype(dtype)))
+    like, axis = unknown
+    return t.call("broadcast_in_dim", t.constant(np.asarray(value, _np_dtype(dtype))), like,
+                  shape=dims, broadcast_dimensions=[], like_axis=axis)
 
 
 def _parse_number(text):
@@ -753,9 +783,11 @@ def cast(t, x, *, out_dtype=5, in_dtype=5):
     known = t.value_of(x)
     if known is not None:
         return t.constant(known.astype(_np_dtype(dtype)))
-    if t.var(x)[1] == dtype:
-        return t.call("assign", x)
-    return t.call("cast", x, dtype=dtype)
+    out = t.call("assign", x) if t.var(x)[1] == dtype else t.call("cast", x, dtype=dtype)
+    sizes = t.sizes_of(x)
+    if sizes is not None and dtype.startswith(("int", "uint")):
+        t.set_sizes(out, sizes)
+    return out
 
 
 @RULES.rule("shape", inputs=("Input",))
@@ -768,18 +800,32 @@ def shape(t, x, *, out_types=()):
     parts = [t.call("unsqueeze", t.call("dim_size", x, axis=i, dtype=dtype), axes=[0])
              if d == -1 else t.constant(np.asarray([d], _np_dtype(dtype)))
              for i, d in enumerate(dims)]
-    return t.call("concat", parts, axis=0)
+    out = t.call("concat", parts, axis=0)
+    t.set_sizes(out, [d if d != -1 else (x, i) for i, d in enumerate(dims)])
+    return out
 
 
 @RULES.rule("range", "arange", inputs=("Start", "End", "Step"))
 def range_(t, start, end, step, *, out_types=()):
     values = [t.value_of(v) for v in (start, end, step)]
-    if any(v is None for v in values):
+    dtype = _np_dtype(out_types[0].dtype) if out_types and out_types[0] is not None and \
+        out_types[0].dtype else None
+    if all(v is not None for v in values):
+        s, e, d = (np.asarray(v).reshape(-1)[0] for v in values)
+        return t.constant(np.arange(s, e, d).astype(dtype or values[0].dtype))
+    ends = t.sizes_of(end)
+    if values[0] is None or values[2] is None or ends is None or len(ends) != 1:
         raise Unsupported("start, end or step is computed at run time")
-    dtype = values[0].dtype if not out_types or out_types[0] is None else \
-        _np_dtype(out_types[0].dtype)
-    s, e, d = (np.asarray(v).reshape(-1)[0] for v in values)
-    return t.constant(np.arange(s, e, d).astype(dtype))
+    s, d = (np.asarray(values[i]).reshape(-1)[0] for i in (0, 2))
+    if s != 0 or d != 1:
+        raise Unsupported("a range up to a size known only at run time from a start other "
+                          "than 0 or a step other than 1")
+    like, axis = ends[0]
+    ones = t.call("broadcast_in_dim", t.constant(np.ones((), np.int32)), like, shape=[-1],
+                  broadcast_dimensions=[], like_axis=axis)
+    counted = t.call("scale", t.call("cumsum", ones, axis=0), bias=-1.0)
+    dtype = np.dtype(dtype or values[0].dtype)
+    return t.call("cast", counted, dtype=str(dtype)) if dtype != np.int32 else counted
 
 
 # --- reductions and search ---

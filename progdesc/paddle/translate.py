@@ -65,6 +65,7 @@ class PaddleTranslator(Translator):
         self.fetches = {}   # col -> our name of the fetched value
         self._envs = {}     # Paddle block index -> the environment of its walk
         self.known = {}     # our name -> its value, for the variables made by `constant`
+        self._sizes = {}    # our name -> the sizes an int vector (or scalar) holds
 
     def constant(self, value):
         """`Translator.constant`, remembering the value (see `value_of`)."""
@@ -72,6 +73,25 @@ class PaddleTranslator(Translator):
         name = super().constant(value)
         self.known[name] = value
         return name
+
+    def sizes_of(self, name):
+        """The elements of a 1-D (or 0-D) int variable of ours as sizes: a list of ints
+        and `(variable, axis)` pairs (the size of that dim of one of our variables, known
+        only at run time), as `shape` made them and `slice` or `cast` kept them; None if
+        unknown. For `fill_constant`, `range`, `reshape2` of a shape computed from
+        the batch size."""
+        if name is None:
+            return None
+        if name in self._sizes:
+            return list(self._sizes[name])
+        value = self.known.get(name)
+        if value is not None and value.dtype.kind in "iu" and value.ndim <= 1:
+            return [int(v) for v in value.reshape(-1)]
+        return None
+
+    def set_sizes(self, name, sizes):
+        """Record that our variable `name` holds `sizes` (see `sizes_of`)."""
+        self._sizes[name] = list(sizes)
 
     def value_of(self, name):
         """The value of one of our variables if the translation knows it (a constant, a
