@@ -143,7 +143,7 @@ def test_unknown_updates_and_extra_optimizer_ops_are_refused_all_at_once(tmp_pat
         _attr(second, "amsgrad").b = True
         clip = block.ops.add()
         clip.CopyFrom(_ops(block, "adam")[-1])
-        clip.type = b"clip_by_norm"
+        clip.type = b"dgc_clip_by_norm"
         lr_op = block.ops.add()
         lr_op.CopyFrom(_ops(block, "relu")[0])
         _attr(lr_op, "op_role").i = 0x10
@@ -151,7 +151,7 @@ def test_unknown_updates_and_extra_optimizer_ops_are_refused_all_at_once(tmp_pat
     with pytest.raises(UnsupportedOpError) as e:
         load_training_program(prefix, Executor(), Scope())
     text = str(e.value)
-    assert "lamb" in text and "amsgrad" in text and "clip_by_norm" in text
+    assert "lamb" in text and "amsgrad" in text and "dgc_clip_by_norm" in text
     assert "learning-rate schedule" in text
     assert len(e.value.places) == 4 and all(p[1] == 0 for p in e.value.places)
 

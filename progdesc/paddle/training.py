@@ -12,14 +12,21 @@ run of the program takes the step Paddle would have taken next.
     prog = progdesc.paddle.load_training_program("ckpt/model", exe)
     loss, = exe.run(prog.program, feed={"x": xb, "label": yb}, fetch_list=[prog.loss])
 
-What is re-created (everything else in the optimizer part is refused, by op, at once):
+What is re-created:
 
-- `sgd`, `momentum` (mu, use_nesterov, its `l2_decay` regularization), `adam` (beta1,
-  beta2, epsilon; `lazy_mode` only matters for sparse gradients, which these programs do
-  not have), `adamw` (coeff, with_decay, lr_ratio), with the learning rate the file holds
-  in the update op's LearningRate variable;
-- L2 regularization as Paddle writes it in the optimizer part (`scale` of the parameter
-  and `sum` into its gradient), per parameter.
+- the update ops `sgd`, `momentum` (mu, use_nesterov, its `l2_decay` regularization),
+  `adam` (beta1, beta2, epsilon; `lazy_mode` only matters for sparse gradients, which
+  these programs do not have), `adamw` (coeff, with_decay, lr_ratio), as our optimizers,
+  with the learning rate the file holds in the update op's LearningRate variable;
+- the other ops of the optimizer part, which transform the gradients before the updates
+  (ClipGradByGlobalNorm, ClipGradByNorm, ClipGradByValue, L2Decay regularization: plain
+  ops on `P@GRAD`), through the table like the forward ops, from our gradient of P to
+  the Grad input of P's update.
+
+Refused, by op, in one UnsupportedOpError: other update ops (lamb, lars, ...), update
+attributes we do not model (amsgrad, multi_precision, rescale_grad, global beta powers),
+optimizer-part ops without a row, learning-rate schedule ops (the learning rate is the
+saved one; schedule it with progdesc.lr), distributed ops.
 
 Paddle's Adam keeps per-parameter powers of beta1 and beta2 (its bias corrections); ours
 counts updates in one step counter, so that count is read from the powers
@@ -34,6 +41,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from lowering import progdesc_pb2 as pb
 from lowering.errors import FormatError, ProgramError, UnsupportedOpError
 from progdesc import io
 from progdesc import optimizer as opt
@@ -43,7 +51,9 @@ from progdesc.paddle import pickles
 from progdesc.paddle import rules_training  # noqa: F401  (registers the loss rows)
 from progdesc.paddle.graph import Block, Op, PaddleProgram
 from progdesc.paddle.pdmodel import read_pdmodel
-from progdesc.paddle.translate import translate
+from progdesc.paddle.rules import RULES
+from progdesc.paddle.translate import PaddleTranslator, translate
+from progdesc.translate import Environment, Unsupported
 
 # Paddle's OpRole bits (paddle/fluid/framework/op_proto_maker.h)
 BACKWARD, OPTIMIZE, RPC, DIST, LR_SCHED, LOSS = 0x1, 0x2, 0x4, 0x8, 0x10, 0x100
@@ -98,7 +108,7 @@ def load_training_program(path_prefix, executor, scope=None):
     forward, optimize, refused = _split(block0)
     loss_name = _loss(block0, forward)
     feeds = _feeds(block0, forward)
-    updates, more_refused = _updates(block0, optimize, values)
+    updates, grad_ops, more_refused = _updates(block0, optimize, values, paddle)
     refused += more_refused
     if refused:
         raise UnsupportedOpError(
@@ -112,22 +122,69 @@ def load_training_program(path_prefix, executor, scope=None):
     loss = block.var(fetches[0])
     startup = Program()
     with program_guard(program, startup):
-        grads = {p.name: (p, g) for p, g in append_backward(
+        grads = {p.name: g for p, g in append_backward(
             loss, parameter_list=[u.param for u in updates])}
-    missing = [u.param for u in updates if u.param not in grads]
-    if missing:
-        raise ProgramError(f"Paddle updates {', '.join(missing)}, but the loss "
-                           f"'{loss_name}' does not depend on them")
+        missing = [u.param for u in updates if u.param not in grads]
+        if missing:
+            raise ProgramError(f"Paddle updates {', '.join(missing)}, but the loss "
+                               f"'{loss_name}' does not depend on them")
+        grads = _paddle_gradients(program, paddle, grad_ops, updates, grads, state)
     optimizers = []
     for group in _groups(updates):
         ours = group[0].optimizer()
-        ops = ours.apply_gradients([grads[u.param] for u in group], startup)
+        ops = ours.apply_gradients([(block.var(u.param), grads[u.param]) for u in group],
+                                   startup)
         state.update(_state(ours, ops, group, values))
         optimizers.append(ours)
     executor.run(startup, scope=scope)
     io.check_values(program, state, allow_missing=True, where=f"'{prefix}'")
     io.set_values(program, state, scope)
     return TrainingProgram(program, startup, feed_names, loss, optimizers)
+
+
+class _Names(Environment):
+    """Paddle names -> ours for the optimizer part; a name it was not given is refused."""
+
+    def read(self, key):
+        try:
+            return super().read(key)
+        except KeyError:
+            raise Unsupported(f"it reads '{key}', which is neither a gradient, a "
+                              "persistable nor written by an op before it") from None
+
+
+def _paddle_gradients(program, paddle, grad_ops, updates, grads, state):
+    """Our gradient Variable of each updated parameter after Paddle's own transformations
+    of the gradients (clipping, regularization: the optimizer part's ops other than the
+    updates), translated by the table from `P@GRAD` (our gradient of P) to the Grad
+    input of P's update op. The ops appended have the optimizer role (clone(for_test)
+    drops them); the constants they make join `state`."""
+    block = program.global_block()
+    translator = PaddleTranslator(program, paddle, for_training=True)
+    names = _Names(translator)
+    for name, var in block.vars.items():
+        if var.persistable:
+            names.bind([name], [name])
+    for u in updates:
+        names.bind([u.param + "@GRAD"], [grads[u.param].name])
+    start = len(block.ops)
+    translator.walk(Block(0, -1, paddle.blocks[0].vars, grad_ops), names)
+    out = {}
+    for u in updates:
+        try:
+            out[u.param] = block.var(names.read(_one(u.op, "Grad")))
+        except Unsupported as e:
+            translator.note(_node(u.op), f"its gradient: {e}")
+    translator.check()
+    for op in block.ops[start:]:
+        op.desc.role = pb.OPTIMIZE
+    state.update(translator.values)
+    return out
+
+
+def _node(op):
+    from progdesc.translate import Node
+    return Node(op.type, (), (), op.attrs, block=op.block, index=op.index)
 
 
 def _arrays(path):
@@ -224,7 +281,8 @@ def _forward_program(paddle, forward, feeds, loss):
 
 class _Update(NamedTuple):
     """One of Paddle's update ops, read: its parameter, rule, hyperparameters, learning
-    rate and L2 coefficient, and the op itself (its accumulators' names)."""
+    rate and the L2 coefficient the op applies itself (momentum's regularization
+    attributes), and the op itself (its accumulators' names)."""
     op: Op
     param: str
     kind: str
@@ -250,36 +308,24 @@ class _Update(NamedTuple):
                          weight_decay=h["coeff"])
 
 
-def _updates(block0, optimize, values):
-    """([_Update], refused [(type, index, why)]) of the optimizer part."""
-    refused, updates = [], []
-    scaled, l2 = {}, {}     # scale outputs -> (param, coeff); param -> L2 coefficient
+def _updates(block0, optimize, values, paddle):
+    """([_Update], the other ops of the optimizer part, refused [(type, index, why)])."""
+    refused, updates, grad_ops = [], [], []
     for op in optimize:
         if op.type in _UPDATE_OPS:
-            continue
-        ins = op.inputs.get("X", [])
-        outs = op.outputs.get("Out", [])
-        if (op.type == "scale" and len(ins) == 1 and len(outs) == 1
-                and not op.inputs.get("ScaleTensor") and op.attrs.get("bias", 0.0) == 0.0):
-            scaled[outs[0]] = (ins[0], float(op.attrs.get("scale", 1.0)))
-        elif (op.type == "sum" and len(ins) == 2 and len(outs) == 1 and ins[0] == outs[0]
-              and ins[1] in scaled):
-            param, coeff = scaled[ins[1]]
-            l2[param] = l2.get(param, 0.0) + coeff
+            try:
+                updates.append(_update(op, values))
+            except _Refused as e:
+                refused.append((op.type, op.index, str(e)))
+        elif RULES.lookup(op.type, paddle.op_versions.get(op.type)) is None:
+            refused.append((op.type, op.index, "an optimizer-part op the table has no row "
+                            "for (not an update of sgd, momentum, adam, adamw)"))
         else:
-            refused.append((op.type, op.index, "an optimizer-part op other than the "
-                            "updates and their L2 regularization (gradient clipping?)"))
-    for op in optimize:
-        if op.type not in _UPDATE_OPS:
-            continue
-        try:
-            updates.append(_update(op, l2, values))
-        except _Refused as e:
-            refused.append((op.type, op.index, str(e)))
+            grad_ops.append(op)
     if not updates and not refused:
         refused.append(("", -1, "the program has no optimizer update op (sgd, momentum, "
                         "adam, adamw): save it after minimize"))
-    return updates, refused
+    return updates, grad_ops, refused
 
 
 class _Refused(Exception):
@@ -293,7 +339,7 @@ def _one(op, slot):
     return names[0]
 
 
-def _update(op, l2, values):
+def _update(op, values):
     a = op.attrs
     param = _one(op, "Param")
     for slot in ("MasterParam", "SkipUpdate", "Beta1Tensor", "Beta2Tensor", "EpsilonTensor",
@@ -310,7 +356,7 @@ def _update(op, l2, values):
         raise _Refused(f"its learning rate '{lr_name}' is {lr_value.dtype}"
                        f"{list(lr_value.shape)}, not one float")
     lr = float(lr_value.reshape(()))
-    decay = l2.get(param, 0.0)
+    decay = 0.0     # Paddle's L2 regularization ops are translated with the gradients
     if op.type == "sgd":
         hyper = {}
     elif op.type == "momentum":
@@ -330,8 +376,6 @@ def _update(op, l2, values):
         hyper = {k: float(a.get(k, d)) for k, d in
                  (("beta1", 0.9), ("beta2", 0.999), ("epsilon", 1e-8))}
         if op.type == "adamw":
-            if decay:
-                raise _Refused("L2 regularization ops as well as AdamW's decoupled decay")
             hyper["coeff"] = float(a.get("coeff", 0.01)) if a.get("with_decay", True) else 0.0
             lr *= float(a.get("lr_ratio", 1.0))
     return _Update(op, param, op.type, tuple(sorted(hyper.items())), lr, decay)
