@@ -183,7 +183,8 @@ def test_stream_structure_errors():
 
 # -- Paddle's own files ------------------------------------------------------------
 def _paddle_pickles():
-    return sorted(glob.glob(os.path.join(FIXTURES, "train_*", "**", "*.pd*"), recursive=True))
+    return sorted(glob.glob(os.path.join(FIXTURES, "train_*", "**", "*.pd*"), recursive=True)
+                  + glob.glob(os.path.join(FIXTURES + "_training", "*", "*.pd*")))
 
 
 def _pickle_files():
@@ -210,3 +211,22 @@ def test_truncations_and_byte_edits_of_paddles_files_raise_format_error_only():
                 pickles.loads(bytes(edited))
             except FormatError:
                 pass
+
+
+VARIANTS = os.path.join(os.path.dirname(__file__), "fixtures", "paddle_training")
+
+
+@pytest.mark.parametrize("variant", sorted(
+    d for d in os.listdir(VARIANTS) if os.path.isdir(os.path.join(VARIANTS, d))))
+def test_paddles_pickles_decode_to_the_values_paddle_held(variant):
+    """Paddle 3 (NumPy 2: numpy._core) and Paddle 2.6 (NumPy 1: numpy.core) files against
+    the arrays the fixture script read from Paddle's scope when it saved them."""
+    d = os.path.join(VARIANTS, variant)
+    with np.load(os.path.join(d, "state.npz"), allow_pickle=False) as held:
+        held = dict(held)
+    got = {**pickles.load(os.path.join(d, "model.pdparams")),
+           **pickles.load(os.path.join(d, "model.pdopt"))}
+    assert sorted(got) == sorted(held)
+    for name, value in got.items():
+        assert value.dtype == held[name].dtype and value.shape == held[name].shape, name
+        np.testing.assert_array_equal(value, held[name])

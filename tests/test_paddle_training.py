@@ -17,10 +17,16 @@ from progdesc.paddle import load_training_program, pickles
 
 ROOT = os.path.join(os.path.dirname(__file__), "fixtures", "paddle")
 OPTIMIZERS = ["adam", "sgd", "momentum", "adamw"]
+VARIANTS_ROOT = os.path.join(os.path.dirname(__file__), "fixtures", "paddle_training")
+VARIANTS = {   # ours: tests/fixtures/paddle_training/make_variants.py; optimizers we make
+    "adam_l2decay": ["Adam"], "momentum_nesterov_l2": ["Momentum"],
+    "adamw_no_decay_on_biases": ["AdamW", "AdamW"], "adam_clip_global_norm": ["Adam"],
+    "sgd_clip_by_norm": ["SGD"], "sgd_clip_by_value": ["SGD"]}
 
 
 def _fixture(name):
-    d = os.path.join(ROOT, f"train_{name}")
+    d = os.path.join(VARIANTS_ROOT, name) if name in VARIANTS else os.path.join(
+        ROOT, f"train_{name}")
     with open(os.path.join(d, "meta.json")) as f:
         meta = json.load(f)
     with np.load(os.path.join(d, "steps.npz"), allow_pickle=False) as steps:
@@ -56,6 +62,47 @@ def test_five_more_steps_give_paddles_next_losses(name):
     got = _losses(exe, prog, steps, scope)
     np.testing.assert_allclose(got, _paddle_losses(steps), rtol=0, atol=1e-4)
     assert got[-1] < max(meta["losses_before_save"])   # it trains: not stuck at the start
+
+
+@pytest.mark.parametrize("name", sorted(VARIANTS))
+def test_variants_regularization_decay_exclusion_clipping_continue_as_in_paddle(name):
+    d, meta, steps = _fixture(name)
+    scope = Scope()
+    exe, prog = _load(d, scope)
+    assert [type(o).__name__ for o in prog.optimizers] == VARIANTS[name]
+    got = _losses(exe, prog, steps, scope)
+    np.testing.assert_allclose(got, _paddle_losses(steps), rtol=0, atol=1e-4)
+    # the gradient ops of Paddle's optimizer part run with the optimizer role: eval drops them
+    test_prog = prog.program.clone(for_test=True)
+    loss, = exe.run(test_prog, feed={"x": steps["x_0"], "label": steps["label_0"]},
+                    fetch_list=[prog.loss.name], scope=scope)
+    assert np.isfinite(loss)
+
+
+def _open_clipping(block):
+    """Make Paddle's gradient clipping a no-op: bounds and norms out of reach."""
+    for op in block.ops:
+        kind = op.type.decode()
+        names = {a.name.decode(): a for a in op.attrs}
+        if kind == "clip":
+            names["min"].f, names["max"].f = -1e30, 1e30
+        elif kind == "clip_by_norm":
+            names["max_norm"].f = 1e30
+        elif kind == "fill_constant" and names["op_role"].i == 2:   # the global norm's bound
+            names["value"].f, names["str_value"].s = 1e30, b"1e30"
+
+
+@pytest.mark.parametrize("name", ["adam_clip_global_norm", "sgd_clip_by_norm",
+                                  "sgd_clip_by_value"])
+def test_the_imported_clipping_matters(name, tmp_path):
+    """With Paddle's clipping opened up, our losses miss Paddle's: the clip ops above run."""
+    _, _, steps = _fixture(name)
+    scope = Scope()
+    exe = Executor()
+    prog = load_training_program(_edited_copy(tmp_path, name, edit_program=_open_clipping),
+                                 exe, scope)
+    got = _losses(exe, prog, steps, scope)
+    assert np.max(np.abs(got - _paddle_losses(steps))) > 1e-3
 
 
 @pytest.mark.parametrize("name", OPTIMIZERS)
