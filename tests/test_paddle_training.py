@@ -21,7 +21,8 @@ VARIANTS_ROOT = os.path.join(os.path.dirname(__file__), "fixtures", "paddle_trai
 VARIANTS = {   # ours: tests/fixtures/paddle_training/make_variants.py; optimizers we make
     "adam_l2decay": ["Adam"], "momentum_nesterov_l2": ["Momentum"],
     "adamw_no_decay_on_biases": ["AdamW", "AdamW"], "adam_clip_global_norm": ["Adam"],
-    "sgd_clip_by_norm": ["SGD"], "sgd_clip_by_value": ["SGD"]}
+    "sgd_clip_by_norm": ["SGD"], "sgd_clip_by_value": ["SGD"],
+    "adam_param_learning_rate": ["Adam", "Adam"]}
 
 
 def _fixture(name):

@@ -17,7 +17,8 @@ What is re-created:
 - the update ops `sgd`, `momentum` (mu, use_nesterov, its `l2_decay` regularization),
   `adam` (beta1, beta2, epsilon; `lazy_mode` only matters for sparse gradients, which
   these programs do not have), `adamw` (coeff, with_decay, lr_ratio), as our optimizers,
-  with the learning rate the file holds in the update op's LearningRate variable;
+  with the learning rate the file holds in the update op's LearningRate variable, times
+  a parameter's own factor (ParamAttr's learning_rate: a `scale` op Paddle adds);
 - the other ops of the optimizer part, which transform the gradients before the updates
   (ClipGradByGlobalNorm, ClipGradByNorm, ClipGradByValue, L2Decay regularization: plain
   ops on `P@GRAD`), through the table like the forward ops, from our gradient of P to
@@ -311,12 +312,15 @@ class _Update(NamedTuple):
 def _updates(block0, optimize, values, paddle):
     """([_Update], the other ops of the optimizer part, refused [(type, index, why)])."""
     refused, updates, grad_ops = [], [], []
+    rates = _param_rates(optimize, values)
     for op in optimize:
         if op.type in _UPDATE_OPS:
             try:
-                updates.append(_update(op, values))
+                updates.append(_update(op, values, rates))
             except _Refused as e:
                 refused.append((op.type, op.index, str(e)))
+        elif any(op is rate_op for rate_op, _ in rates.values()):
+            continue
         elif RULES.lookup(op.type, paddle.op_versions.get(op.type)) is None:
             refused.append((op.type, op.index, "an optimizer-part op the table has no row "
                             "for (not an update of sgd, momentum, adam, adamw)"))
@@ -326,6 +330,25 @@ def _updates(block0, optimize, values, paddle):
         refused.append(("", -1, "the program has no optimizer update op (sgd, momentum, "
                         "adam, adamw): save it after minimize"))
     return updates, grad_ops, refused
+
+
+def _param_rates(optimize, values):
+    """{name: (op, learning rate)} of the per-parameter learning rates (ParamAttr's
+    learning_rate): a `scale` of the saved learning rate in the optimizer part, computed
+    here in float32 as Paddle's op does."""
+    rates = {}
+    for op in optimize:
+        ins, outs = op.inputs.get("X", []), op.outputs.get("Out", [])
+        if (op.type != "scale" or not _role(op) & LR_SCHED or len(ins) != 1 or len(outs) != 1
+                or ins[0] not in values or op.inputs.get("ScaleTensor")):
+            continue
+        lr = np.asarray(values[ins[0]], np.float32).reshape(-1)
+        scale, bias = np.float32(op.attrs.get("scale", 1.0)), np.float32(op.attrs.get("bias", 0.0))
+        if lr.size == 1:
+            rate = lr[0] * scale + bias if op.attrs.get("bias_after_scale", True) else (
+                (lr[0] + bias) * scale)
+            rates[outs[0]] = (op, float(np.float32(rate)))
+    return rates
 
 
 class _Refused(Exception):
@@ -339,7 +362,7 @@ def _one(op, slot):
     return names[0]
 
 
-def _update(op, values):
+def _update(op, values, rates):
     a = op.attrs
     param = _one(op, "Param")
     for slot in ("MasterParam", "SkipUpdate", "Beta1Tensor", "Beta2Tensor", "EpsilonTensor",
@@ -348,14 +371,7 @@ def _update(op, values):
             raise _Refused(f"input slot {slot} is used")
     if a.get("multi_precision"):
         raise _Refused("multi_precision (master weights)")
-    lr_name = _one(op, "LearningRate")
-    if lr_name not in values:
-        raise _Refused(f"its learning rate '{lr_name}' has no value in .pdopt/.pdparams")
-    lr_value = np.asarray(values[lr_name])
-    if lr_value.size != 1 or lr_value.dtype.kind != "f":
-        raise _Refused(f"its learning rate '{lr_name}' is {lr_value.dtype}"
-                       f"{list(lr_value.shape)}, not one float")
-    lr = float(lr_value.reshape(()))
+    lr = _learning_rate(_one(op, "LearningRate"), values, rates)
     decay = 0.0     # Paddle's L2 regularization ops are translated with the gradients
     if op.type == "sgd":
         hyper = {}
@@ -379,6 +395,20 @@ def _update(op, values):
             hyper["coeff"] = float(a.get("coeff", 0.01)) if a.get("with_decay", True) else 0.0
             lr *= float(a.get("lr_ratio", 1.0))
     return _Update(op, param, op.type, tuple(sorted(hyper.items())), lr, decay)
+
+
+def _learning_rate(name, values, rates):
+    """The learning rate an update op reads: a saved value, or a parameter's rate."""
+    if name in rates:
+        return rates[name][1]
+    if name not in values:
+        raise _Refused(f"its learning rate '{name}' has no value in .pdopt/.pdparams "
+                       "(computed by ops: a schedule?)")
+    value = np.asarray(values[name])
+    if value.size != 1 or value.dtype.kind != "f":
+        raise _Refused(f"its learning rate '{name}' is {value.dtype}{list(value.shape)}, "
+                       "not one float")
+    return float(value.reshape(()))
 
 
 def _groups(updates):
