@@ -8,7 +8,7 @@ import shutil
 import numpy as np
 import pytest
 
-from lowering.errors import FormatError, UnsupportedOpError
+from lowering.errors import FormatError, ScopeError, UnsupportedOpError
 from paddle_pickle_asm import pickle_of_arrays
 from progdesc import Executor, Scope
 from progdesc import optimizer as opt
@@ -230,3 +230,15 @@ def test_hostile_pdopt_is_refused_before_anything_runs(tmp_path):
     with pytest.raises(FormatError, match="os.system"):
         load_training_program(str(tmp_path / "model"), Executor(), Scope())
     assert not target.exists()
+
+
+def test_reloading_into_a_scope_trained_since_needs_overwrite():
+    d, _, steps = _fixture("momentum")
+    scope = Scope()
+    exe, prog = _load(d, scope)
+    _losses(exe, prog, steps, scope, n=1)
+    with pytest.raises(ScopeError, match="overwrite"):
+        _load(d, scope)
+    prog = load_training_program(os.path.join(d, "model"), exe, scope, overwrite=True)
+    np.testing.assert_allclose(_losses(exe, prog, steps, scope), _paddle_losses(steps),
+                               rtol=0, atol=1e-4)

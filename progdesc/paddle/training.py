@@ -54,7 +54,7 @@ from progdesc.paddle.graph import Block, Op, PaddleProgram
 from progdesc.paddle.pdmodel import read_pdmodel
 from progdesc.paddle.rules import RULES
 from progdesc.paddle.translate import PaddleTranslator, translate
-from progdesc.translate import Environment, Unsupported
+from progdesc.translate import Environment, Node, Unsupported
 
 # Paddle's OpRole bits (paddle/fluid/framework/op_proto_maker.h)
 BACKWARD, OPTIMIZE, RPC, DIST, LR_SCHED, LOSS = 0x1, 0x2, 0x4, 0x8, 0x10, 0x100
@@ -85,7 +85,7 @@ class TrainingProgram(NamedTuple):
     optimizers: list
 
 
-def load_training_program(path_prefix, executor, scope=None):
+def load_training_program(path_prefix, executor, scope=None, *, overwrite=False):
     """Import the training program `paddle.static.save(main, path_prefix)` wrote, with its
     parameters and optimizer state, so that training continues where Paddle left off.
 
@@ -94,17 +94,22 @@ def load_training_program(path_prefix, executor, scope=None):
     and stores every value in `scope` (default: the global one). Returns a
     `TrainingProgram` (program, startup_program, feed_names, loss, optimizers).
 
+    Batch norm and dropout run in training mode, as in Paddle's program (dropout draws
+    from our random stream, not Paddle's); `program.clone(for_test=True)` gives eval.
+
     Raises FormatError for files that are missing, malformed or disagree with the program
     (an accumulator without a value, Adam's beta powers at different steps),
-    UnsupportedOpError listing the ops that cannot be translated or re-created
-    (gradient clipping, learning-rate schedule ops, an unknown optimizer).
+    UnsupportedOpError listing the ops that cannot be translated or re-created (an
+    unknown optimizer, learning-rate schedule ops), ScopeError (before anything is
+    written) when `scope` holds one of the imported variables with other values, unless
+    `overwrite`.
     """
+    from progdesc.interop.from_jax import check_not_held
     prefix = os.fspath(path_prefix)
     paddle = read_pdmodel(io.read_file(prefix + ".pdmodel", "Paddle program"))
-    values = {}
-    for suffix in (".pdparams", ".pdopt"):
-        if os.path.isfile(prefix + suffix) or suffix == ".pdparams":
-            values.update(_arrays(prefix + suffix))
+    values = _arrays(prefix + ".pdparams")
+    if os.path.exists(prefix + ".pdopt"):   # absent: the updates say what they miss
+        values.update(_arrays(prefix + ".pdopt"))
     block0 = paddle.blocks[0]
     forward, optimize, refused = _split(block0)
     loss_name = _loss(block0, forward)
@@ -137,8 +142,10 @@ def load_training_program(path_prefix, executor, scope=None):
                                    startup)
         state.update(_state(ours, ops, group, values))
         optimizers.append(ours)
-    executor.run(startup, scope=scope)
     io.check_values(program, state, allow_missing=True, where=f"'{prefix}'")
+    if not overwrite:
+        check_not_held(scope, state.items())
+    executor.run(startup, scope=scope)
     io.set_values(program, state, scope)
     return TrainingProgram(program, startup, feed_names, loss, optimizers)
 
@@ -184,7 +191,6 @@ def _paddle_gradients(program, paddle, grad_ops, updates, grads, state):
 
 
 def _node(op):
-    from progdesc.translate import Node
     return Node(op.type, (), (), op.attrs, block=op.block, index=op.index)
 
 
