@@ -432,3 +432,64 @@ def test_held_parameters_are_not_overwritten_and_failures_write_nothing():
         with pytest.raises(FormatError, match="byte offset"):
             load_inference_model(tmp, pd.Executor(), scope=empty)
         assert "linear_0.w_0" not in empty
+
+
+def test_sizes_known_at_run_time_flow_into_fill_constant_and_range():
+    b = _Builder()
+    b.feed("x", (-1, -1, 3))
+    b.op("shape", {"Input": ["x"]}, {"Out": ["s"]})
+    b.op("slice", {"Input": ["s"]}, {"Out": ["n"]}, axes=[0], starts=[1], ends=[2],
+         decrease_axis=[0])
+    b.op("fill_constant", {}, {"Out": ["two"]}, shape=[], dtype=2, value=2.0)
+    b.op("fill_constant", {"ShapeTensorList": ["two", "n"]}, {"Out": ["z"]}, shape=[2, -1],
+         dtype=5, value=1.5)
+    b.op("cast", {"X": ["n"]}, {"Out": ["n64"]}, in_dtype=2, out_dtype=3)
+    b.op("fill_constant", {}, {"Out": ["zero"]}, shape=[1], dtype=3, value=0.0)
+    b.op("fill_constant", {}, {"Out": ["one"]}, shape=[1], dtype=3, value=1.0)
+    b.op("range", {"Start": ["zero"], "End": ["n64"], "Step": ["one"]}, {"Out": ["r"]})
+    b.vars["r"] = Var("r", (-1,), "int64")
+    b.fetch("z")
+    b.fetch("r")
+    z, r = b.run({"x": np.zeros((4, 6, 3), np.float32)})
+    np.testing.assert_array_equal(z, np.full((2, 6), 1.5, np.float32))
+    np.testing.assert_array_equal(r, np.arange(6))
+    assert r.dtype == np.int64 or r.dtype == np.int32   # int64 where x64 is on
+
+
+def test_more_layers_against_numpy():
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((2, 4, 3, 3)).astype(np.float32)
+    alpha = np.array([0.1, 0.2, 0.3, 0.4], np.float32)
+    got = _one("prelu", x, {"X": ["x"], "Alpha": ["a"]}, extra={"a": alpha}, mode="channel")
+    np.testing.assert_allclose(got, np.where(x > 0, x, x * alpha[None, :, None, None]),
+                               rtol=1e-6)
+    scale, bias = np.arange(1, 5, dtype=np.float32), np.arange(4, dtype=np.float32)
+    got = _one("group_norm", x, {"X": ["x"], "Scale": ["s"], "Bias": ["b"]},
+               outputs=("Y", "Mean", "Variance"), extra={"s": scale, "b": bias}, groups=2,
+               epsilon=1e-5)
+    g = x.reshape(2, 2, -1)
+    want = ((g - g.mean(-1, keepdims=True)) / np.sqrt(g.var(-1, keepdims=True) + 1e-5))
+    want = want.reshape(x.shape) * scale[:, None, None] + bias[:, None, None]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    got = _one("instance_norm", x, {"X": ["x"], "Scale": ["s"], "Bias": ["b"]},
+               outputs=("Y", "SavedMean", "SavedVariance"), extra={"s": scale, "b": bias})
+    m, v = x.mean((2, 3), keepdims=True), x.var((2, 3), keepdims=True)
+    np.testing.assert_allclose(got, (x - m) / np.sqrt(v + 1e-5) * scale[:, None, None]
+                               + bias[:, None, None], rtol=1e-4, atol=1e-5)
+    got = _one("p_norm", x, porder=2.0, axis=1, keepdim=False)
+    np.testing.assert_allclose(got, np.sqrt((x ** 2).sum(1)), rtol=1e-5)
+    np.testing.assert_array_equal(_one("flip", x, axis=[1, -1]), x[:, ::-1, :, ::-1])
+    idx = np.array([2, 0], np.int64)
+    np.testing.assert_array_equal(
+        _one("index_select", x, {"X": ["x"], "Index": ["i"]}, extra={"i": idx}, dim=1),
+        x[:, [2, 0]])
+    np.testing.assert_array_equal(_one("tile", x[0, 0], repeat_times=[2, 1, 2]),
+                                  np.tile(x[0, 0], (2, 1, 2)))
+    np.testing.assert_array_equal(_one("sum", x, {"X": ["x", "x"]}), x + x)
+    v5 = rng.standard_normal((1, 2, 2, 2, 2)).astype(np.float32)
+    got = _one("pad3d", v5, paddings=[1, 0, 0, 2, 1, 1], value=0.5)
+    np.testing.assert_array_equal(got, np.pad(v5, ((0, 0), (0, 0), (1, 1), (0, 2), (1, 0)),
+                                              constant_values=0.5))
+    got = _one("fill_constant_batch_size_like", x, {"Input": ["x"]}, shape=[-1, 7], dtype=5,
+               value=3.0, input_dim_idx=0, output_dim_idx=0)
+    np.testing.assert_array_equal(got, np.full((2, 7), 3.0, np.float32))

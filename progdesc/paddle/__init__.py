@@ -79,9 +79,8 @@ def read_program(path):
 def persistable_names(paddle):
     """The names of the persistable tensors of a PaddleProgram's global block: those its
     parameter file holds, in the order the file stores them."""
-    from progdesc.paddle.translate import _SKIPPED_KINDS
     return sorted(v.name for v in paddle.blocks[0].vars.values()
-                  if v.persistable and v.kind == "dense" and v.kind not in _SKIPPED_KINDS
+                  if v.persistable and v.kind == "dense"
                   and not v.name.endswith("__non_persistable"))
 
 
@@ -91,10 +90,7 @@ def read_values(paddle, params_file=None, params_dir=None):
     names = persistable_names(paddle)
     if params_file is not None:
         data = io.read_file(params_file, "Paddle parameter file")
-        try:
-            return _params.read_combined(data, names, what=f"'{params_file}'")
-        except FormatError:
-            raise
+        return _params.read_combined(data, names, what=f"'{params_file}'")
     if params_dir is None:
         if names:
             raise FormatError(f"the program has {len(names)} persistable variables "

@@ -41,7 +41,8 @@ RULES.rename("elementwise_pow", "pow", inputs=("X", "Y"))
   `t.constant(array)`, `t.value_of(name)` (the value of a constant or folded shape,
   else None), `t.rank(name)`, `t.for_training` (the model is imported for
   training: batch norm and dropout run in training mode, `clone(for_test=True)` gives
-  eval), and for control flow `t.program` (ours), `t.paddle` (the PaddleProgram),
+  eval), `t.paddle_var(name, block)` (a Paddle variable's declaration as a Paddle
+  block sees it), and for control flow `t.program` (ours), `t.paddle` (the PaddleProgram),
   `t.subgraph(block, inputs, outputs)` (a Paddle block, by index or `graph.Block`, as a
   graph whose arguments are bound to the Paddle names `inputs` and whose results are
   the Paddle names `outputs`), then `t.inline(graph, args)` / `t.sub_block(graph, args)`
@@ -312,13 +313,13 @@ def log_softmax(t, x, *, axis=-1):
 @RULES.rule("clip", inputs=("X", "Min", "Max"))
 def clip(t, x, lo, hi, *, min=-3.4e38, max=3.4e38):  # noqa: A002  (Paddle's names)
     if lo is not None or hi is not None:
-        lo = [min] if lo is None else _ints_or_floats(t, lo, "Min")
-        hi = [max] if hi is None else _ints_or_floats(t, hi, "Max")
+        lo = [min] if lo is None else _floats(t, lo, "Min")
+        hi = [max] if hi is None else _floats(t, hi, "Max")
         min, max = lo[0], hi[0]
     return t.call("clip", x, min=float(min), max=float(max))
 
 
-def _ints_or_floats(t, name, what):
+def _floats(t, name, what):
     value = t.value_of(name)
     if value is None:
         raise Unsupported(f"{what} is computed at run time")
@@ -329,11 +330,10 @@ def _ints_or_floats(t, name, what):
 def scale(t, x, scale_tensor, *, scale=1.0, bias=0.0, bias_after_scale=True):
     if scale_tensor is not None:
         known = t.value_of(scale_tensor)
-        if known is None:
-            y = t.call("mul", x, scale_tensor)
-            return t.call("scale", y, bias=float(bias) if bias_after_scale else 0.0) \
-                if bias_after_scale else t.call("mul", t.call("scale", x, bias=float(bias)),
-                                                scale_tensor)
+        if known is None:   # a scale computed at run time
+            if bias_after_scale:
+                return t.call("scale", t.call("mul", x, scale_tensor), bias=float(bias))
+            return t.call("mul", t.call("scale", x, bias=float(bias)), scale_tensor)
         scale = float(np.asarray(known).reshape(-1)[0])
     return t.call("scale", x, scale=float(scale), bias=float(bias),
                   bias_after_scale=bool(bias_after_scale))
@@ -410,8 +410,6 @@ def pool2d(t, x, *, pooling_type="max", ksize=(1, 1), global_pooling=False, stri
             raise Unsupported("SAME padding of unknown spatial dims")
         pads = [_same_pads(n, k, s) for n, k, s in zip(spatial, ksize, strides)]
         paddings = [pads[0][0], pads[0][1], pads[1][0], pads[1][1]]
-    if len(paddings) == 4:   # Paddle: (top, bottom, left, right)
-        pass
     return t.call("pool2d", x, pooling_type=pooling_type, ksize=list(ksize),
                   strides=list(strides), paddings=paddings, exclusive=bool(exclusive),
                   ceil_mode=bool(ceil_mode))
@@ -691,10 +689,8 @@ def tile(t, x, reps_t, reps_l, *, repeat_times=()):
         repeat_times = _list_ints(t, reps_l, "repeat_times_tensor")
     reps = [int(r) for r in repeat_times]
     rank = t.rank(x)
-    if len(reps) > rank:
-        x = t.call("reshape", x, shape=[1] * (len(reps) - rank) + [0] * 0 + _dims(t, x)) \
-            if -1 not in _dims(t, x) else t.call("unsqueeze", x,
-                                                  axes=list(range(len(reps) - rank)))
+    if len(reps) > rank:   # Paddle lines x up with the trailing entries
+        x = t.call("unsqueeze", x, axes=list(range(len(reps) - rank)))
     reps = [1] * (t.rank(x) - len(reps)) + reps
     return t.call("tile", x, reps=reps)
 
@@ -765,16 +761,28 @@ def assign(t, x):
 
 @RULES.rule("fill_any_like")
 def fill_any_like(t, x, *, value=0.0, dtype=-1):
-    dims, ours = t.var(x)
-    dtype = ours if dtype == -1 else _dtype(dtype)
-    zero = t.call("cast", t.call("fill_zeros_like", x), dtype=dtype) \
-        if dtype != ours else t.call("fill_zeros_like", x)
-    return t.call("add", zero, t.constant(np.asarray(value, _np_dtype(dtype))))
+    dtype = t.var(x)[1] if dtype == -1 else _dtype(dtype)
+    return t.call("expand_as", t.constant(np.asarray(value, _np_dtype(dtype))), x)
 
 
 @RULES.rule("fill_zeros_like")
 def fill_zeros_like(t, x):
     return t.call("fill_zeros_like", x)
+
+
+@RULES.rule("fill_constant_batch_size_like", inputs=("Input",))
+def fill_constant_batch_size_like(t, x, *, shape=(), dtype=5, value=0.0, str_value="",
+                                  input_dim_idx=0, output_dim_idx=0):
+    value = _parse_number(str_value) if str_value else value
+    dims = [int(d) for d in shape]
+    size = _dims(t, x)[input_dim_idx]
+    fill = np.asarray(value, _np_dtype(_dtype(dtype)))
+    if size != -1:
+        dims[output_dim_idx] = size
+        return t.constant(np.full(dims, fill))
+    dims[output_dim_idx] = -1
+    return t.call("broadcast_in_dim", t.constant(fill), x, shape=dims, broadcast_dimensions=[],
+                  like_axis=input_dim_idx)
 
 
 @RULES.rule("cast")
@@ -853,6 +861,7 @@ def mean(t, x):
 
 def _arg(ours):
     def rule(t, x, *, axis=-1, keepdims=False, flatten=False, dtype=3):
+        dtype = 3 if dtype == -1 else dtype
         if flatten:
             x = t.call("reshape", x, shape=[-1])
             axis = 0
@@ -949,3 +958,116 @@ def _interp(method):
 for _method in ("nearest", "bilinear"):
     RULES.rule(f"{_method}_interp_v2", f"{_method}_interp",
                inputs=("X", "OutSize", "SizeTensor*", "Scale"))(_interp(_method))
+
+
+# --- more of paddle.nn ---
+@RULES.rule("sum", inputs=("X*",))
+def sum_(t, xs):
+    return xs[0] if len(xs) == 1 else t.call("sum", xs)
+
+
+@RULES.rule("bmm", inputs=("X", "Y"))
+def bmm(t, x, y):
+    return t.call("matmul", x, y)
+
+
+@RULES.rule("prelu", inputs=("X", "Alpha"))
+def prelu(t, x, alpha, *, mode="all", data_format="NCHW"):
+    rank = t.rank(x)
+    if mode == "channel":
+        channel = 1 if data_format == "NCHW" else rank - 1
+        alpha = t.call("reshape", alpha, shape=[-1])
+        if channel != rank - 1:
+            alpha = t.call("unsqueeze", alpha, axes=list(range(1, rank - channel)))
+    elif mode == "element":
+        alpha = t.call("unsqueeze", t.call("reshape", alpha, shape=_dims(t, alpha)[1:]),
+                       axes=[0]) if t.rank(alpha) == rank else alpha
+    elif mode == "all":
+        alpha = t.call("reshape", alpha, shape=[])
+    else:
+        raise Unsupported(f"mode={mode!r}")
+    zero = t.constant(np.zeros((), t.var(x)[1]))
+    return t.call("where", t.call("greater_than", x, zero), x, t.call("mul", x, alpha))
+
+
+@RULES.rule("flip")
+def flip(t, x, *, axis=()):
+    return t.call("rev", x, dimensions=[_axis(a, t.rank(x)) for a in axis])
+
+
+@RULES.rule("index_select", inputs=("X", "Index"))
+def index_select(t, x, index, *, dim=0):
+    return t.call("gather", x, index, axis=_axis(dim, t.rank(x)))
+
+
+@RULES.rule("p_norm")
+def p_norm(t, x, *, porder=2.0, axis=-1, epsilon=1e-12, keepdim=False, asvector=False):
+    if asvector:
+        x = t.call("reshape", x, shape=[-1])
+        axis = 0
+    axes = [_axis(axis, t.rank(x))]
+    a = t.call("abs", x)
+    if porder == float("inf"):
+        return t.call("reduce_max", a, axis=axes, keep_dim=bool(keepdim))
+    if porder == 2.0:
+        return t.call("sqrt", t.call("reduce_sum", t.call("square", a), axis=axes,
+                                     keep_dim=bool(keepdim)))
+    if porder == 1.0:
+        return t.call("reduce_sum", a, axis=axes, keep_dim=bool(keepdim))
+    raise Unsupported(f"porder={porder}")
+
+
+@RULES.rule("pad3d", inputs=("X", "Paddings"))
+def pad3d(t, x, paddings_t, *, paddings=(0, 0, 0, 0, 0, 0), mode="constant", value=0.0,
+          data_format="NCDHW"):
+    if paddings_t is not None:
+        paddings = _ints(t, paddings_t, "Paddings")
+    if mode != "constant" or data_format != "NCDHW":
+        raise Unsupported(f"mode={mode!r}, data_format={data_format!r} (only constant, NCDHW)")
+    left, right, top, bottom, front, back = [int(p) for p in paddings]
+    config = [0, 0, 0, 0, 0, 0, front, back, 0, top, bottom, 0, left, right, 0]
+    return t.call("pad", x, t.constant(np.asarray(value, t.var(x)[1])), padding_config=config)
+
+
+@RULES.rule("pad", inputs=("X",))
+def pad(t, x, *, paddings=(), pad_value=0.0):
+    config = [v for i in range(0, len(paddings), 2)
+              for v in (int(paddings[i]), int(paddings[i + 1]), 0)]
+    return t.call("pad", x, t.constant(np.asarray(pad_value, t.var(x)[1])),
+                  padding_config=config)
+
+
+@RULES.rule("instance_norm", inputs=("X", "Scale", "Bias"),
+            outputs=("Y", "SavedMean", "SavedVariance"))
+def instance_norm(t, x, scale, bias, *, epsilon=1e-5):
+    return _group_standardize(t, x, 0, scale, bias, epsilon), None, None
+
+
+@RULES.rule("group_norm", inputs=("X", "Scale", "Bias"), outputs=("Y", "Mean", "Variance"))
+def group_norm(t, x, scale, bias, *, epsilon=1e-5, groups=1, data_layout="NCHW"):
+    if data_layout != "NCHW":
+        raise Unsupported(f"data_layout={data_layout!r}")
+    return _group_standardize(t, x, groups, scale, bias, epsilon), None, None
+
+
+def _group_standardize(t, x, groups, scale, bias, epsilon):
+    """(x - mean) / sqrt(var + eps) over each sample's groups of channels (groups=0:
+    each channel alone), then the per-channel scale and bias."""
+    dims = _dims(t, x)
+    c = dims[1]
+    if c == -1 or -1 in dims[2:]:
+        raise Unsupported("normalisation over unknown dims")
+    groups = groups or c
+    spatial = dims[2:]
+    g = t.call("reshape", x, shape=[0, groups, c // groups * math.prod(spatial)])
+    mean = t.call("reduce_mean", g, axis=[2], keep_dim=True)
+    centered = t.call("sub", g, mean)
+    var = t.call("reduce_mean", t.call("square", centered), axis=[2], keep_dim=True)
+    y = t.call("mul", centered, t.call("rsqrt", t.call("scale", var, bias=float(epsilon))))
+    y = t.call("reshape", y, shape=[0, c] + spatial)
+    shape = [c] + [1] * len(spatial)
+    if scale is not None:
+        y = t.call("mul", y, t.call("reshape", scale, shape=shape))
+    if bias is not None:
+        y = t.call("add", y, t.call("reshape", bias, shape=shape))
+    return y

@@ -18,6 +18,8 @@ What becomes what:
 - Sub-blocks (legacy `while`, `conditional_block`) and PIR regions are translated by
   the rules that own them, through `subgraph` and `inline` / `sub_block`.
 """
+import importlib
+import importlib.util
 from typing import NamedTuple
 
 import numpy as np
@@ -28,6 +30,10 @@ from progdesc.paddle.graph import Block as PaddleBlock
 from progdesc.paddle.rules import RULES
 from progdesc.paddle.table import is_list, slot_name
 from progdesc.translate import FAILED, Environment, Node, Translator, Unsupported
+
+# the rows of the sequence ops and control flow (helper pseq's module), once it is merged
+_SEQUENCE = (importlib.import_module("progdesc.paddle.rules_sequence")
+             if importlib.util.find_spec("progdesc.paddle.rules_sequence") else None)
 
 _SKIPPED_KINDS = ("feed_minibatch", "fetch_list", "feed_list", "step_scopes", "raw")
 
@@ -249,6 +255,8 @@ def translate(paddle, values, *, for_training=False):
     to be stored in a Scope. Raises UnsupportedOpError listing every op that could not
     be translated, FormatError for a program that does not hold together (a feed without
     a declared variable, a persistable without a value)."""
+    if getattr(_SEQUENCE, "prepare", None) is not None:   # loops over range(tensor)
+        paddle = _SEQUENCE.prepare(paddle)
     program = Program()
     ours = program.global_block()
     block0 = paddle.blocks[0]
