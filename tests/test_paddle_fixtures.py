@@ -8,7 +8,7 @@ import pytest
 ROOT = pathlib.Path(__file__).parent / "fixtures" / "paddle"
 MODELS = ("mlp", "lenet", "resnet18", "mobilenetv2", "mobilenetv3_small", "lstm", "gru", "bert",
           "dy2static", "interp")
-TRAINS = ("train_adam", "train_sgd", "train_momentum", "train_adamw")
+TRAINS = ("train_adam", "train_sgd", "train_momentum", "train_adamw", "train_adam_pir")
 
 
 @pytest.mark.parametrize("model", MODELS)
@@ -49,7 +49,8 @@ def test_mlp_legacy_separate_layout():
 def test_training_fixture_complete(train):
     d = ROOT / train
     meta = json.loads((d / "meta.json").read_text())
-    for name in ("model.pdmodel", "model.pdparams", "model.pdopt"):
+    program = "model.json" if train.endswith("_pir") else "model.pdmodel"
+    for name in (program, "model.pdparams", "model.pdopt"):
         assert (d / name).stat().st_size > 0
     assert meta["learning_rate"] > 0 and meta["optimizer"] in ("Adam", "SGD", "Momentum", "AdamW")
     with np.load(d / "steps.npz", allow_pickle=False) as steps:
