@@ -345,9 +345,10 @@ class _Decoder:
                     index, extra=persistable)
 
 
-def read_pir(text) -> PaddleProgram:
+def read_pir(text, *, prune=True) -> PaddleProgram:
     """Decode a Paddle 3 PIR program (`model.json`: its text or bytes) into a
-    PaddleProgram whose ops read as legacy ops (see the module's text).
+    PaddleProgram whose ops read as legacy ops (see the module's text). `prune=False`
+    keeps the ops whose results nothing reads (a training program's updates).
 
     Raises FormatError naming the JSON path for a file that is not such a program."""
     if isinstance(text, (bytes, bytearray, memoryview)):
@@ -380,7 +381,7 @@ def read_pir(text) -> PaddleProgram:
         (path / "regions" / 0 / "blocks").fail(f"expected one block, got {len(blocks)}")
     decoder = _Decoder()
     top = decoder.block(blocks[0], path / "regions" / 0 / "blocks" / 0, 0)
-    return _Builder().build(top)
+    return _Builder().build(top, prune)
 
 
 # --- PIR ops -> legacy ops -------------------------------------------------------------
@@ -403,9 +404,10 @@ class _Builder:
         self.feeds = 0
         self._current = []    # the decoded ops of the block being built
 
-    def build(self, top):
+    def build(self, top, prune=True):
         self._block(top, -1, None)
-        self._prune()
+        if prune:
+            self._prune()
         return PaddleProgram(self.blocks, "pir")
 
     # --- naming and declaring ---
