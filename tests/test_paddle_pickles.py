@@ -226,6 +226,7 @@ def test_paddles_pickles_decode_to_the_values_paddle_held(variant):
         held = dict(held)
     got = {**pickles.load(os.path.join(d, "model.pdparams")),
            **pickles.load(os.path.join(d, "model.pdopt"))}
+    held = {k: v for k, v in held.items() if k not in ("x", "label")}   # PIR: feeds too
     assert sorted(got) == sorted(held)
     for name, value in got.items():
         assert value.dtype == held[name].dtype and value.shape == held[name].shape, name

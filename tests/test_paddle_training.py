@@ -16,13 +16,18 @@ from progdesc.paddle import framework_pb2 as fpb
 from progdesc.paddle import load_training_program, pickles
 
 ROOT = os.path.join(os.path.dirname(__file__), "fixtures", "paddle")
-OPTIMIZERS = ["adam", "sgd", "momentum", "adamw"]
+OPTIMIZERS = ["adam", "sgd", "momentum", "adamw", "adam_pir"]   # adam_pir: model.json
 VARIANTS_ROOT = os.path.join(os.path.dirname(__file__), "fixtures", "paddle_training")
 VARIANTS = {   # ours: tests/fixtures/paddle_training/make_variants.py; optimizers we make
     "adam_l2decay": ["Adam"], "momentum_nesterov_l2": ["Momentum"],
     "adamw_no_decay_on_biases": ["AdamW", "AdamW"], "adam_clip_global_norm": ["Adam"],
     "sgd_clip_by_norm": ["SGD"], "sgd_clip_by_value": ["SGD"],
-    "adam_param_learning_rate": ["Adam", "Adam"]}
+    "adam_param_learning_rate": ["Adam", "Adam"],
+    # the same in Paddle 3's PIR format (model.json: no op_role, the parts found by structure)
+    "sgd_pir": ["SGD"], "momentum_pir": ["Momentum"], "adamw_pir": ["AdamW"],
+    "adam_l2decay_pir": ["Adam"], "momentum_nesterov_l2_pir": ["Momentum"],
+    "adamw_no_decay_on_biases_pir": ["AdamW", "AdamW"], "adam_clip_global_norm_pir": ["Adam"],
+    "sgd_clip_by_norm_pir": ["SGD"], "adam_param_learning_rate_pir": ["Adam", "Adam"]}
 
 
 def _fixture(name):
@@ -93,15 +98,21 @@ def _open_clipping(block):
             names["value"].f, names["str_value"].s = 1e30, b"1e30"
 
 
+def _open_pir_clipping(ops):
+    for op in ops:
+        if op["#"].endswith("clip_by_norm"):
+            op["A"][0]["AT"]["D"] = 1e30
+
+
 @pytest.mark.parametrize("name", ["adam_clip_global_norm", "sgd_clip_by_norm",
-                                  "sgd_clip_by_value"])
+                                  "sgd_clip_by_value", "sgd_clip_by_norm_pir"])
 def test_the_imported_clipping_matters(name, tmp_path):
     """With Paddle's clipping opened up, our losses miss Paddle's: the clip ops above run."""
     _, _, steps = _fixture(name)
     scope = Scope()
     exe = Executor()
-    prog = load_training_program(_edited_copy(tmp_path, name, edit_program=_open_clipping),
-                                 exe, scope)
+    edit = _open_pir_clipping if name.endswith("_pir") else _open_clipping
+    prog = load_training_program(_edited_copy(tmp_path, name, edit_program=edit), exe, scope)
     got = _losses(exe, prog, steps, scope)
     assert np.max(np.abs(got - _paddle_losses(steps))) > 1e-3
 
@@ -163,8 +174,14 @@ def _edited_copy(tmp_path, name, edit_program=None, edit_state=None):
     """A copy of fixture `name` in tmp_path with its program and/or .pdopt edited."""
     d, _, _ = _fixture(name)
     for f in ("model.pdmodel", "model.pdparams", "model.pdopt"):
-        shutil.copy(os.path.join(d, f), tmp_path / f)
-    if edit_program:
+        if os.path.exists(os.path.join(d, f)):
+            shutil.copy(os.path.join(d, f), tmp_path / f)
+    if edit_program and os.path.exists(os.path.join(d, "model.json")):
+        shutil.copy(os.path.join(d, "model.json"), tmp_path / "model.json")
+        doc = json.loads((tmp_path / "model.json").read_text())
+        edit_program(doc["program"]["regions"][0]["blocks"][0]["ops"])
+        (tmp_path / "model.json").write_text(json.dumps(doc))
+    elif edit_program:
         message = fpb.PdProgram()
         message.ParseFromString((tmp_path / "model.pdmodel").read_bytes())
         edit_program(message.blocks[0])
@@ -242,3 +259,11 @@ def test_reloading_into_a_scope_trained_since_needs_overwrite():
     prog = load_training_program(os.path.join(d, "model"), exe, scope, overwrite=True)
     np.testing.assert_allclose(_losses(exe, prog, steps, scope), _paddle_losses(steps),
                                rtol=0, atol=1e-4)
+
+
+def test_a_pir_program_without_backward_is_a_format_error(tmp_path):
+    def drop_gradients(ops):
+        ops[:] = [op for op in ops if not op["#"].endswith("_grad")]
+    prefix = _edited_copy(tmp_path, "adam_pir", edit_program=drop_gradients)
+    with pytest.raises(FormatError, match="not a training program"):
+        load_training_program(prefix, Executor(), Scope())

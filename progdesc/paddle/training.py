@@ -51,7 +51,9 @@ from progdesc.framework import Program, Variable, program_guard
 from progdesc.paddle import pickles
 from progdesc.paddle import rules_training  # noqa: F401  (registers the loss rows)
 from progdesc.paddle.graph import Block, Op, PaddleProgram
+from progdesc.paddle import training_pir
 from progdesc.paddle.pdmodel import read_pdmodel
+from progdesc.paddle.pir import read_pir
 from progdesc.paddle.rules import RULES
 from progdesc.paddle.translate import PaddleTranslator, translate
 from progdesc.translate import Environment, Node, Unsupported
@@ -106,16 +108,27 @@ def load_training_program(path_prefix, executor, scope=None, *, overwrite=False)
     """
     from progdesc.interop.from_jax import check_not_held
     prefix = os.fspath(path_prefix)
-    paddle = read_pdmodel(io.read_file(prefix + ".pdmodel", "Paddle program"))
     values = _arrays(prefix + ".pdparams")
     if os.path.exists(prefix + ".pdopt"):   # absent: the updates say what they miss
         values.update(_arrays(prefix + ".pdopt"))
+    paddle = _read_program(prefix, values)
     block0 = paddle.blocks[0]
-    forward, optimize, refused = _split(block0)
-    loss_name = _loss(block0, forward)
+    if paddle.format == "pir":
+        forward, optimize, loss_name, why = training_pir.split(block0, _UPDATE_OPS)
+        if why:
+            raise FormatError(f"'{prefix}.json' is not a training program as Paddle's "
+                              f"minimize writes one: {why}")
+        refused = []
+    else:
+        forward, optimize, refused = _split(block0)
+        loss_name = _loss(block0, forward)
     feeds = _feeds(block0, forward)
     updates, grad_ops, more_refused = _updates(block0, optimize, values, paddle)
     refused += more_refused
+    raw_grads = {u.param: u.param + "@GRAD" for u in updates}
+    if paddle.format == "pir":
+        raw_grads, problems = training_pir.raw_gradients(block0, [u.param for u in updates])
+        refused += [("", -1, f"cannot tell {why}") for why in problems]
     if refused:
         raise UnsupportedOpError(
             f"the training program has {len(refused)} op(s) that cannot be re-created here: "
@@ -134,7 +147,8 @@ def load_training_program(path_prefix, executor, scope=None, *, overwrite=False)
         if missing:
             raise ProgramError(f"Paddle updates {', '.join(missing)}, but the loss "
                                f"'{loss_name}' does not depend on them")
-        grads = _paddle_gradients(program, paddle, grad_ops, updates, grads, state)
+        grads = _paddle_gradients(program, paddle, grad_ops, updates,
+                                  {raw_grads[p]: g for p, g in grads.items()}, state)
     optimizers = []
     for group in _groups(updates):
         ours = group[0].optimizer()
@@ -164,17 +178,18 @@ class _Names(Environment):
 def _paddle_gradients(program, paddle, grad_ops, updates, grads, state):
     """Our gradient Variable of each updated parameter after Paddle's own transformations
     of the gradients (clipping, regularization: the optimizer part's ops other than the
-    updates), translated by the table from `P@GRAD` (our gradient of P) to the Grad
-    input of P's update op. The ops appended have the optimizer role (clone(for_test)
-    drops them); the constants they make join `state`."""
+    updates), translated by the table from Paddle's gradient of P (`P@GRAD` in a legacy
+    program; `grads` maps it to ours) to the Grad input of P's update op. The ops
+    appended have the optimizer role (clone(for_test) drops them); the constants they
+    make join `state`."""
     block = program.global_block()
     translator = PaddleTranslator(program, paddle, for_training=True)
     names = _Names(translator)
     for name, var in block.vars.items():
         if var.persistable:
             names.bind([name], [name])
-    for u in updates:
-        names.bind([u.param + "@GRAD"], [grads[u.param].name])
+    for paddle_name, ours in grads.items():
+        names.bind([paddle_name], [ours.name])
     start = len(block.ops)
     translator.walk(Block(0, -1, paddle.blocks[0].vars, grad_ops), names)
     out = {}
@@ -192,6 +207,15 @@ def _paddle_gradients(program, paddle, grad_ops, updates, grads, state):
 
 def _node(op):
     return Node(op.type, (), (), op.attrs, block=op.block, index=op.index)
+
+
+def _read_program(prefix, values):
+    """The PaddleProgram of `prefix.pdmodel`, else of the PIR `prefix.json` (all its ops
+    kept, the saved values' feeds made persistables)."""
+    if os.path.exists(prefix + ".pdmodel") or not os.path.exists(prefix + ".json"):
+        return read_pdmodel(io.read_file(prefix + ".pdmodel", "Paddle program"))
+    paddle = read_pir(io.read_file(prefix + ".json", "Paddle program"), prune=False)
+    return training_pir.as_training(paddle, values)
 
 
 def _arrays(path):
@@ -340,12 +364,14 @@ def _updates(block0, optimize, values, paddle):
 
 def _param_rates(optimize, values):
     """{name: (op, learning rate)} of the per-parameter learning rates (ParamAttr's
-    learning_rate): a `scale` of the saved learning rate in the optimizer part, computed
-    here in float32 as Paddle's op does."""
+    learning_rate): a `scale` of the saved learning rate that an update reads as its
+    LearningRate, computed here in float32 as Paddle's op does."""
+    read = {n for op in optimize if op.type in _UPDATE_OPS
+            for n in op.inputs.get("LearningRate", [])}
     rates = {}
     for op in optimize:
         ins, outs = op.inputs.get("X", []), op.outputs.get("Out", [])
-        if (op.type != "scale" or not _role(op) & LR_SCHED or len(ins) != 1 or len(outs) != 1
+        if (op.type != "scale" or len(ins) != 1 or len(outs) != 1 or outs[0] not in read
                 or ins[0] not in values or op.inputs.get("ScaleTensor")):
             continue
         lr = np.asarray(values[ins[0]], np.float32).reshape(-1)
