@@ -262,8 +262,10 @@ def test_reloading_into_a_scope_trained_since_needs_overwrite():
 
 
 def test_a_pir_program_without_backward_is_a_format_error(tmp_path):
-    def drop_gradients(ops):
-        ops[:] = [op for op in ops if not op["#"].endswith("_grad")]
-    prefix = _edited_copy(tmp_path, "adam_pir", edit_program=drop_gradients)
+    def hide_gradients(ops):   # the gradient ops become ops of unknown kinds
+        for op in ops:
+            if op["#"].endswith("_grad"):
+                op["#"] += "_of_sorts"
+    prefix = _edited_copy(tmp_path, "adam_pir", edit_program=hide_gradients)
     with pytest.raises(FormatError, match="not a training program"):
         load_training_program(prefix, Executor(), Scope())
