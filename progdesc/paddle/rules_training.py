@@ -1,5 +1,6 @@
-"""Rows of the Paddle table for the losses of training programs (registered into
-`progdesc.paddle.rules.RULES`; see that module's guide)."""
+"""Rows of the Paddle table for training programs: their losses, and the gradient
+clipping ops of their optimizer part (registered into `progdesc.paddle.rules.RULES`;
+see that module's guide). L2 regularization's `sum` is the table's own row."""
 import numpy as np
 
 from progdesc.paddle.rules import RULES
@@ -19,13 +20,6 @@ def softmax_with_cross_entropy(t, logits, label, *, soft_label=False, ignore_ind
 
 
 # -- the gradient transformations of Paddle's optimizer part (clipping, regularization) --
-
-@RULES.rule("sum", inputs=("X*",))
-def sum_(t, xs):
-    """add_n: the elementwise sum of same-shaped tensors (Paddle's L2 regularization adds
-    the scaled parameter to its gradient with it)."""
-    return xs[0] if len(xs) == 1 else t.call("sum", xs)
-
 
 def _squared_norm(t, x, dims):
     """sum(x ** 2) over all elements, shaped `dims` ([] or [1])."""
