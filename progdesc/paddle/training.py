@@ -1,9 +1,11 @@
 """Paddle training programs continue training here.
 
 `paddle.static.save(main_program, prefix)` writes the whole main program (forward, backward
-and optimizer ops, each marked by its `op_role` attribute) to `prefix.pdmodel`, the
-parameters to `prefix.pdparams` and the optimizer's variables (learning rate, moments,
-beta-power accumulators, velocities) to `prefix.pdopt`, both Python pickles.
+and optimizer ops) to `prefix.pdmodel` (legacy mode: each op marked by its `op_role`
+attribute) or `prefix.json` (Paddle 3's PIR: no roles, the parts are found by structure,
+see `training_pir`), the parameters to `prefix.pdparams` and the optimizer's variables
+(learning rate, moments, beta-power accumulators, velocities) to `prefix.pdopt`, both
+Python pickles.
 `load_training_program` imports the forward part through the Paddle translator, lets our
 backward pass differentiate it, re-creates Paddle's optimizer as ours (progdesc.optimizer,
 the same update rule) and loads Paddle's accumulators as our optimizer's state, so the next
@@ -113,22 +115,11 @@ def load_training_program(path_prefix, executor, scope=None, *, overwrite=False)
         values.update(_arrays(prefix + ".pdopt"))
     paddle = _read_program(prefix, values)
     block0 = paddle.blocks[0]
-    if paddle.format == "pir":
-        forward, optimize, loss_name, why = training_pir.split(block0, _UPDATE_OPS)
-        if why:
-            raise FormatError(f"'{prefix}.json' is not a training program as Paddle's "
-                              f"minimize writes one: {why}")
-        refused = []
-    else:
-        forward, optimize, refused = _split(block0)
-        loss_name = _loss(block0, forward)
+    forward, optimize, loss_name, refused = _parts(paddle, prefix)
     feeds = _feeds(block0, forward)
     updates, grad_ops, more_refused = _updates(block0, optimize, values, paddle)
-    refused += more_refused
-    raw_grads = {u.param: u.param + "@GRAD" for u in updates}
-    if paddle.format == "pir":
-        raw_grads, problems = training_pir.raw_gradients(block0, [u.param for u in updates])
-        refused += [("", -1, f"cannot tell {why}") for why in problems]
+    raw_grads, problems = _raw_gradients(paddle, updates)
+    refused += more_refused + [("", -1, f"cannot tell {why}") for why in problems]
     if refused:
         raise UnsupportedOpError(
             f"the training program has {len(refused)} op(s) that cannot be re-created here: "
@@ -237,6 +228,28 @@ def _arrays(path):
 def _role(op):
     role = op.attrs.get("op_role", 0)
     return role if isinstance(role, int) else 0
+
+
+def _parts(paddle, prefix):
+    """(forward ops, optimizer-part ops, loss name, refused [(type, index, why)]) of the
+    program's block 0: by op_role in a legacy program, by structure in a PIR one."""
+    block0 = paddle.blocks[0]
+    if paddle.format == "pir":
+        forward, optimize, loss, why = training_pir.split(block0, _UPDATE_OPS)
+        if why:
+            raise FormatError(f"'{prefix}.json' is not a training program as Paddle's "
+                              f"minimize writes one: {why}")
+        return forward, optimize, loss, []
+    forward, optimize, refused = _split(block0)
+    return forward, optimize, _loss(block0, forward), refused
+
+
+def _raw_gradients(paddle, updates):
+    """({parameter: Paddle's name of its gradient}, [problems]) of the updated
+    parameters: `P@GRAD` in a legacy program, found by structure in a PIR one."""
+    if paddle.format == "pir":
+        return training_pir.raw_gradients(paddle.blocks[0], [u.param for u in updates])
+    return {u.param: u.param + "@GRAD" for u in updates}, []
 
 
 def _split(block0):
