@@ -22,6 +22,7 @@ VARIANTS = {   # ours: tests/fixtures/paddle_training/make_variants.py; optimize
     "adam_l2decay": ["Adam"], "momentum_nesterov_l2": ["Momentum"],
     "adamw_no_decay_on_biases": ["AdamW", "AdamW"], "adam_clip_global_norm": ["Adam"],
     "sgd_clip_by_norm": ["SGD"], "sgd_clip_by_value": ["SGD"],
+    "momentum_protocol2": ["Momentum"],
     "adam_param_learning_rate": ["Adam", "Adam"],
     # the same in Paddle 3's PIR format (model.json: no op_role, the parts found by structure)
     "sgd_pir": ["SGD"], "momentum_pir": ["Momentum"], "adamw_pir": ["AdamW"],
