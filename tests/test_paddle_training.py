@@ -270,3 +270,10 @@ def test_a_pir_program_without_backward_is_a_format_error(tmp_path):
     prefix = _edited_copy(tmp_path, "adam_pir", edit_program=hide_gradients)
     with pytest.raises(FormatError, match="not a training program"):
         load_training_program(prefix, Executor(), Scope())
+
+
+def test_a_missing_parameter_file_is_a_format_error_naming_it(tmp_path):
+    d, _, _ = _fixture("sgd")
+    shutil.copy(os.path.join(d, "model.pdmodel"), tmp_path / "model.pdmodel")
+    with pytest.raises(FormatError, match="model.pdparams"):
+        load_training_program(str(tmp_path / "model"), Executor(), Scope())

@@ -75,10 +75,9 @@ class _Error(Exception):
 
 
 def load(path):
-    """Read the pickle file at `path` (see `loads`)."""
-    with open(path, "rb") as f:
-        data = f.read()
-    return loads(data, where=str(path))
+    """Read the pickle file at `path` (see `loads`); FormatError if it cannot be read."""
+    from progdesc.io import read_file
+    return loads(read_file(path, "pickle"), where=f"'{path}'")
 
 
 def loads(data, *, where="pickle"):

@@ -202,8 +202,7 @@ def _read_program(prefix, values):
 
 def _arrays(path):
     """{name: array} of a .pdparams / .pdopt pickle."""
-    data = io.read_file(path, "Paddle checkpoint")
-    value = pickles.loads(data, where=f"'{path}'")
+    value = pickles.load(path)
     if not isinstance(value, dict):
         raise FormatError(f"'{path}' holds a {type(value).__name__}, not a dict of arrays")
     out = {}
