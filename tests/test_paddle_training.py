@@ -79,11 +79,24 @@ def test_variants_regularization_decay_exclusion_clipping_continue_as_in_paddle(
     assert [type(o).__name__ for o in prog.optimizers] == VARIANTS[name]
     got = _losses(exe, prog, steps, scope)
     np.testing.assert_allclose(got, _paddle_losses(steps), rtol=0, atol=1e-4)
-    # the gradient ops of Paddle's optimizer part run with the optimizer role: eval drops them
+
+
+@pytest.mark.parametrize("name", ["adam_clip_global_norm", "adam_clip_global_norm_pir",
+                                  "adam_l2decay"])
+def test_eval_clone_runs_the_forward_part_only(name):
+    """clone(for_test=True) drops our backward and updates and the translated gradient
+    transformations (all of optimizer role): its loss is Paddle's loss of the saved
+    parameters, and it leaves them as they are."""
+    d, _, steps = _fixture(name)
+    scope = Scope()
+    exe, prog = _load(d, scope)
     test_prog = prog.program.clone(for_test=True)
-    loss, = exe.run(test_prog, feed={"x": steps["x_0"], "label": steps["label_0"]},
-                    fetch_list=[prog.loss.name], scope=scope)
-    assert np.isfinite(loss)
+    assert {op.type for op in test_prog.global_block().ops} & {"adam", "clip", "sum"} == set()
+    for _ in range(2):
+        loss, = exe.run(test_prog, feed={"x": steps["x_0"], "label": steps["label_0"]},
+                        fetch_list=[prog.loss.name], scope=scope)
+        np.testing.assert_allclose(float(np.asarray(loss).reshape(())),
+                                   float(steps["loss_0"]), rtol=0, atol=1e-5)
 
 
 def _open_clipping(block):
