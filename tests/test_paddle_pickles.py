@@ -142,6 +142,11 @@ def test_array_sizes_are_checked_against_the_bytes_present():
     _refuses(proto(3) + negative + b".", "BUILD")
     many_dims = small.replace(tup(binint(2)), tup(*[int1(1)] * 40, binint(2)))
     _refuses(proto(3) + many_dims + b".", "BUILD")
+    empty = array(np.zeros(0, "f4"), protocol=3)
+    for dims in [(0, 2 ** 62), (0, 2 ** 70), (2 ** 40, 0, 2 ** 40)]:   # no bytes, huge extent
+        body = empty.replace(tup(binint(0)), tup(*[
+            b"\x8a\x09" + d.to_bytes(9, "little", signed=True) for d in dims]))
+        _refuses(proto(3) + body + b".", "BUILD")
 
 
 def test_lengths_past_the_end_fail_before_allocating():

@@ -29,6 +29,7 @@ from lowering.errors import FormatError
 MAX_DEPTH = 64        # nesting of containers in the result, and of MARKs while reading
 MAX_NDIM = 32
 MAX_LONG_BYTES = 64   # LONG1/LONG4 integers: no file of arrays needs bigger ones
+MAX_SPAN = 1 << 62    # bytes of an array's shape with zero sizes counted as 1 (NumPy's bound)
 
 _DTYPES = frozenset({"b1", "i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8",
                      "f2", "f4", "f8", "c8", "c16"})
@@ -489,15 +490,21 @@ def _array_state(state):
         raise _Error("array order flag is not a bool")
     if not isinstance(raw, bytes):
         raise _Error(f"array data of type {_kind(raw)}, expected bytes")
-    count = 1
+    count, span = 1, 1      # elements; the extent NumPy checks (zero sizes as 1)
     for d in shape:
         count *= d
+        span *= max(d, 1)
+    if span * dtype.dtype.itemsize > MAX_SPAN:
+        raise _Error(f"array shape {_short(list(shape))} is beyond any array NumPy can hold")
     if count * dtype.dtype.itemsize != len(raw):
         raise _Error(f"array of shape {list(shape)} and dtype {dtype.dtype} needs "
                      f"{count * dtype.dtype.itemsize} bytes, the file holds {len(raw)}")
-    flat = np.frombuffer(raw, dtype.dtype)
-    out = flat.reshape(shape, order="F" if fortran else "C")
-    return np.array(out, dtype=dtype.dtype.newbyteorder("="), order="C")
+    try:
+        flat = np.frombuffer(raw, dtype.dtype)
+        out = flat.reshape(shape, order="F" if fortran else "C")
+        return np.array(out, dtype=dtype.dtype.newbyteorder("="), order="C")
+    except ValueError as e:
+        raise _Error(f"array of shape {_short(list(shape))}: {e}") from None
 
 
 def _kind(value):
