@@ -22,13 +22,14 @@ VARIANTS = {   # ours: tests/fixtures/paddle_training/make_variants.py; optimize
     "adam_l2decay": ["Adam"], "momentum_nesterov_l2": ["Momentum"],
     "adamw_no_decay_on_biases": ["AdamW", "AdamW"], "adam_clip_global_norm": ["Adam"],
     "sgd_clip_by_norm": ["SGD"], "sgd_clip_by_value": ["SGD"],
-    "momentum_protocol2": ["Momentum"],
+    "momentum_protocol2": ["Momentum"], "adam_batch_norm": ["Adam"],
     "adam_param_learning_rate": ["Adam", "Adam"],
     # the same in Paddle 3's PIR format (model.json: no op_role, the parts found by structure)
     "sgd_pir": ["SGD"], "momentum_pir": ["Momentum"], "adamw_pir": ["AdamW"],
     "adam_l2decay_pir": ["Adam"], "momentum_nesterov_l2_pir": ["Momentum"],
     "adamw_no_decay_on_biases_pir": ["AdamW", "AdamW"], "adam_clip_global_norm_pir": ["Adam"],
-    "sgd_clip_by_norm_pir": ["SGD"], "adam_param_learning_rate_pir": ["Adam", "Adam"]}
+    "sgd_clip_by_norm_pir": ["SGD"], "adam_param_learning_rate_pir": ["Adam", "Adam"],
+    "adam_batch_norm_pir": ["Adam"]}
 
 
 def _fixture(name):
@@ -97,6 +98,25 @@ def test_eval_clone_runs_the_forward_part_only(name):
                         fetch_list=[prog.loss.name], scope=scope)
         np.testing.assert_allclose(float(np.asarray(loss).reshape(())),
                                    float(steps["loss_0"]), rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["adam_batch_norm", "adam_batch_norm_pir"])
+def test_batch_norm_running_statistics_move_on(name):
+    """The running mean and variance (persistables of .pdparams that no update writes)
+    start from Paddle's saved values and the forward part updates them each step."""
+    d, _, steps = _fixture(name)
+    saved = pickles.load(os.path.join(d, "model.pdparams"))
+    scope = Scope()
+    exe, prog = _load(d, scope)
+    block = prog.program.global_block()
+    stats = [n for n, v in block.vars.items() if n in saved and v.stop_gradient]
+    assert len(stats) == 2
+    for n in stats:
+        np.testing.assert_array_equal(np.asarray(scope.find_var(n).value), saved[n])
+    _losses(exe, prog, steps, scope, n=2)
+    for n in stats:
+        now = np.asarray(scope.find_var(n).value)
+        assert np.all(np.isfinite(now)) and np.max(np.abs(now - saved[n])) > 1e-4, n
 
 
 def _open_clipping(block):
