@@ -10,17 +10,11 @@ import numpy as np
 import pytest
 
 import progdesc as pd
-from lowering.errors import UnsupportedOpError
 from progdesc import io
 from progdesc.paddle import load_inference_model
 
 FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "paddle")
 ATOL = 1e-5
-# ops whose rules live on other branches (sequence / control flow, new ops of ours): a
-# model needing only those is an expected failure until they are merged
-ELSEWHERE = {"rnn", "while", "conditional_block", "select_input", "nearest_interp_v2",
-             "bilinear_interp_v2"}
-CONTROL_FLOW = {"dy2static"}   # a data-dependent if and for loop: helper pseq's rules
 SLOW = {"mobilenetv2", "mobilenetv3_small"}   # XLA's CPU compiles take 10 s and more
 
 
@@ -54,14 +48,8 @@ def _outputs(ref, fmt, batch):
 
 def _load(model, fmt="legacy", **kw):
     scope = pd.Scope()
-    try:
-        program, feeds, fetches = load_inference_model(os.path.join(FIXTURES, model, fmt),
-                                                       pd.Executor(), scope=scope, **kw)
-    except UnsupportedOpError as e:
-        missing = {p[0] for p in e.places}
-        if missing <= ELSEWHERE or model in CONTROL_FLOW:
-            pytest.xfail(f"needs the rules of another branch: {sorted(missing)}")
-        raise
+    program, feeds, fetches = load_inference_model(os.path.join(FIXTURES, model, fmt),
+                                                   pd.Executor(), scope=scope, **kw)
     return program, feeds, fetches, scope
 
 

@@ -7,12 +7,14 @@ import copy
 import json
 import os
 import random
+import shutil
+import time
 
 import numpy as np
 import pytest
 
 import progdesc as pd
-from lowering.errors import FormatError, UnsupportedOpError
+from lowering.errors import FormatError, ProgdescError, UnsupportedOpError
 from progdesc import limits
 from progdesc.paddle import load_inference_model, persistable_names
 from progdesc.paddle.pir import DTYPE_CODES, read_pir
@@ -155,13 +157,54 @@ def test_if_and_while_regions():
     assert reads - set(body.vars) <= set(prog.blocks[0].vars)
 
 
-def test_unknown_pir_op_keeps_its_name_and_is_reported():
+def _long_form(doc):
+    """The document as older writers wrote it: dialects by name, value ids under '#',
+    parameters as full builtin.parameter ops."""
+    doc = copy.deepcopy(doc)
+    names = {"0": "builtin", "1": "pd_op", "2": "cf"}
+
+    def walk(block):
+        for op in block["ops"]:
+            if op["#"] == "p":
+                name, result, flags = op["A"][3], op["O"], op.get("OA", [1, 0, 1])
+                op.clear()
+                op.update({"#": "builtin.parameter", "I": [],
+                           "O": [{"#": result["%"], "TT": result["TT"]}],
+                           "A": [{"N": "parameter_name", "AT": {"#": "0.a_str", "D": name}}],
+                           "OA": [{"N": "persistable", "AT": {"#": "0.a_array", "D": [
+                               {"#": "0.a_bool", "D": bool(flags[0])}]}}]})
+                continue
+            dialect, _, base = op["#"].partition(".")
+            op["#"] = f"{names[dialect]}.{base}"
+            for v in op.get("I", []) + op.get("O", []):
+                v["#"] = v.pop("%")
+            for region in op.get("regions", []):
+                for b in region["blocks"]:
+                    walk(b)
+    walk(doc["program"]["regions"][0]["blocks"][0])
+    return doc
+
+
+@pytest.mark.parametrize("model", ["lstm", "dy2static"])
+def test_older_long_form_reads_the_same(model):
+    doc = _doc(model)
+    new, old = read_pir(json.dumps(doc)), read_pir(json.dumps(_long_form(doc)))
+    assert [(b.idx, b.parent, b.vars, b.ops) for b in old.blocks] == \
+        [(b.idx, b.parent, b.vars, b.ops) for b in new.blocks]
+
+
+def test_unknown_pir_op_keeps_its_name_and_is_reported(tmp_path):
     doc = _doc("mlp")
-    relu = next(op for op in _raw_ops(doc) if op["#"] == "1.relu")
-    relu["#"] = "1.frobnicate"
+    ops = doc["program"]["regions"][0]["blocks"][0]["ops"]
+    k = next(i for i, op in enumerate(ops) if op["#"] == "1.relu")
+    ops[k]["#"] = "1.frobnicate"
     prog = read_pir(json.dumps(doc))
     (op,) = _ops(prog, "pd_op.frobnicate")
-    assert list(op.inputs) == ["0"] and list(op.outputs) == ["0"]
+    assert list(op.inputs) == ["0"] and list(op.outputs) == ["0"] and op.index == k
+    (tmp_path / "model.json").write_text(json.dumps(doc))
+    shutil.copy(os.path.join(FIXTURES, "mlp", "pir", "model.pdiparams"), tmp_path)
+    with pytest.raises(UnsupportedOpError, match=rf"'pd_op.frobnicate' at #{k} in block 0"):
+        load_inference_model(str(tmp_path), pd.Executor(), Scope())
 
 
 # --- hostile and truncated files ---
@@ -283,27 +326,24 @@ def test_random_edits_give_format_errors_only(model):
         _only_format_errors(text[:i] + rng.choice('{}[]":,0-9ae ') + text[i + 1:])
 
 
+def test_random_edits_through_the_loader_give_progdesc_errors_only(tmp_path):
+    rng = random.Random(7)
+    doc = _doc("mlp")
+    shutil.copy(os.path.join(FIXTURES, "mlp", "pir", "model.pdiparams"), tmp_path)
+    for _ in range(40):
+        (tmp_path / "model.json").write_text(json.dumps(_mutate(doc, rng)))
+        try:
+            load_inference_model(str(tmp_path), pd.Executor(), Scope())
+        except ProgdescError:
+            pass
+
+
 # --- the fixtures end to end ---
-_TABLE_GAPS = {   # ops the table cannot translate yet, the same in the legacy files
-    "bert": "range whose end is a shape: needs shape folding in the table",
-    "gru": "rnn and fill_constant with a run-time shape (rules_sequence)",
-    "lstm": "rnn and fill_constant with a run-time shape (rules_sequence)",
-    "dy2static": "pir.if / pir.while rows (rules_sequence)",
-    "interp": "the interpolate op (pops)",
-}
-
-
 _SLOW = ("resnet18", "mobilenetv2", "mobilenetv3_small")   # 10-20 s of XLA compiles each
 
 
-def _marks(model):
-    marks = [pytest.mark.slow] if model in _SLOW else []
-    if model in _TABLE_GAPS:
-        marks.append(pytest.mark.xfail(raises=UnsupportedOpError, reason=_TABLE_GAPS[model]))
-    return marks
-
-
-@pytest.mark.parametrize("model", [pytest.param(m, marks=_marks(m)) for m in MODELS])
+@pytest.mark.parametrize("model", [pytest.param(m, marks=[pytest.mark.slow] * (m in _SLOW))
+                                   for m in MODELS])
 def test_fixture_matches_paddle_executor(model):
     meta = _meta(model)
     ref = np.load(os.path.join(FIXTURES, model, "reference.npz"), allow_pickle=False)
@@ -322,3 +362,50 @@ def test_fixture_matches_paddle_executor(model):
             assert np.asarray(out).shape == want.shape
             np.testing.assert_allclose(np.asarray(out), want, rtol=0, atol=1e-5,
                                        err_msg=f"{model} at batch {batch}")
+
+
+@pytest.mark.parametrize("model", ["mlp", "resnet18"])
+def test_training_import_then_clone_for_test_gives_paddle_eval(model):
+    meta = _meta(model)
+    ref = np.load(os.path.join(FIXTURES, model, "reference.npz"), allow_pickle=False)
+    scope = Scope()
+    exe = pd.Executor()
+    program, feeds, fetches = load_inference_model(os.path.join(FIXTURES, model, "pir"),
+                                                   exe, scope, for_training=True)
+    block = program.global_block()
+    trainable = {p.name for p in program.all_parameters()}
+    persistables = {op["A"][3] for op in _raw_ops(_doc(model)) if op["#"] == "p"}
+    statistics = {n for b in read_pir(_text(model)).blocks for op in b.ops
+                  if op.type == "batch_norm" for n in op.inputs["Mean"] + op.inputs["Variance"]}
+    assert trainable == persistables - statistics   # running statistics are state
+    assert {op.type for op in block.ops} & {"batch_norm", "dropout"}
+    test_program = program.clone(for_test=True)
+    batch = meta["batches"][0]
+    inputs = [ref[k.format(B=batch)] for k in meta["inputs"]]
+    (out,) = exe.run(test_program, feed=dict(zip(feeds, inputs)), fetch_list=fetches,
+                     scope=scope)
+    np.testing.assert_allclose(np.asarray(out), ref[meta["pir"]["outputs"][0].format(B=batch)],
+                               rtol=0, atol=1e-5)
+
+
+def _dense(dims, element="0.t_f32"):
+    return {"#": "0.t_dtensor", "D": [{"#": element}, dims, "NCHW", [], 0]}
+
+
+def test_a_long_chain_of_unread_ops_is_dropped_in_linear_time():
+    n = 5_000   # a pass over the program per dropped op would take tens of seconds
+    ops = [{"#": "1.data", "I": [], "O": [{"%": 1, "TT": _dense([-1, 4])}],
+            "A": [{"N": "name", "AT": {"#": "0.a_str", "D": "x"}}]}]
+    for k in range(n):   # x -> relu -> relu -> ... that nothing reads
+        ops.append({"#": "1.relu", "I": [{"%": k + 1}], "O": [{"%": k + 2, "TT": _dense([-1, 4])}],
+                    "A": []})
+    ops.append({"#": "1.fetch", "I": [{"%": 1}], "O": [{"%": n + 2, "TT": _dense([-1, 4])}],
+                "A": [{"N": "col", "AT": {"#": "0.a_i32", "D": 0}}]})
+    doc = {"base_code": {"magic": "pir"}, "program": {"regions": [{"blocks": [
+        {"args": [], "ops": ops}]}]}}
+    start = time.perf_counter()
+    prog = read_pir(json.dumps(doc))
+    assert time.perf_counter() - start < 10
+    assert [op.type for op in prog.blocks[0].ops] == ["feed", "fetch"]
+    kept = read_pir(json.dumps(doc), prune=False)
+    assert len(kept.blocks[0].ops) == n + 2

@@ -42,10 +42,12 @@ def _imported(mod, node):
             package = mod if MODULES[mod].name == "__init__.py" else mod.rpartition(".")[0]
             parts = package.split(".")[:len(package.split(".")) - node.level + 1]
             base = ".".join(parts + ([base] if base else []))
-        names = [f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base
-                 for a in node.names]
+        names = [f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES
+                 or a.name.endswith("_pb2") else base for a in node.names]
     found = set()
     for name in names:
+        if name.rpartition(".")[2].endswith("_pb2"):   # generated: imports none of ours
+            continue
         while name and name not in MODULES:
             name = name.rpartition(".")[0]
         if name and name != mod:

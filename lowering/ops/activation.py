@@ -1,6 +1,8 @@
 """Activation functions, softmax and log_softmax.
 
 Gradients are compositions that reuse the forward output where natural;
+PaddlePaddle's piecewise ones (relu6, hard_sigmoid, hard_swish) take its one-sided
+derivatives at their corners, so that training steps match its own;
 gelu has a dedicated `gelu_grad` op (its derivative needs erf), whose own
 gradient is `gelu_grad` again with a higher `order`.
 """
@@ -163,3 +165,73 @@ def _(g):  # dout - exp(out) * sum(dout, axis, keepdim)
     total = g.call("reduce_sum", dout, axis=[axis], keep_dim=True)
     spread = g.call("mul", g.call("exp", g.output("Out")), total)
     g.call("sub", dout, spread, out=g.in_grad("X"))
+
+
+# --- PaddlePaddle's hard activations (MobileNetV2 and V3) and mish ---
+
+def _strictly_between(g, x, low, high):
+    """Emit the mask low < x < high; returns its name."""
+    return g.call("logical_and", g.call("greater_than", x, full_like(g, x, low)),
+                  g.call("less_than", x, full_like(g, x, high)))
+
+
+@op("relu6", **_FLOAT, attrs={"threshold": 6.0})
+def relu6(X, *, threshold):
+    """clip(X, 0, threshold) elementwise."""
+    return jnp.clip(X, 0, threshold).astype(X.dtype)
+
+
+@relu6.gradient
+def _(g):  # dout where 0 < out < threshold (0 at both corners, as PaddlePaddle's)
+    dout, out = g.out_grad("Out"), g.output("Out")
+    inside = _strictly_between(g, out, 0.0, g.attr("threshold"))
+    g.call("where", inside, dout, g.call("fill_zeros_like", dout), out=g.in_grad("X"))
+
+
+@op("hard_sigmoid", **_FLOAT, attrs={"slope": 0.1666667, "offset": 0.5})
+def hard_sigmoid(X, *, slope, offset):
+    """clip(slope * X + offset, 0, 1) elementwise."""
+    return jnp.clip(X * slope + offset, 0, 1).astype(X.dtype)
+
+
+@hard_sigmoid.gradient
+def _(g):  # dout * slope where 0 < out < 1, else 0
+    dout, out = g.out_grad("Out"), g.output("Out")
+    inside = _strictly_between(g, out, 0.0, 1.0)
+    g.call("where", inside, g.call("scale", dout, scale=g.attr("slope")),
+           g.call("fill_zeros_like", dout), out=g.in_grad("X"))
+
+
+@op("hard_swish", **_FLOAT, attrs={"threshold": 6.0, "scale": 6.0, "offset": 3.0})
+def hard_swish(X, *, threshold, scale, offset):
+    """X * clip(X + offset, 0, threshold) / scale elementwise."""
+    return (X * jnp.clip(X + offset, 0, threshold) / scale).astype(X.dtype)
+
+
+@hard_swish.gradient
+def _(g):  # dout * (clip(x + offset, 0, threshold) + x * [0 < x + offset < threshold]) / scale
+    dout, x = g.out_grad("Out"), g.input("X")
+    threshold = g.attr("threshold")
+    shifted = g.call("scale", x, bias=g.attr("offset"))
+    ramp = g.call("where", _strictly_between(g, shifted, 0.0, threshold), x,
+                  g.call("fill_zeros_like", x))
+    slope = g.call("add", g.call("clip", shifted, min=0.0, max=threshold), ramp)
+    g.call("mul", dout, g.call("scale", slope, scale=1.0 / g.attr("scale")), out=g.in_grad("X"))
+
+
+@op("mish", **_FLOAT, attrs={"threshold": 20.0})
+def mish(X, *, threshold):
+    """X * tanh(softplus(X)), softplus(X) taken as X where X > threshold."""
+    return X * jnp.tanh(jnp.where(X > threshold, X, jax.nn.softplus(X)))
+
+
+@mish.gradient
+def _(g):  # dout * (t + x * (1 - t ** 2) * s'), t = tanh(softplus(x)), s' = sigmoid or 1
+    dout, x = g.out_grad("Out"), g.input("X")
+    threshold = g.attr("threshold")
+    t = g.call("tanh", g.call("softplus", x, beta=1.0, threshold=threshold))
+    linear = g.call("greater_than", x, full_like(g, x, threshold))
+    softplus_slope = g.call("where", linear, full_like(g, x, 1.0), g.call("sigmoid", x))
+    sech2 = g.call("scale", g.call("square", t), scale=-1.0, bias=1.0)
+    slope = g.call("add", t, g.call("mul", x, g.call("mul", sech2, softplus_slope)))
+    g.call("mul", dout, slope, out=g.in_grad("X"))

@@ -35,7 +35,11 @@ def _find(path, model_filename=None, params_filename=None):
             if "__model__" in os.listdir(path) and not found:
                 found = ["__model__"]
             pdmodels = [f for f in found if f.endswith(".pdmodel")]
-            found = pdmodels or found   # both formats saved side by side: the legacy one
+            with_params = [f for f in found if os.path.isfile(
+                os.path.join(path, os.path.splitext(f)[0] + ".pdiparams"))]
+            # both formats saved side by side: the legacy one; a .json beside no
+            # .pdiparams (a config file) is no program
+            found = pdmodels or with_params or found
             if len(found) != 1:
                 raise FormatError(f"'{path}' holds {len(found)} Paddle programs "
                                   f"({', '.join(found) or 'no .pdmodel, .json or __model__'}); "

@@ -174,10 +174,15 @@ ROWS = {
     "pd_op.assign_value": Row("assign_value", ()),
     "pd_op.assign_value_": Row("assign_value", (None,)),
     "pd_op.share_data_": Row("share_data"),
+    "pd_op.assign_out_": Row("assign", ("X", None)),
+    "pd_op.full_batch_size_like": Row("fill_constant_batch_size_like", ("Input",)),
     # --- interpolation ---
     **{f"pd_op.{m}_interp": Row(f"{m}_interp_v2", (
         "X", "OutSize", "SizeTensor*", "Scale"), attrs={"data_format": "data_layout"})
        for m in ("nearest", "bilinear", "bicubic", "linear", "trilinear")},
+    # --- losses ---
+    "pd_op.cross_entropy_with_softmax": Row("softmax_with_cross_entropy", (
+        "Logits", "Label"), ("Softmax", "Loss")),
     # --- sequences ---
     "pd_op.rnn": Row("rnn", ("Input", "PreState*", "WeightList*", "SequenceLength", None),
                      ("Out", "DropoutState", "State*", "Reserve")),

@@ -43,8 +43,9 @@ class PaddleRuleTable(RuleTable):
     - `@table.rule("conv2d", inputs=("Input", "Filter"), outputs=("Output",))` registers
       `def conv2d(t, x, w, *, strides=[1, 1], ...)`.
     - `table.rename("relu", "relu")`: one input slot 'X' to our op's first input, one
-      output 'Out'; `inputs=`/`outputs=` for other slots, keyword arguments for fixed
-      attributes of our op (`table.rename("hard_shrink", "...", threshold=0.5)`).
+      output 'Out'; `inputs=`/`outputs=` for other slots
+      (`table.rename("elementwise_pow", "pow", inputs=("X", "Y"))`), keyword arguments
+      for attributes of our op that the row fixes (the Paddle op's are dropped).
     - `since` is the Paddle op version (the program's OpVersionMap) a row holds from.
     """
 
@@ -66,3 +67,7 @@ class PaddleRuleTable(RuleTable):
         in slot order, `fixed` as our op's attributes)."""
         self._add(foreign, since, PaddleEntry(_rename_rule(ours, fixed), inputs, outputs,
                                               op_type=ours))
+
+
+RULES = PaddleRuleTable("Paddle op")
+"""The table: `progdesc.paddle.rules` (its guide) and the rules_* modules fill it."""

@@ -24,7 +24,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from lowering.errors import FormatError
+from lowering.errors import FormatError, ProgramError, UnsupportedOpError
 from progdesc.framework import Program, program_guard
 from progdesc.paddle.graph import Block as PaddleBlock
 from progdesc.paddle.rules import RULES
@@ -178,9 +178,20 @@ class PaddleTranslator(Translator):
             return
         out_types = tuple(self._types(op.outputs.get(slot_name(s), []), s, block)
                           for s in outputs)
-        node = node._replace(in_types=in_types, out_types=out_types)
+        node = Node(op.type, (), outputs, op.attrs, block=op.block, index=op.index,
+                    in_types=in_types, out_types=out_types)
         self.version = version
-        results = self.apply(node, ins)
+        try:
+            results = self.apply(node, ins)
+        except UnsupportedOpError:
+            raise
+        except ProgramError as e:   # attributes or shapes that do not fit our op
+            self.note(node, f"it does not fit: {e.detail}", type(e))
+            results = [FAILED] * len(outputs)
+        except (TypeError, ValueError, IndexError, KeyError, ArithmeticError) as e:
+            # attribute values of another type or size than Paddle writes (a hostile file)
+            self.note(node, f"attributes it cannot read ({type(e).__name__}: {e})")
+            results = [FAILED] * len(outputs)
         if len(outputs) == 1 and not (len(results) == 1 and results[0] is FAILED):
             results = [results if is_list(outputs[0]) else results[0]]
         self._bind(op, outputs, results, env)
@@ -261,7 +272,8 @@ def translate(paddle, values, *, for_training=False):
     ours = program.global_block()
     block0 = paddle.blocks[0]
     written = _written(paddle)
-    env = _PaddleEnvironment(None)
+    translator = PaddleTranslator(program, paddle, for_training=for_training)
+    env = _PaddleEnvironment(translator)
     feeds_out = {n for op in block0.ops if op.type == "feed" for n in op.outputs.get("Out", [])}
     state = {}
     for var in block0.vars.values():
@@ -291,8 +303,6 @@ def translate(paddle, values, *, for_training=False):
                                 persistable=True, stop_gradient=True)
             state[var.name] = value
             env.bind([var.name], [var.name])
-    translator = PaddleTranslator(program, paddle, for_training=for_training)
-    env._translator = translator
     with program_guard(program):   # control-flow builders append to the current program
         translator.walk(block0, env)
     translator.check()

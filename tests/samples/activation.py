@@ -54,7 +54,20 @@ def _log_softmax(x, axis):
     return shifted - np.log(np.exp(shifted).sum(axis=axis, keepdims=True))
 
 
+def _hard_sigmoid(x, slope, offset):
+    return np.minimum(np.maximum(slope * x + offset, 0), 1)
+
+
+def _hard_swish(x, threshold, scale, offset):
+    return x * np.minimum(np.maximum(x + offset, 0), threshold) / scale
+
+
+def _mish(x, threshold):
+    return x * np.tanh(_softplus(x, 1.0, threshold))
+
+
 _X = rand(3, 4, low=-3.0, high=3.0)
+_WIDE = rand(4, 5, low=-8.0, high=8.0)   # both flat sides of the hard activations
 
 SAMPLES = [
     Sample("relu", {"X": _X}, lambda X: np.maximum(X, 0)),
@@ -77,6 +90,23 @@ SAMPLES = [
     Sample("softplus", {"X": _X}, _f64(_softplus), {"beta": 2.0, "threshold": 1.5},
            name="linear_above_threshold"),
     Sample("silu", {"X": _X}, _f64(lambda x: x / (1 + np.exp(-x)))),
+    Sample("relu6", {"X": _WIDE}, lambda X, threshold: np.clip(X, 0, threshold),
+           {"threshold": 6.0}, name="default"),
+    Sample("relu6", {"X": _X}, lambda X, threshold: np.clip(X, 0, threshold),
+           {"threshold": 1.5}, name="threshold"),
+    # PaddlePaddle's MobileNetV3 attributes
+    Sample("hard_sigmoid", {"X": _WIDE}, _f64(_hard_sigmoid),
+           {"slope": 0.16666670143604279, "offset": 0.5}, name="mobilenetv3"),
+    Sample("hard_sigmoid", {"X": _X}, _f64(_hard_sigmoid), {"slope": 0.2, "offset": 0.3},
+           name="slope_offset"),
+    Sample("hard_swish", {"X": _WIDE}, _f64(_hard_swish),
+           {"threshold": 6.0, "scale": 6.0, "offset": 3.0}, name="defaults"),
+    Sample("hard_swish", {"X": _X}, _f64(_hard_swish),
+           {"threshold": 2.0, "scale": 4.0, "offset": 1.0}, name="attrs"),
+    Sample("hard_swish", {"X": rand(2, 3, dtype="float64", low=-5.0, high=5.0)},
+           _f64(_hard_swish), {"threshold": 6.0, "scale": 6.0, "offset": 3.0}, name="float64"),
+    Sample("mish", {"X": _WIDE}, _f64(_mish), {"threshold": 20.0}, name="defaults"),
+    Sample("mish", {"X": _X}, _f64(_mish), {"threshold": 1.0}, name="linear_above_threshold"),
     Sample("softmax", {"X": _X}, _f64(_softmax), {"axis": -1}, name="last"),
     Sample("softmax", {"X": rand(2, 3, 4)}, _f64(_softmax), {"axis": 1}, name="middle"),
     Sample("softmax", {"X": rand(3, 2)}, _f64(_softmax), {"axis": 0}, name="batch_axis"),
