@@ -70,10 +70,10 @@ class _Builder:
         self.taken = set()    # names given, to refuse a clash
         self.param_names = set()   # names of the parameters
         self.feeds = 0
-        self._current = []    # the decoded ops of the block being built
+        self._splits = {}     # of the block being built: vector id -> builtin.split
 
     def build(self, top, prune=True):
-        self._block(top, -1, None)
+        self._block(top, -1)
         if prune:
             self._prune()
         return PaddleProgram(self.blocks, "pir")
@@ -101,7 +101,7 @@ class _Builder:
         return name
 
     # --- blocks ---
-    def _block(self, decoded, parent, _owner):
+    def _block(self, decoded, parent):
         args, ops = decoded
         block = Block(len(self.blocks), parent, {}, [])
         self.blocks.append(block)
@@ -109,12 +109,16 @@ class _Builder:
             raise FormatError(f"PIR program: more than {limits.MAX_BLOCKS} blocks")
         for k, (vid, vtype) in enumerate(args):
             self._define(vid, vtype, block, Path(f"block argument {k}"))
-        outer, self._current = self._current, ops
+        splits = {}   # vector id -> the first builtin.split of it in this block
+        for raw in ops:
+            if raw.name == "builtin.split" and len(raw.operands) == 1:
+                splits.setdefault(raw.operands[0], raw)
+        outer, self._splits = self._splits, splits
         try:
             for raw in ops:
                 self._op(raw, block)
         finally:
-            self._current = outer
+            self._splits = outer
         return block
 
     def _op(self, raw, block):
@@ -286,7 +290,7 @@ class _Builder:
         if not ops or ops[-1].name != "cf.yield":
             (rpath / "blocks" / 0 / "ops").fail("the block does not end with cf.yield")
         last = ops[-1]
-        sub = self._block((block_args, ops[:-1]), parent.idx, raw)
+        sub = self._block((block_args, ops[:-1]), parent.idx)
         yielded = [self._read(v, last, k) for k, v in enumerate(last.operands)]
         return sub, yielded
 
@@ -398,14 +402,14 @@ class _Builder:
     def _later_split(self, raw, vid, count):
         """Ids of the parts of vector `vid` as a later builtin.split in the same block
         names them; None for each part when no op splits it."""
-        for other in self._current:
-            if other.name == "builtin.split" and other.operands == [vid]:
-                if len(other.results) != count:
-                    (other.path / "O").fail(f"builtin.split gives {len(other.results)} "
-                                            f"parts of a vector of {count}")
-                other.extra = "named"
-                return [sid or None for sid, _ in other.results]
-        return [None] * count
+        other = self._splits.get(vid)
+        if other is None:
+            return [None] * count
+        if len(other.results) != count:
+            (other.path / "O").fail(f"builtin.split gives {len(other.results)} parts of a "
+                                    f"vector of {count}")
+        other.extra = "named"
+        return [sid or None for sid, _ in other.results]
 
     # --- constant folding ---
     def _fold(self, raw, k, vid, spec, inputs, attrs):
