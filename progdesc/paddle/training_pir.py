@@ -15,8 +15,8 @@ structure, the way `paddle.static.Optimizer.minimize` lays them out:
 
 This module also adds the rows the PIR reader (`progdesc.paddle.pir_ops`) needs for
 training programs: the update ops (`pd_op.sgd_`, `momentum_`, `adam_`, `adamw_`, read
-as the legacy ops with their legacy slots), `cross_entropy_with_softmax`, and the ops of
-gradient clipping and regularization (`add_n`, `squared_l2_norm`, `clip_by_norm`).
+as the legacy ops with their legacy slots) and the ops of gradient clipping and
+regularization (`add_n`, `squared_l2_norm`, `clip_by_norm`).
 """
 import dataclasses
 
@@ -39,8 +39,6 @@ ROWS = {
                            ("ParamOut", "VelocityOut", "MasterParamOut")),
     "pd_op.adam_": Row("adam", _ADAM_OPERANDS, _ADAM_RESULTS),
     "pd_op.adamw_": Row("adamw", _ADAM_OPERANDS, _ADAM_RESULTS),
-    "pd_op.cross_entropy_with_softmax": Row("softmax_with_cross_entropy", ("Logits", "Label"),
-                                            ("Softmax", "Loss")),
     "pd_op.add_n": Row("sum", ("X*",)),
     "pd_op.squared_l2_norm": Row("squared_l2_norm"),
     "pd_op.clip_by_norm": Row("clip_by_norm"),
