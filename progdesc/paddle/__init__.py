@@ -16,8 +16,9 @@ from progdesc import io
 from progdesc.paddle import params as _params
 from progdesc.paddle.pdmodel import read_pdmodel
 from progdesc.paddle.translate import translate
+from progdesc.paddle.training import TrainingProgram, load_training_program
 
-__all__ = ["load_inference_model", "read_program"]
+__all__ = ["TrainingProgram", "load_inference_model", "load_training_program", "read_program"]
 
 _PROGRAM_SUFFIXES = (".pdmodel", ".json")
 
