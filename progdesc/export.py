@@ -62,6 +62,9 @@ def _spec(name, dtype, shape, keep_64bit):
 
 def _feed_shape(var, index, batch_polymorphic, batch_size):
     """Dims of a feed with each -1 replaced by a symbol name (or `batch_size`)."""
+    named = _choice_for(var.name, batch_polymorphic)
+    if isinstance(named, (tuple, list)):
+        return _named_dims(var, named)
     dims = []
     for i, d in enumerate(var.desc.dims):
         leading = _leading_symbol(var.name, batch_polymorphic) if i == 0 else None
@@ -79,29 +82,60 @@ def _feed_shape(var, index, batch_polymorphic, batch_size):
     return dims
 
 
+def _named_dims(var, names):
+    """Dims of a feed whose every dim `batch_polymorphic` names: a symbol for each unknown
+    dim (feeds sharing a name share the dim), None for each known one."""
+    dims = list(var.desc.dims)
+    if len(names) != len(dims):
+        raise FeedError(f"batch_polymorphic names {len(names)} dims of a feed of rank "
+                        f"{len(dims)} ({list(names)} for {dims})", var=var.name)
+    out = []
+    for i, (d, name) in enumerate(zip(dims, names)):
+        if d >= 0 and name is None:
+            out.append(int(d))
+        elif d < 0 and name is not None:
+            out.append(name)
+        else:
+            raise FeedError(f"batch_polymorphic gives dim {i} of {list(names)} for dims {dims}:"
+                            " name each unknown (-1) dim and give None for each known one",
+                            var=var.name)
+    return out
+
+
+def _choice_for(name, choice):
+    """What a dict `batch_polymorphic` says of feed `name` (the longest key that is the
+    feed's name or a prefix `key.` of it; True when none is)."""
+    if not isinstance(choice, dict):
+        return choice
+    keys = [k for k in choice if name == k or name.startswith(f"{k}.")]
+    return choice[max(keys, key=len)] if keys else True
+
+
 def _leading_symbol(name, choice):
     """The symbol of feed `name`'s unknown leading dim under `batch_polymorphic`: 'batch',
-    the dim name a dict gives it (the longest key that is the feed's name or a prefix
-    `key.` of it; True: 'batch'), or None (fixed)."""
-    if not isinstance(choice, dict):
-        return "batch" if choice else None
-    keys = [k for k in choice if name == k or name.startswith(f"{k}.")]
-    dim = choice[max(keys, key=len)] if keys else True
+    the dim name a dict gives it (True: 'batch'), or None (fixed)."""
+    dim = _choice_for(name, choice)
+    if isinstance(dim, (tuple, list)):
+        return dim[0] if dim else None
     return "batch" if dim is True else dim or None
 
 
 def _check_dims_choice(choice, feed_names):
     """FeedError unless a dict `batch_polymorphic` maps feeds (or argument prefixes) to
-    True, False or a dim name."""
+    True, False, a dim name, or a tuple of a dim name or None per dim."""
     if not isinstance(choice, dict):
         return
     for key, dim in choice.items():
         if not any(n == key or n.startswith(f"{key}.") for n in feed_names):
             raise FeedError(f"batch_polymorphic names '{key}', which is no feed (the feeds: "
                             f"{feed_names})", var=key)
+        if isinstance(dim, (tuple, list)) and all(
+                d is None or isinstance(d, str) and d.isidentifier() for d in dim):
+            continue
         if not (isinstance(dim, bool) or isinstance(dim, str) and dim.isidentifier()):
-            raise FeedError(f"batch_polymorphic['{key}'] must be True, False or a dim name "
-                            f"(a Python identifier), got {dim!r}", var=key)
+            raise FeedError(f"batch_polymorphic['{key}'] must be True, False, a dim name "
+                            "(a Python identifier) or a tuple naming each dim (None for a "
+                            f"known one), got {dim!r}", var=key)
 
 
 def _symbolic(shapes):
@@ -144,6 +178,9 @@ def export_compiled(path, program, feed_vars, fetch_vars, scope=None, *,
     an argument's for all its leaves: True the batch dim, a name a dim of its own shared
     by the feeds given it, False the fixed `batch_size`): a graph's
     `{"graphs.nodes": "nodes", "graphs.edges": "edges", "graphs.senders": "edges"}`.
+    A tuple names every dim of a feed (None for a known one), so that unknown inner dims
+    are shared: `{"ids": ("batch", "seq"), "mask": ("batch", "seq")}`; other unknown inner
+    dims get a symbol of their own.
     """
     from progdesc.io import atomic_write
     scope = scope or global_scope()

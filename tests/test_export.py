@@ -236,6 +236,28 @@ def test_artifacts_without_a_header_digest_still_load(exported, tmp_path):
     assert np.array_equal(got_pred, want_pred)
 
 
+def test_feeds_sharing_an_unknown_inner_dim_name_it(tmp_path):
+    main = pd.Program()
+    with pd.program_guard(main, pd.Program()):
+        ids, mask = pd.data("ids", [None, None]), pd.data("mask", [None, None])
+        y = ops.add(ids, mask)
+    path = str(tmp_path / "m.pdx")
+    dims = {"ids": ("batch", "seq"), "mask": ("batch", "seq")}
+    header = export.export_compiled(path, main, ["ids", "mask"], [y], pd.Scope(),
+                                    batch_polymorphic=dims)
+    assert [f["shape"] for f in header["feeds"]] == [["batch", "seq"], ["batch", "seq"]]
+    compiled = export.load_compiled(path)
+    for shape in ((2, 7), (5, 10)):
+        a, b = np.ones(shape, np.float32), np.full(shape, 2.0, np.float32)
+        np.testing.assert_array_equal(compiled(a, b)[0], a + b)
+    with pytest.raises(pd.FeedError, match="names 1 dims of a feed of rank 2"):
+        export.export_compiled(path, main, ["ids", "mask"], [y], pd.Scope(),
+                               batch_polymorphic={"ids": ("batch",)})
+    with pytest.raises(pd.FeedError, match="name each unknown"):
+        export.export_compiled(path, main, ["ids", "mask"], [y], pd.Scope(),
+                               batch_polymorphic={"ids": ("batch", None)})
+
+
 def test_per_feed_dims_name_feeds_of_the_program(tmp_path):
     main, startup = pd.Program(), pd.Program()
     with pd.program_guard(main, startup):
@@ -244,6 +266,6 @@ def test_per_feed_dims_name_feeds_of_the_program(tmp_path):
     with pytest.raises(pd.FeedError, match="names 'nodes', which is no feed"):
         export.export_compiled(str(tmp_path / "m.pdx"), main, ["x"], [y], pd.Scope(),
                                batch_polymorphic={"nodes": "nodes"})
-    with pytest.raises(pd.FeedError, match="must be True, False or a dim name"):
+    with pytest.raises(pd.FeedError, match="must be True, False, a dim name"):
         export.export_compiled(str(tmp_path / "m.pdx"), main, ["x"], [y], pd.Scope(),
                                batch_polymorphic={"x": "two words"})
