@@ -5,6 +5,9 @@
     progdesc run MODEL_DIR --feed NAME=PATH.npy ... [--fetch NAME ...] [--out DIR]
     progdesc export MODEL_DIR -o FILE [--platforms cpu,cuda,tpu] [--params-as-inputs]
 
+MODEL_DIR is an inference model directory of ours or a PaddlePaddle model (its
+directory, the path prefix of its .pdmodel or .json, or that file).
+
 Bad arguments and unreadable or invalid files end with exit code 2 and one
 line on stderr.
 """
@@ -83,9 +86,19 @@ def _demo(args):
     return demo.run(args)
 
 
+def _load_model(path, exe, scope):
+    """(program, feed names, fetch targets) of an inference model of ours or of Paddle's."""
+    from progdesc import io, paddle
+    if paddle.is_paddle_model(path):
+        return paddle.load_inference_model(path, exe, scope)
+    return io.load_inference_model(path, exe, scope)
+
+
 def _show(args):
-    from progdesc import export, io
+    from progdesc import export, io, paddle
     path = args.path
+    if paddle.is_paddle_model(path):
+        return _show_paddle(path)
     if os.path.isdir(path):
         manifest, program, values = io.read_inference_model(path)
         print(f"inference model {path} (format {manifest['format_version']})")
@@ -111,6 +124,22 @@ def _show(args):
         _print_values(io.checkpoint_from_bytes(data, path), f"checkpoint {path}:")
         return 0
     print(io.program_from_bytes(data, path, True if path.endswith(io.TEXT_SUFFIXES) else None))
+    return 0
+
+
+def _show_paddle(path):
+    import progdesc as pd
+    from progdesc import paddle
+    scope = pd.Scope()
+    program, feed_names, fetch_targets = paddle.load_inference_model(path, None, scope)
+    print(f"PaddlePaddle model {path}, translated")
+    block = program.global_block()
+    for key, names in (("feed", feed_names), ("fetch", [v.name for v in fetch_targets])):
+        for name in names:
+            var = block.var(name)
+            print(f"  {key:5} {name}: {var.dtype}{list(var.shape)}")
+    _print_values({name: scope.get(name) for name in scope.local_var_names()}, "parameters")
+    print(program)
     return 0
 
 
@@ -156,7 +185,7 @@ def _run(args):
     from progdesc import io
     feeds = dict(_load_npy(spec) for spec in args.feed)
     exe, scope = pd.Executor(), pd.Scope()
-    program, feed_names, fetch_targets = io.load_inference_model(args.model_dir, exe, scope)
+    program, feed_names, fetch_targets = _load_model(args.model_dir, exe, scope)
     unknown = sorted(set(feeds) - set(feed_names))
     missing = [n for n in feed_names if n not in feeds]
     if unknown or missing:
@@ -182,14 +211,14 @@ def _run(args):
 
 def _export(args):
     import progdesc as pd
-    from progdesc import export, io
+    from progdesc import export
     platforms = tuple(p.strip().lower() for p in args.platforms.split(",") if p.strip())
     bad = [p for p in platforms if p not in PLATFORMS]
     if bad or not platforms:
         raise UsageError(f"unknown platform(s) {bad or [args.platforms]}; "
                          f"choose from {', '.join(PLATFORMS)}")
     scope = pd.Scope()
-    program, feed_names, fetch_targets = io.load_inference_model(args.model_dir, None, scope)
+    program, feed_names, fetch_targets = _load_model(args.model_dir, None, scope)
     header = export.export_compiled(args.output, program, feed_names, fetch_targets, scope,
                                     platforms=platforms, embed_params=not args.params_as_inputs,
                                     keep_64bit=args.keep_64bit)

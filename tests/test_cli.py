@@ -158,3 +158,30 @@ def test_run_out_cannot_write_outside_its_directory(tmp_path, capsys):
     assert sorted(os.listdir(tmp_path)) == ["m", "out", "x.npy"]
     written, = os.listdir(tmp_path / "out")
     assert np.array_equal(np.load(tmp_path / "out" / written), [[2.0, 2.0]])
+
+
+def test_a_paddle_model_is_shown_run_and_exported(tmp_path):
+    fixture = os.path.join(ROOT, "tests", "fixtures", "paddle", "lenet")
+    reference = np.load(os.path.join(fixture, "reference.npz"), allow_pickle=False)
+    prefix = os.path.join(fixture, "pir", "model")
+    done = progdesc("show", prefix)
+    assert done.returncode == 0, done.stderr
+    assert "PaddlePaddle model" in done.stdout
+    assert "feed  image: float32[-1, 1, 28, 28]" in done.stdout
+    assert "conv2d_0.w_0: float32[6, 1, 5, 5]" in done.stdout
+    assert "= conv2d(Input=image, Filter=conv2d_0.w_0)" in done.stdout
+    np.save(tmp_path / "image.npy", reference["input_b5"])
+    done = progdesc("run", os.path.join(fixture, "legacy"), "--feed",
+                    f"image={tmp_path / 'image.npy'}", "--out", tmp_path / "out")
+    assert done.returncode == 0, done.stderr
+    (saved,) = os.listdir(tmp_path / "out")
+    np.testing.assert_allclose(np.load(tmp_path / "out" / saved), reference["legacy_output_b5"],
+                               rtol=1e-5, atol=1e-5)
+    done = progdesc("export", prefix + ".json", "-o", tmp_path / "lenet.pdx", "--platforms", "cpu")
+    assert done.returncode == 0, done.stderr
+    compiled = pd.export.load_compiled(tmp_path / "lenet.pdx")
+    for batch in (2, 5):
+        np.testing.assert_allclose(np.asarray(compiled(reference[f"input_b{batch}"])[0]),
+                                   reference[f"pir_output_b{batch}"], rtol=1e-5, atol=1e-5)
+    done = progdesc("show", tmp_path / "missing" / "model")
+    assert done.returncode == 2 and done.stderr.count("\n") == 1

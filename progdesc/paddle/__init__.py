@@ -18,7 +18,8 @@ from progdesc.paddle.pdmodel import read_pdmodel
 from progdesc.paddle.translate import translate
 from progdesc.paddle.training import TrainingProgram, load_training_program
 
-__all__ = ["TrainingProgram", "load_inference_model", "load_training_program", "read_program"]
+__all__ = ["TrainingProgram", "is_paddle_model", "load_inference_model",
+           "load_training_program", "read_program"]
 
 _PROGRAM_SUFFIXES = (".pdmodel", ".json")
 
@@ -65,6 +66,22 @@ def _find(path, model_filename=None, params_filename=None):
                               "prefix of a .pdmodel or .json file")
     params = params_filename or prefix + ".pdiparams"
     return model, params if os.path.isfile(params) else None, None
+
+
+def is_paddle_model(path):
+    """Whether `path` names a Paddle model `load_inference_model` would look for: a
+    `.pdmodel` or PIR `.json` file, the path prefix of one, or a directory holding one (or
+    `__model__`). A directory saved by `progdesc.io.save_inference_model` (its
+    `model.pb` beside a `model.json` manifest) is not one."""
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        names = os.listdir(path)
+        if io.MODEL_PROGRAM in names:
+            return False
+        return "__model__" in names or any(n.endswith(_PROGRAM_SUFFIXES) for n in names)
+    if os.path.isfile(path):
+        return path.endswith(_PROGRAM_SUFFIXES)
+    return any(os.path.isfile(path + suffix) for suffix in _PROGRAM_SUFFIXES)
 
 
 def read_program(path):
