@@ -23,7 +23,7 @@ def test_notebooks_exist():
     assert [p.name for p in NOTEBOOKS] == ["01_quickstart.ipynb", "02_gradients.ipynb",
                                            "03_export.ipynb", "04_control_flow.ipynb",
                                            "05_data_parallel.ipynb", "06_eager.ipynb",
-                                           "07_jax_flax.ipynb"]
+                                           "07_jax_flax.ipynb", "08_paddle.ipynb"]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
@@ -110,6 +110,23 @@ def test_notebook_runs(path, kernel_env, tmp_path):
         for mode in ("data parallel", "FSDP"):
             line = [ln for ln in printed.splitlines() if ln.startswith(mode + ", largest")][0]
             assert float(line.rsplit(" ", 1)[1]) < 1e-5
+    if path.stem == "08_paddle":
+        printed = "".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", [])
+                          if o.output_type == "stream")
+        diffs = [float(line.rsplit(" ", 1)[1]) for line in printed.splitlines()
+                 if "max |progdesc - Paddle|" in line]
+        assert len(diffs) == 4 and max(diffs) < 1e-5   # both formats, two batch sizes
+        assert "param conv2d_0.w_0: float32[6, 1, 5, 5]" in printed   # the program, printed
+        assert "= conv2d(Input=image, Filter=conv2d_0.w_0)" in printed
+        accuracy = {line.split()[2]: float(line.split()[-1]) for line in printed.splitlines()
+                    if line.startswith("held-out accuracy")}
+        assert accuracy["before:"] < 0.3 and accuracy["after:"] > 0.8   # fine-tuned
+        exported = [float(line.rsplit(" ", 1)[1]) for line in printed.splitlines()
+                    if "max |exported - Executor|" in line]
+        assert len(exported) == 2 and max(exported) < 1e-4
+        shown = [o for c in nb.cells for o in c.get("outputs", [])
+                 if "text/html" in o.get("data", {})]
+        assert any('class="pd-program"' in o["data"]["text/html"] for o in shown)
     if path.stem == "07_jax_flax":
         printed = "".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", [])
                           if o.output_type == "stream")
