@@ -31,8 +31,8 @@ Sections (all by default; pick with --only):
   concurrency  plain JAX code (an un-jitted jax.hessian, a jitted MLP step) compiled by 4
              processes at once, with progdesc imported against without (bench/concurrency.py).
 
-The sections that run in subprocesses (torch, first, concurrency, paddle) run before this process starts its
-JAX backend, which on a GPU holds most of the device's memory from then on.
+The sections that run in subprocesses (torch, first, concurrency, paddle) run before this
+process starts its JAX backend, which on a GPU holds most of the device's memory from then on.
 
 Prints a table with every ratio next to its target (PASS/FAIL) and writes JSON to
 bench/results.json (--json to change). --quick is a smoke run (a minute or two).

@@ -7,7 +7,8 @@ at widths 8-64), in both of Paddle's formats (legacy `.pdmodel` and PIR `.json`)
 - import: `progdesc.paddle.load_inference_model`, fresh Scope and Executor each time;
 - step: `Executor.run` of the imported program with a NumPy feed and a NumPy result at
   Paddle's timing batch (8), against the same ResNet-18 written by hand in jax.numpy/lax
-  from the parameters the Scope holds, under jax.jit (checked to agree within 1e-5), timed
+  from the parameters the Scope holds, passed as arguments of a jax.jit'ed function (as a
+  JAX user writes it; checked to agree within 1e-5), timed
   interleaved with the warm-up and run count Paddle's timings used (median and min);
 - ratio to Paddle: progdesc's median over Paddle's Executor and `paddle.inference`
   predictor medians, read from tests/fixtures/paddle/paddle_timings.json (written by
@@ -43,58 +44,57 @@ def paddle_timings(path=TIMINGS):
 
 
 def resnet18_reference(scope):
-    """jax.jit'ed ResNet-18 forward (NCHW image -> logits) written by hand from `scope`.
+    """(forward, params): a ResNet-18 forward written by hand in jax.numpy/lax under jax.jit,
+    `forward(params, x)` (NCHW image -> logits), and its parameters taken from `scope`.
 
     Parameters are looked up by the names paddle.vision's ResNet gives them, in its creation
     order: the stem conv and batch norm, then per stage its blocks (a stride-2 stage makes
     its 1x1 downsample conv first, then conv1 and conv2 of its first block); then the
-    linear layer. Batch norm uses the running statistics (eval mode).
+    linear layer. Batch norm uses the running statistics (eval mode). The parameters are
+    arguments, as the Executor passes them, not constants closed over: with constants XLA
+    folds batch norm into the weights at compile time, which no program with parameters in
+    a Scope (or a Flax model) gets.
     """
     import jax
     import jax.numpy as jnp
     from jax import lax
 
-    count = {"conv": 0, "bn": 0}
+    made = []   # conv2d_{i} is followed by batch_norm2d_{i}
 
-    def take(kind):
-        i = count[kind]
-        count[kind] += 1
-        if kind == "conv":
-            return scope.get(f"conv2d_{i}.w_0")
-        return tuple(scope.get(f"batch_norm2d_{i}.{s}") for s in ("w_0", "b_0", "w_1", "w_2"))
+    def conv_bn():
+        i = len(made)
+        made.append(i)
+        return {"w": scope.get(f"conv2d_{i}.w_0"),
+                "bn": tuple(scope.get(f"batch_norm2d_{i}.{s}")
+                            for s in ("w_0", "b_0", "w_1", "w_2"))}
 
-    def conv_bn(stride, pad):
-        return {"w": take("conv"), "bn": take("bn"), "stride": stride, "pad": pad}
+    # the stride of each block; a stride-2 one has a downsample (paddle.vision makes it first)
+    blocks = [(2 if stage > 0 and b == 0 else 1) for stage in range(4) for b in range(2)]
+    params = {"stem": conv_bn(), "blocks": [], "fc": (scope.get("linear_0.w_0"),
+                                                      scope.get("linear_0.b_0"))}
+    for stride in blocks:
+        down = conv_bn() if stride == 2 else None
+        params["blocks"].append({"down": down, "c1": conv_bn(), "c2": conv_bn()})
 
-    stem = conv_bn(2, 3)
-    stages = []
-    for stage in range(4):
-        blocks = []
-        for b in range(2):
-            stride = 2 if stage > 0 and b == 0 else 1
-            down = conv_bn(2, 0) if stride == 2 else None
-            blocks.append((down, conv_bn(stride, 1), conv_bn(1, 1)))
-        stages.append(blocks)
-    fc_w, fc_b = scope.get("linear_0.w_0"), scope.get("linear_0.b_0")
-
-    def apply(p, x, relu=True):
-        y = lax.conv_general_dilated(x, p["w"], (p["stride"],) * 2, [(p["pad"],) * 2] * 2,
+    def apply(p, x, stride, pad, relu=True):
+        y = lax.conv_general_dilated(x, p["w"], (stride, stride), [(pad, pad)] * 2,
                                      dimension_numbers=("NCHW", "OIHW", "NCHW"))
         scale, bias, mean, var = (v[None, :, None, None] for v in p["bn"])
         y = (y - mean) * lax.rsqrt(var + 1e-5) * scale + bias
         return jax.nn.relu(y) if relu else y
 
     @jax.jit
-    def forward(x):
-        y = apply(stem, x)
+    def forward(params, x):
+        y = apply(params["stem"], x, 2, 3)
         y = lax.reduce_window(y, -jnp.inf, lax.max, (1, 1, 3, 3), (1, 1, 2, 2),
                               ((0, 0), (0, 0), (1, 1), (1, 1)))
-        for blocks in stages:
-            for down, c1, c2 in blocks:
-                skip = y if down is None else apply(down, y, relu=False)
-                y = jax.nn.relu(apply(c2, apply(c1, y), relu=False) + skip)
-        return jnp.mean(y, axis=(2, 3)) @ fc_w + fc_b
-    return forward
+        for stride, p in zip(blocks, params["blocks"]):
+            skip = y if p["down"] is None else apply(p["down"], y, 2, 0, relu=False)
+            y = jax.nn.relu(apply(p["c2"], apply(p["c1"], y, stride, 1), 1, 1, relu=False)
+                            + skip)
+        w, b = params["fc"]
+        return jnp.mean(y, axis=(2, 3)) @ w + b
+    return forward, params
 
 
 def _load(fmt):
@@ -115,13 +115,13 @@ def measure(fmt, batch, warmup, runs, imports=5):
     with open(os.path.join(FIXTURE, MODEL, "meta.json")) as f:
         shape = json.load(f)["input_shapes"]["2"][0][1:]
     x = np.random.default_rng(0).standard_normal((batch, *shape)).astype(np.float32)
-    reference = resnet18_reference(scope)
+    reference, params = resnet18_reference(scope)
 
     def progdesc_step():
         return exe.run(program, feed={feeds[0]: x}, fetch_list=fetches, scope=scope)[0]
 
     def jax_step():
-        return np.asarray(reference(x))
+        return np.asarray(reference(params, x))
 
     diff = float(np.max(np.abs(progdesc_step() - jax_step())))
     if not diff <= TOLERANCE:
@@ -203,16 +203,18 @@ def run(log=print, quick=False):
                     r[f"paddle_{what}_s"] = p[what]["median_ms"] / 1e3
                     r[f"paddle_{what}_min_s"] = p[what]["min_ms"] / 1e3
                     r[f"ratio_{what}"] = r["progdesc"]["median_s"] / r[f"paddle_{what}_s"]
+            ms = {k: r[k]["median_s"] * 1e3 for k in ("progdesc", "jax")}
+            least = {k: r[k]["min_s"] * 1e3 for k in ("progdesc", "jax")}
             line = (f"  {fmt}, {label}: import {r['import_s'] * 1e3:.0f} ms (median of "
-                    f"{len(r['import_all_s'])}); step progdesc {r['progdesc']['median_s'] * 1e3:.2f}"
-                    f" ms (min {r['progdesc']['min_s'] * 1e3:.2f}) vs hand-written jax.jit "
-                    f"{r['jax']['median_s'] * 1e3:.2f} ms (min {r['jax']['min_s'] * 1e3:.2f}), "
-                    f"x{r['ratio_jax']:.3f}; max |diff| {r['max_abs_diff']:.1e}")
+                    f"{len(r['import_all_s'])}); step progdesc {ms['progdesc']:.2f} ms (min "
+                    f"{least['progdesc']:.2f}) vs hand-written jax.jit {ms['jax']:.2f} ms (min "
+                    f"{least['jax']:.2f}), x{r['ratio_jax']:.3f}; max |diff| "
+                    f"{r['max_abs_diff']:.1e}")
             if p:
                 line += (f"; Paddle ({p['threads']} thread{'s' if p['threads'] > 1 else ''}) "
-                         f"Executor {p['executor']['median_ms']:.2f} ms (x{r['ratio_executor']:.3f}),"
-                         f" predictor {p['predictor']['median_ms']:.2f} ms "
-                         f"(x{r['ratio_predictor']:.3f})")
+                         f"Executor {p['executor']['median_ms']:.2f} ms "
+                         f"(x{r['ratio_executor']:.3f}), predictor "
+                         f"{p['predictor']['median_ms']:.2f} ms (x{r['ratio_predictor']:.3f})")
             log(line)
         out["runs_by_cores"][label] = child
     with open("/proc/loadavg") as f:
