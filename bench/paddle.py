@@ -206,7 +206,7 @@ def run(log=print, quick=False):
             ms = {k: r[k]["median_s"] * 1e3 for k in ("progdesc", "jax")}
             least = {k: r[k]["min_s"] * 1e3 for k in ("progdesc", "jax")}
             line = (f"  {fmt}, {label}: import {r['import_s'] * 1e3:.0f} ms (median of "
-                    f"{len(r['import_all_s'])}); step progdesc {ms['progdesc']:.2f} ms (min "
+                    f"{len(r['import_all_s'])}, first {r['import_first_s'] * 1e3:.0f} ms); step progdesc {ms['progdesc']:.2f} ms (min "
                     f"{least['progdesc']:.2f}) vs hand-written jax.jit {ms['jax']:.2f} ms (min "
                     f"{least['jax']:.2f}), x{r['ratio_jax']:.3f}; max |diff| "
                     f"{r['max_abs_diff']:.1e}")
