@@ -8,8 +8,8 @@ at widths 8-64), in both of Paddle's formats (legacy `.pdmodel` and PIR `.json`)
 - step: `Executor.run` of the imported program with a NumPy feed and a NumPy result at
   Paddle's timing batch (8), against the same ResNet-18 written by hand in jax.numpy/lax
   from the parameters the Scope holds, passed as arguments of a jax.jit'ed function (as a
-  JAX user writes it; checked to agree within 1e-5), timed
-  interleaved with the warm-up and run count Paddle's timings used (median and min);
+  JAX user writes it; checked to agree within 1e-5), timed interleaved with the warm-up
+  and run count Paddle's timings used (median and min);
 - ratio to Paddle: progdesc's median over Paddle's Executor and `paddle.inference`
   predictor medians, read from tests/fixtures/paddle/paddle_timings.json (written by
   `make_fixtures.py --part timings` in Paddle's own environment; its date and load average
@@ -168,9 +168,11 @@ def _paddle_row(timings, fmt, threads):
 
 
 def run(log=print, quick=False):
-    """{"paddle_timings": ..., "runs": {label: {...}}}: the resnet18 fixture's import time and
-    inference step in both formats, on all cores and on one core (each a subprocess),
-    with ratios to the hand-written jax.jit forward and to Paddle's own timings."""
+    """The resnet18 fixture's import time and inference step in both formats, on all cores
+    and on one core (a subprocess each), with ratios to the hand-written jax.jit forward and
+    to Paddle's own timings at the same thread count: {"paddle_timings" (the file's header),
+    "load_average_before"/"_after", "batch", "warmup", "runs", "runs_by_cores": {"2 cores":
+    {"cores", "formats": {fmt: {...}}}, "1 core": ...}}. `quick`: 3 warm-up, 20 runs."""
     timings = paddle_timings()
     batch = timings["batch"] if timings else 8
     first = (timings or {}).get("results", [{}])[0].get("executor", {})
