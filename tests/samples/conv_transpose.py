@@ -1,7 +1,7 @@
 """Samples of lowering/ops/conv_transpose.py (2-D and 3-D). The reference scatters: every
 input pixel adds its value times its filter slice into a full-size output at stride
-`strides`, which is then cropped by the paddings (PaddlePaddle's definition of the transposed convolution); the
-gradient reference reads the same scatter backwards."""
+`strides`, which is then cropped by the paddings (PaddlePaddle's definition of the
+transposed convolution); the gradient reference reads the same scatter backwards."""
 import itertools
 
 import numpy as np
