@@ -35,8 +35,9 @@ _ATTRS = {
 }
 _INPUTS = [In("Input", "float", doc="[N, C, H, W]"),
            In("Offset", "float", doc="[N, 2 * deformable_groups * kh * kw, H', W']"),
-           In("Mask", "float", optional=True, doc="[N, deformable_groups * kh * kw, H', W']"),
            In("Filter", "float", doc="[O, C / groups, kh, kw]")]
+# optional slots come last (the Python function of the op takes them as keywords)
+_MASK = In("Mask", "float", optional=True, doc="[N, deformable_groups * kh * kw, H', W']")
 
 
 def _geometry(Input, Offset, Mask, Filter, strides, paddings, dilations, groups,
@@ -95,7 +96,7 @@ def _bilinear(image, y, x):
     return total
 
 
-@op("deformable_conv", inputs=_INPUTS, outputs=[Out("Output", doc="[N, O, H', W']")],
+@op("deformable_conv", inputs=_INPUTS + [_MASK], outputs=[Out("Output", doc="[N, O, H', W']")],
     attrs=_ATTRS, same_dtype=("Input", "Offset", "Mask", "Filter"))
 def deformable_conv(Input, Offset, Filter, Mask=None, *, strides, paddings, dilations,
                     groups, deformable_groups, im2col_step):
@@ -134,7 +135,7 @@ def _(g):
 
 
 @op("deformable_conv_grad",
-    inputs=_INPUTS + [In("OutputGrad", "float", doc="[N, O, H', W']")],
+    inputs=_INPUTS + [In("OutputGrad", "float", doc="[N, O, H', W']"), _MASK],
     outputs=[Out("InputGrad", optional=True), Out("OffsetGrad", optional=True),
              Out("MaskGrad", optional=True), Out("FilterGrad", optional=True)],
     attrs=_ATTRS, same_dtype=("Input", "Offset", "Mask", "Filter", "OutputGrad"))
