@@ -10,7 +10,8 @@ has ratio 0, but for linear and trilinear without align_corners. The ratio is a 
 as PaddlePaddle computes it; so are positions and weights, but for linear and bicubic,
 which have X's precision. (These details are those of PaddlePaddle 3.3's CPU kernels,
 whose outputs this op was compared with: equal to float32 rounding, but for float64
-trilinear ones, which differ by up to 1e-7 where its kernel rounds differently.)
+trilinear half-pixel ones, which differ by up to 4e-7 where its kernel rounds
+differently.)
 
 - nearest (2 or 3 spatial dims): input index floor(ratio * k), or round-half-up(ratio * k)
   with align_corners.

@@ -1,7 +1,7 @@
-"""Samples of lowering/ops/conv_transpose.py. The reference scatters: every input pixel adds
-its value times its filter slice into a full-size output at stride `strides`, which is then
-cropped by the paddings (PaddlePaddle's definition of the transposed convolution); the
-gradient reference reads the same scatter backwards."""
+"""Samples of lowering/ops/conv_transpose.py (2-D and 3-D). The reference scatters: every
+input pixel adds its value times its filter slice into a full-size output at stride
+`strides`, which is then cropped by the paddings (PaddlePaddle's definition of the
+transposed convolution); the gradient reference reads the same scatter backwards."""
 import itertools
 
 import numpy as np
@@ -11,88 +11,95 @@ from op_table import Invalid, Sample, rand, spec
 
 def _setup(Input, Filter, strides, paddings, output_padding, output_size, dilations,
            padding_algorithm, data_format):
-    """(NCHW float64 input, crops (top, left), dilations, output (H, W), full buffer (H, W))."""
+    """(channels-first float64 input, low crops, dilations, output size, full buffer size),
+    one entry per spatial dim."""
     x = Input.astype(np.float64)
     if data_format == "NHWC":
-        x = x.transpose(0, 3, 1, 2)
+        x = np.moveaxis(x, -1, 1)
     spatial, kernel = x.shape[2:], Filter.shape[2:]
+    n = len(spatial)
     if padding_algorithm == "VALID":
-        pads = [(0, 0), (0, 0)]
+        pads = [(0, 0)] * n
     elif padding_algorithm == "SAME":   # as a forward convolution of x would pad
-        dilations, pads = (1, 1), []
-        for n, k, s in zip(spatial, kernel, strides):
-            total = max((int(np.ceil(n / s)) - 1) * s + k - n, 0)
+        dilations, pads = (1,) * n, []
+        for size, k, s in zip(spatial, kernel, strides):
+            total = max((int(np.ceil(size / s)) - 1) * s + k - size, 0)
             pads.append((total // 2, total - total // 2))
-    elif len(paddings) == 2:
-        pads = [(paddings[0],) * 2, (paddings[1],) * 2]
+    elif len(paddings) == n:
+        pads = [(p, p) for p in paddings]
     else:
-        pads = [tuple(paddings[:2]), tuple(paddings[2:])]
-    full = [(n - 1) * s + d * (k - 1) + 1
-            for n, k, s, d in zip(spatial, kernel, strides, dilations)]
+        pads = list(zip(paddings[::2], paddings[1::2]))
+    full = [(size - 1) * s + d * (k - 1) + 1
+            for size, k, s, d in zip(spatial, kernel, strides, dilations)]
     out = [f - lo - hi for f, (lo, hi) in zip(full, pads)]
     if output_size:
         out = list(output_size)
     elif output_padding:
         out = [o + p for o, p in zip(out, output_padding)]
     buffer = [max(f, lo + o) for f, (lo, _), o in zip(full, pads, out)]
-    return x, (pads[0][0], pads[1][0]), tuple(dilations), out, buffer
+    return x, [lo for lo, _ in pads], tuple(dilations), out, buffer
 
 
 def _taps(x, Filter, groups, strides, dilations):
-    """Every (input channel, output channel, filter slice index, buffer slices it reaches)."""
-    C, Og, kh, kw = Filter.shape
-    H, W = x.shape[2:]
-    for ci, co, a, b in itertools.product(range(C), range(Og), range(kh), range(kw)):
+    """Every (input channel, output channel, filter position, buffer slices it reaches)."""
+    C, Og = Filter.shape[:2]
+    for ci, co in itertools.product(range(C), range(Og)):
         o = (ci // (C // groups)) * Og + co
-        rows = slice(a * dilations[0], a * dilations[0] + (H - 1) * strides[0] + 1, strides[0])
-        cols = slice(b * dilations[1], b * dilations[1] + (W - 1) * strides[1] + 1, strides[1])
-        yield ci, co, (a, b), o, rows, cols
+        for tap in np.ndindex(*Filter.shape[2:]):
+            reach = tuple(slice(t * d, t * d + (size - 1) * s + 1, s)
+                          for t, d, s, size in zip(tap, dilations, strides, x.shape[2:]))
+            yield ci, co, tap, o, reach
+
+
+def _window(lows, sizes):
+    return tuple(slice(lo, lo + size) for lo, size in zip(lows, sizes))
 
 
 def conv2d_transpose_ref(Input, Filter, strides=(1, 1), paddings=(0, 0), output_padding=(),
                          output_size=(), dilations=(1, 1), groups=1,
                          padding_algorithm="EXPLICIT", data_format="NCHW"):
-    x, (top, left), dil, (Ho, Wo), buffer = _setup(
+    x, lows, dil, out_size, buffer = _setup(
         Input, Filter, strides, paddings, output_padding, output_size, dilations,
         padding_algorithm, data_format)
     full = np.zeros((x.shape[0], Filter.shape[1] * groups, *buffer))
-    for ci, co, tap, o, rows, cols in _taps(x, Filter, groups, strides, dil):
-        full[:, o, rows, cols] += x[:, ci] * Filter[(ci, co) + tap]
-    out = full[:, :, top:top + Ho, left:left + Wo]
+    for ci, co, tap, o, reach in _taps(x, Filter, groups, strides, dil):
+        full[(slice(None), o) + reach] += x[:, ci] * Filter[(ci, co) + tap]
+    out = full[(Ellipsis,) + _window(lows, out_size)]
     if data_format == "NHWC":
-        out = out.transpose(0, 2, 3, 1)
+        out = np.moveaxis(out, 1, -1)
     return out.astype(Input.dtype)
 
 
 def conv2d_transpose_grad_ref(Input, Filter, OutputGrad, strides=(1, 1), paddings=(0, 0),
                               output_padding=(), output_size=(), dilations=(1, 1), groups=1,
                               padding_algorithm="EXPLICIT", data_format="NCHW"):
-    x, (top, left), dil, (Ho, Wo), buffer = _setup(
+    x, lows, dil, out_size, buffer = _setup(
         Input, Filter, strides, paddings, output_padding, output_size, dilations,
         padding_algorithm, data_format)
     dy = OutputGrad.astype(np.float64)
     if data_format == "NHWC":
-        dy = dy.transpose(0, 3, 1, 2)
+        dy = np.moveaxis(dy, -1, 1)
     dfull = np.zeros(dy.shape[:2] + tuple(buffer))
-    dfull[:, :, top:top + Ho, left:left + Wo] = dy
+    dfull[(Ellipsis,) + _window(lows, out_size)] = dy
     dx, dw = np.zeros_like(x), np.zeros(Filter.shape)
-    for ci, co, tap, o, rows, cols in _taps(x, Filter, groups, strides, dil):
-        dx[:, ci] += dfull[:, o, rows, cols] * Filter[(ci, co) + tap]
-        dw[(ci, co) + tap] += np.sum(dfull[:, o, rows, cols] * x[:, ci])
+    for ci, co, tap, o, reach in _taps(x, Filter, groups, strides, dil):
+        dx[:, ci] += dfull[(slice(None), o) + reach] * Filter[(ci, co) + tap]
+        dw[(ci, co) + tap] += np.sum(dfull[(slice(None), o) + reach] * x[:, ci])
     if data_format == "NHWC":
-        dx = dx.transpose(0, 2, 3, 1)
+        dx = np.moveaxis(dx, 1, -1)
     return dx.astype(Input.dtype), dw.astype(Filter.dtype)
 
 
-def _conv_t(name, x, w, **attrs):
-    """A conv2d_transpose sample and a conv2d_transpose_grad sample, same geometry.
+def _conv_t(name, x, w, op="conv2d_transpose", **attrs):
+    """A transposed convolution sample and a sample of its gradient op, same geometry
+    (the references serve both ranks; 3-D samples give strides, paddings and dilations).
 
     Neither takes the unknown-batch check: it would make Filter's dim 0, the input channels,
     the batch dim too (test_conv_transpose.py checks an unknown batch on its own)."""
     dy = rand(*conv2d_transpose_ref(x, w, **attrs).shape, dtype=x.dtype, seed=5)
-    return [Sample("conv2d_transpose", {"Input": x, "Filter": w}, conv2d_transpose_ref, attrs,
+    return [Sample(op, {"Input": x, "Filter": w}, conv2d_transpose_ref, attrs,
                    name=name, atol=1e-5, symbolic=False),
-            Sample("conv2d_transpose_grad", {"Input": x, "Filter": w, "OutputGrad": dy},
+            Sample(f"{op}_grad", {"Input": x, "Filter": w, "OutputGrad": dy},
                    conv2d_transpose_grad_ref, attrs, name=name, atol=1e-5, symbolic=False)]
 
 
@@ -118,6 +125,14 @@ SAMPLES = [
              paddings=[1, 0], output_padding=[1, 0], data_format="NHWC"),
     *_conv_t("float64", rand(1, 2, 3, 3, dtype="float64"),
              rand(2, 2, 2, 2, dtype="float64", seed=1), strides=[2, 2], paddings=[0, 1]),
+    *_conv_t("default", rand(1, 2, 2, 2, 3), rand(2, 2, 2, 1, 2, seed=1), op="conv3d_transpose",
+             strides=[1, 1, 1], paddings=[0, 0, 0], dilations=[1, 1, 1]),
+    *_conv_t("stride_pad6_output_size", rand(1, 1, 2, 3, 2), rand(1, 2, 2, 2, 3, seed=1),
+             op="conv3d_transpose", strides=[2, 1, 2], paddings=[1, 0, 0, 1, 1, 1],
+             dilations=[1, 2, 1], output_size=[3, 4, 4]),
+    *_conv_t("groups_ndhwc", rand(1, 2, 2, 2, 4), rand(4, 1, 2, 2, 1, seed=1),
+             op="conv3d_transpose", strides=[2, 2, 1], paddings=[0, 0, 0], dilations=[1, 1, 1],
+             groups=2, data_format="NHWC", output_padding=[1, 0, 0]),
 ]
 
 INVALID = [
