@@ -667,3 +667,12 @@ def test_a_block_that_runs_itself_is_refused():
     assert outs == [FAILED]
     assert [(p.type, p.index) for p in translator.unsupported] == [("relu", 1)]
     assert "would run itself" in translator.unsupported[0].why
+
+
+def test_a_second_row_for_an_op_is_refused():
+    from progdesc.paddle.table import PaddleRuleTable
+    table = PaddleRuleTable()
+    table.rename("relu", "relu")
+    table.rename("relu", "relu", since=2)   # a row for a later op version is another row
+    with pytest.raises(ValueError, match="row for 'relu' \\(since 0\\) already"):
+        table.rename("relu", "sigmoid")

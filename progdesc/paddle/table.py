@@ -52,6 +52,14 @@ class PaddleRuleTable(RuleTable):
     def __init__(self, what="Paddle op"):
         super().__init__(what)
 
+    def _add(self, name, since, entry):
+        """Add a row; a second row for the same op type and version is a mistake (the
+        modules filling the table would override each other by import order)."""
+        if any(s == since for s, _ in self._rows.get(name, ())):
+            raise ValueError(f"the Paddle table has a row for '{name}' (since {since}) "
+                             "already")
+        super()._add(name, since, entry)
+
     def rule(self, *types, inputs=("X",), outputs=("Out",), since=0):
         """Decorator: register a rule under the Paddle op types `types`, with its input
         slots and output slots in order."""
