@@ -162,6 +162,26 @@ def test_malformed_pdmodel_structure():
         read_pdmodel(prog.SerializeToString())
 
 
+def test_negative_dims_below_minus_one_read_as_unknown():
+    # Paddle writes products of the unknown batch: InstanceNorm2D(4)'s saved statistics
+    # are declared [-4] (the instance_norm fixture's legacy program has them too)
+    prog = fpb.PdProgram()
+    block = prog.blocks.add(idx=0, parent_idx=-1)
+    for name, dims in ((b"saved_mean", [-4]), (b"x", [-1, 4, 5, 5]), (b"odd", [3, -12, 2])):
+        var = block.vars.add(name=name)
+        var.type.type = 7
+        var.type.dense_tensor.tensor.data_type = 5
+        var.type.dense_tensor.tensor.dims.extend(dims)
+    vars_ = read_pdmodel(prog.SerializeToString()).blocks[0].vars
+    assert vars_["saved_mean"].shape == (-1,)
+    assert vars_["x"].shape == (-1, 4, 5, 5)
+    assert vars_["odd"].shape == (3, -1, 2)
+    paddle_written = read_pdmodel(_read(os.path.join(FIXTURES, "instance_norm", "legacy",
+                                                     "model.pdmodel")))
+    shapes = {v.shape for v in paddle_written.blocks[0].vars.values()}
+    assert (-1,) in shapes and not any(d < -1 for s in shapes for d in s)
+
+
 # --- programs written here the way Paddle writes them ---
 class _Builder:
     """A one-block PaddleProgram: feeds, parameters and ops, as a legacy file has them."""

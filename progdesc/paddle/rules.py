@@ -55,11 +55,11 @@ Who registers what
   `rules_shape` (shapes, slices, lists, constants, casts) and `rules_more` (rarer
   activations, value tests, sorts and scans, gather_nd, roll, linspace, ...): the ops
   of feed-forward models (paddle.nn layers, paddle.vision models, transformer
-  encoders), with the
-  helpers they share in `rule_args` (axes, element types, tensor inputs that stand for
-  attributes, sizes known only at run time). `feed` and `fetch` are the driver's
-  (`progdesc.paddle.translate`): a feed op's Out becomes a data variable of ours with
-  Paddle's shape (-1 batch), a fetch op's X a fetch target at its `col`.
+  encoders), with the helpers they share in `rule_args` (axes, element types, tensor
+  inputs that stand for attributes, sizes known only at run time). `feed` and `fetch`
+  are the driver's (`progdesc.paddle.translate`): a feed op's Out becomes a data
+  variable of ours with Paddle's shape (-1 batch), a fetch op's X a fetch target at
+  its `col`.
 - `progdesc.paddle.rules_sequence` (helper pseq) registers the `rnn` op and control
   flow into this same RULES: legacy `while`, `conditional_block` + `select_input`
   (their BLOCK attribute `sub_block` is the index of a Paddle block: take it with
