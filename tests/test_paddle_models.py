@@ -67,7 +67,8 @@ def _check(program, feeds, fetches, scope, ref, fmt):
 # issue 25's list, each with a fixture in both formats (the parametrized tests take what
 # the directory holds; this says what it must hold)
 EXPECTED = {"mlp", "lenet", "resnet18", "mobilenetv1", "mobilenetv2", "mobilenetv3_small", "vgg",
-            "lstm", "gru", "simple_rnn", "bert", "mha", "dy2static", "interp", "instance_norm"}
+            "lstm", "gru", "simple_rnn", "bert", "mha", "dy2static", "interp", "instance_norm",
+            "more_ops"}
 
 
 def test_every_expected_fixture_is_there_in_both_formats():

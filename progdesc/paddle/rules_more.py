@@ -199,8 +199,9 @@ def gather_nd(t, x, index):
     if k < 1 or k > len(xd):
         raise Unsupported(f"gather_nd with an Index of shape {idx_dims} into X {xd}")
     lead = xd[:k]
-    if -1 in lead or -1 in xd[k:]:
-        raise Unsupported("gather_nd over unknown dims of X")
+    if -1 in lead or xd[k:].count(-1) > 1:
+        raise Unsupported(f"gather_nd over unknown dims of X {xd} (at most one, past the "
+                          "indexed ones)")
     strides = [math.prod(lead[i + 1:]) for i in range(k)]
     itype = t.var(index)[1]
     flat = t.call("reduce_sum", t.call("mul", index, t.constant(np.asarray(strides, itype))),
