@@ -162,6 +162,26 @@ def test_malformed_pdmodel_structure():
         read_pdmodel(prog.SerializeToString())
 
 
+def test_negative_dims_below_minus_one_read_as_unknown():
+    # Paddle writes products of the unknown batch: InstanceNorm2D(4)'s saved statistics
+    # are declared [-4] (the instance_norm fixture's legacy program has them too)
+    prog = fpb.PdProgram()
+    block = prog.blocks.add(idx=0, parent_idx=-1)
+    for name, dims in ((b"saved_mean", [-4]), (b"x", [-1, 4, 5, 5]), (b"odd", [3, -12, 2])):
+        var = block.vars.add(name=name)
+        var.type.type = 7
+        var.type.dense_tensor.tensor.data_type = 5
+        var.type.dense_tensor.tensor.dims.extend(dims)
+    vars_ = read_pdmodel(prog.SerializeToString()).blocks[0].vars
+    assert vars_["saved_mean"].shape == (-1,)
+    assert vars_["x"].shape == (-1, 4, 5, 5)
+    assert vars_["odd"].shape == (3, -1, 2)
+    paddle_written = read_pdmodel(_read(os.path.join(FIXTURES, "instance_norm", "legacy",
+                                                     "model.pdmodel")))
+    shapes = {v.shape for v in paddle_written.blocks[0].vars.values()}
+    assert (-1,) in shapes and not any(d < -1 for s in shapes for d in s)
+
+
 # --- programs written here the way Paddle writes them ---
 class _Builder:
     """A one-block PaddleProgram: feeds, parameters and ops, as a legacy file has them."""
@@ -676,3 +696,148 @@ def test_a_second_row_for_an_op_is_refused():
     table.rename("relu", "relu", since=2)   # a row for a later op version is another row
     with pytest.raises(ValueError, match="row for 'relu' \\(since 0\\) already"):
         table.rename("relu", "sigmoid")
+
+
+# --- rows of rules_more, each against NumPy ---
+def test_more_activations_against_numpy():
+    rng = np.random.default_rng(10)
+    x = (rng.standard_normal((3, 7)) * 3).astype(np.float32)
+    x[0, :4] = [0.5, -0.5, 2.5, -2.5]   # halves: Paddle's round goes away from zero
+    close = dict(rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(_one("brelu", x), np.clip(x, 0, 24))
+    np.testing.assert_array_equal(_one("brelu", x, t_min=-1.0, t_max=1.0), np.clip(x, -1, 1))
+    np.testing.assert_allclose(_one("celu", x, alpha=0.5),
+                               np.maximum(x, 0) + np.minimum(0, 0.5 * np.expm1(x / 0.5)), **close)
+    scale, alpha = 1.0507009873554804934193349852946, 1.6732632423543772848170429916717
+    np.testing.assert_allclose(_one("selu", x), scale * np.where(x > 0, x, alpha * np.expm1(x)),
+                               **close)
+    np.testing.assert_allclose(_one("softsign", x), x / (1 + np.abs(x)), **close)
+    np.testing.assert_allclose(_one("tanh_shrink", x), x - np.tanh(x), **close)
+    np.testing.assert_array_equal(_one("thresholded_relu", x), np.where(x > 1.0, x, 0))
+    np.testing.assert_array_equal(_one("thresholded_relu", x, threshold=0.5, value=-2.0),
+                                  np.where(x > 0.5, x, -2.0).astype(np.float32))
+    away = np.sign(x) * np.floor(np.abs(x) + 0.5)
+    np.testing.assert_array_equal(_one("round", x), away)
+    np.testing.assert_allclose(_one("round", x, decimals=1),
+                               np.sign(x) * np.floor(np.abs(x) * 10 + 0.5) / 10, **close)
+    np.testing.assert_array_equal(_one("share_data", x), x)
+
+
+def test_value_tests_elementwise_and_whole():
+    x = np.array([[1.0, np.nan, np.inf], [-np.inf, 0.0, -2.0]], np.float32)
+    np.testing.assert_array_equal(_one("isnan_v2", x), np.isnan(x))
+    np.testing.assert_array_equal(_one("isinf_v2", x), np.isinf(x))
+    np.testing.assert_array_equal(_one("isfinite_v2", x), np.isfinite(x))
+    np.testing.assert_array_equal(_one("isnan", x), [True])
+    np.testing.assert_array_equal(_one("isinf", x[:, 1:2]), [False])
+    np.testing.assert_array_equal(_one("isfinite", x), [False])
+    np.testing.assert_array_equal(_one("isfinite", x[1:, 1:]), [True])
+    ints = np.array([3, -1], np.int64)
+    np.testing.assert_array_equal(_one("isnan_v2", ints), [False, False])
+    np.testing.assert_array_equal(_one("isinf_v2", ints), [False, False])
+    np.testing.assert_array_equal(_one("isfinite_v2", ints), [True, True])
+
+
+def test_argsort_cumprod_logsumexp():
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((3, 5)).astype(np.float32)
+    b = _Builder()
+    b.feed("x", x.shape)
+    b.op("argsort", {"X": ["x"]}, {"Out": ["s"], "Indices": ["i"]}, axis=1)
+    b.op("argsort", {"X": ["x"]}, {"Out": ["sd"], "Indices": ["id"]}, axis=0, descending=True)
+    for name in ("s", "i", "sd", "id"):
+        b.fetch(name)
+    s, i, sd, idd = b.run({"x": x})
+    np.testing.assert_array_equal(s, np.sort(x, 1))
+    np.testing.assert_array_equal(i, np.argsort(x, 1, kind="stable"))
+    assert i.dtype == np.int64
+    np.testing.assert_array_equal(sd, -np.sort(-x, 0))
+    np.testing.assert_array_equal(idd, np.argsort(-x, 0, kind="stable"))
+    close = dict(rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(_one("cumprod", x, dim=1), np.cumprod(x, 1), **close)
+    np.testing.assert_allclose(_one("cumprod", x, dim=-1, reverse=True),
+                               np.cumprod(x[:, ::-1], 1)[:, ::-1], **close)
+    ex = np.concatenate([np.ones((3, 1), np.float32), np.cumprod(x, 1)[:, :-1]], 1)
+    np.testing.assert_allclose(_one("cumprod", x, dim=1, exclusive=True), ex, **close)
+    exr = np.concatenate([np.cumprod(x[:, ::-1], 1)[:, ::-1][:, 1:],
+                          np.ones((3, 1), np.float32)], 1)
+    np.testing.assert_allclose(_one("cumprod", x, dim=1, exclusive=True, reverse=True), exr,
+                               **close)
+
+    def lse(a, axis, keepdims=False):   # in float64, where exp(30 x) does not overflow
+        return np.log(np.exp(a.astype(np.float64)).sum(axis=axis, keepdims=keepdims))
+    y = (x * 30).astype(np.float32)   # exp overflows float32 without the max
+    np.testing.assert_allclose(_one("logsumexp", y, axis=[1]), lse(y, 1), rtol=1e-5)
+    np.testing.assert_allclose(_one("logsumexp", y, axis=[0], keepdim=True), lse(y, 0, True),
+                               rtol=1e-5)
+    np.testing.assert_allclose(_one("logsumexp", y, axis=[0], reduce_all=True),
+                               lse(y, (0, 1)), rtol=1e-5)
+    z = np.array([[-np.inf, -np.inf], [0.0, -np.inf]], np.float32)
+    np.testing.assert_array_equal(_one("logsumexp", z, axis=[1]), [-np.inf, 0.0])
+
+
+def test_gather_nd_take_along_axis_roll_unbind_tril():
+    rng = np.random.default_rng(12)
+    x = rng.standard_normal((3, 4, 5)).astype(np.float32)
+    index = np.array([[[0, 1], [2, 3]], [[1, 0], [2, 2]]], np.int64)   # [2, 2, 2]: k = 2
+    got = _one("gather_nd", x, {"X": ["x"], "Index": ["i"]}, extra={"i": index})
+    np.testing.assert_array_equal(got, x[index[..., 0], index[..., 1]])
+    one = np.array([[2], [0]], np.int32)                                # k = 1
+    got = _one("gather_nd", x, {"X": ["x"], "Index": ["i"]}, extra={"i": one})
+    np.testing.assert_array_equal(got, x[[2, 0]])
+    full = np.array([[1, 2, 3]], np.int64)                              # k = rank: scalars
+    got = _one("gather_nd", x, {"X": ["x"], "Index": ["i"]}, extra={"i": full})
+    np.testing.assert_array_equal(got, [x[1, 2, 3]])
+    idx = rng.integers(0, 4, (3, 2, 5)).astype(np.int64)
+    got = _one("take_along_axis", x, {"Input": ["x"], "Index": ["i"]}, outputs=("Result",),
+               extra={"i": idx}, Axis=1)
+    np.testing.assert_array_equal(got, np.take_along_axis(x, idx, 1))
+    np.testing.assert_array_equal(_one("roll", x, shifts=[1, -2], axis=[0, 2]),
+                                  np.roll(x, (1, -2), (0, 2)))
+    np.testing.assert_array_equal(_one("roll", x, shifts=[7]), np.roll(x, 7))
+
+    def shifted(b):   # the shift held by a tensor that an assign_value makes
+        b.op("assign_value", {}, {"Out": ["s"]}, shape=[1], dtype=3, int64_values=[3])
+        b.op("roll", {"X": ["x"], "ShiftsTensor": ["s"]}, {"Out": ["r"]}, axis=[-1])
+        return ["r"]
+    np.testing.assert_array_equal(_program_of(shifted, {"x": x})[0], np.roll(x, 3, -1))
+    b = _Builder()
+    b.feed("x", x.shape)
+    b.op("unbind", {"X": ["x"]}, {"Out": ["u0", "u1", "u2", "u3"]}, axis=1)
+    b.fetch("u0")
+    b.fetch("u3")
+    u0, u3 = b.run({"x": x})
+    np.testing.assert_array_equal(u0, x[:, 0])
+    np.testing.assert_array_equal(u3, x[:, 3])
+    np.testing.assert_array_equal(_one("tril_triu", x, diagonal=1, lower=True), np.tril(x, 1))
+    np.testing.assert_array_equal(_one("tril_triu", x, diagonal=-1, lower=False), np.triu(x, -1))
+
+
+def test_linspace_and_sync_batch_norm():
+    def build(b):
+        for name, value, dtype in (("start", 0.5, 5), ("stop", 2.0, 5), ("num", 7, 2)):
+            b.op("fill_constant", {}, {"Out": [name]}, shape=[1], dtype=dtype, value=float(value),
+                 str_value=str(value))
+        b.op("linspace", {"Start": ["start"], "Stop": ["stop"], "Num": ["num"]}, {"Out": ["c"]},
+             dtype=5)
+        b.op("reduce_max", {"X": ["x"]}, {"Out": ["hi"]}, reduce_all=True)   # a run-time stop
+        b.op("linspace", {"Start": ["start"], "Stop": ["hi"], "Num": ["num"]}, {"Out": ["r"]},
+             dtype=5)
+        return ["c", "r"]
+
+    x = np.array([1.0, 4.0], np.float32)
+    c, r = _program_of(build, {"x": x})
+    np.testing.assert_array_equal(c, np.linspace(0.5, 2.0, 7, dtype=np.float32))
+    np.testing.assert_allclose(r, np.linspace(0.5, 4.0, 7), rtol=1e-6)
+    rng = np.random.default_rng(13)
+    x = rng.standard_normal((2, 3, 2, 2)).astype(np.float32)
+    scale = rng.standard_normal(3).astype(np.float32)
+    bias = rng.standard_normal(3).astype(np.float32)
+    mean, var = rng.standard_normal(3).astype(np.float32), rng.uniform(0.5, 2, 3).astype(np.float32)
+    got = _one("sync_batch_norm", x,
+               {"X": ["x"], "Scale": ["s"], "Bias": ["b"], "Mean": ["m"], "Variance": ["v"]},
+               outputs=("Y", "MeanOut", "VarianceOut", "SavedMean", "SavedVariance"),
+               extra={"s": scale, "b": bias, "m": mean, "v": var}, is_test=True, epsilon=1e-5)
+    c = lambda a: a[None, :, None, None]  # noqa: E731
+    np.testing.assert_allclose(got, (x - c(mean)) / np.sqrt(c(var) + 1e-5) * c(scale) + c(bias),
+                               rtol=1e-5, atol=1e-5)

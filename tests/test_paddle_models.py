@@ -64,6 +64,19 @@ def _check(program, feeds, fetches, scope, ref, fmt):
             np.testing.assert_allclose(np.asarray(g), w, rtol=0, atol=ATOL)
 
 
+# issue 25's list, each with a fixture in both formats (the parametrized tests take what
+# the directory holds; this says what it must hold)
+EXPECTED = {"mlp", "lenet", "resnet18", "mobilenetv1", "mobilenetv2", "mobilenetv3_small", "vgg",
+            "lstm", "gru", "simple_rnn", "bert", "mha", "dy2static", "interp", "instance_norm",
+            "more_ops"}
+
+
+def test_every_expected_fixture_is_there_in_both_formats():
+    for model in sorted(EXPECTED):
+        for path in ("legacy/model.pdmodel", "pir/model.json", "reference.npz"):
+            assert os.path.isfile(os.path.join(FIXTURES, model, path)), (model, path)
+
+
 @pytest.mark.parametrize("model", _models())
 def test_legacy_model_reproduces_paddle_executor(model):
     meta = json.load(open(os.path.join(FIXTURES, model, "meta.json")))

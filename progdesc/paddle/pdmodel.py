@@ -125,9 +125,10 @@ def _var(v):
     elif kind == "selected_rows" and v.type.HasField("selected_rows"):
         desc = v.type.selected_rows
     if desc is not None:
-        if any(d < -1 for d in desc.dims):
-            raise _Bad(f"variable '{name}' has dims {list(desc.dims)}")
-        shape = tuple(int(d) for d in desc.dims)
+        # any negative dim is unknown, as in the PIR reader: Paddle writes -1, and
+        # products of it (-4 for an unknown batch times 4 channels: instance_norm's
+        # SavedMean)
+        shape = tuple(-1 if d < 0 else int(d) for d in desc.dims)
         dtype = DTYPES.get(desc.data_type)
         if dtype is None:
             raise _Bad(f"variable '{name}' has element type {desc.data_type}, which progdesc "

@@ -51,13 +51,15 @@ RULES.rename("elementwise_pow", "pow", inputs=("X", "Y"))
 Who registers what
 ------------------
 - This module (elementwise ops, activations, linear algebra, reductions), `rules_nn`
-  (convolution, pooling, normalisation, dropout, embeddings, interpolation) and
-  `rules_shape` (shapes, slices, lists, constants, casts): the ops of feed-forward
-  models (paddle.nn layers, paddle.vision models, transformer encoders), with the
-  helpers they share in `rule_args` (axes, element types, tensor inputs that stand for
-  attributes, sizes known only at run time). `feed` and `fetch` are the driver's
-  (`progdesc.paddle.translate`): a feed op's Out becomes a data variable of ours with
-  Paddle's shape (-1 batch), a fetch op's X a fetch target at its `col`.
+  (convolution, pooling, normalisation, dropout, embeddings, interpolation),
+  `rules_shape` (shapes, slices, lists, constants, casts) and `rules_more` (rarer
+  activations, value tests, sorts and scans, gather_nd, roll, linspace, ...): the ops
+  of feed-forward models (paddle.nn layers, paddle.vision models, transformer
+  encoders), with the helpers they share in `rule_args` (axes, element types, tensor
+  inputs that stand for attributes, sizes known only at run time). `feed` and `fetch`
+  are the driver's (`progdesc.paddle.translate`): a feed op's Out becomes a data
+  variable of ours with Paddle's shape (-1 batch), a fetch op's X a fetch target at
+  its `col`.
 - `progdesc.paddle.rules_sequence` (helper pseq) registers the `rnn` op and control
   flow into this same RULES: legacy `while`, `conditional_block` + `select_input`
   (their BLOCK attribute `sub_block` is the index of a Paddle block: take it with
@@ -72,7 +74,7 @@ import math
 
 import numpy as np
 
-from progdesc.paddle import rules_nn, rules_shape  # noqa: F401  (register their rows)
+from progdesc.paddle import rules_more, rules_nn, rules_shape  # noqa: F401  (register their rows)
 from progdesc.paddle.rule_args import (axis_of, dims_of, dtype_name, floats_of, ints_of,
                                        numpy_dtype, parse_number, reshape_to)
 from progdesc.paddle.table import RULES
