@@ -658,8 +658,10 @@ def test_interpolation_sizes_and_scales():
     x = np.random.default_rng(9).standard_normal((1, 2, 3, 4)).astype(np.float32)
     got = _one("nearest_interp_v2", x, out_h=6, out_w=8, align_corners=False)
     np.testing.assert_array_equal(got, x.repeat(2, axis=2).repeat(2, axis=3))
-    got = _one("nearest_interp_v2", x, scale=[2.0], align_corners=False)
-    np.testing.assert_array_equal(got, x.repeat(2, axis=2).repeat(2, axis=3))
+    got = _one("nearest_interp_v2", x, scale=[2.0, 3.0], align_corners=False)
+    np.testing.assert_array_equal(got, x.repeat(2, axis=2).repeat(3, axis=3))
+    got = _one("nearest_interp", x, scale=2.0, out_h=-1, out_w=-1, align_corners=False)
+    np.testing.assert_array_equal(got, x.repeat(2, axis=2).repeat(2, axis=3))   # v1: a float
     x1 = np.arange(4, dtype=np.float32).reshape(1, 1, 4)
     got = _one("linear_interp_v2", x1, out_w=7, align_corners=True, data_layout="NCW")
     np.testing.assert_allclose(got, np.linspace(0, 3, 7, dtype=np.float32)[None, None],
@@ -841,3 +843,9 @@ def test_linspace_and_sync_batch_norm():
     c = lambda a: a[None, :, None, None]  # noqa: E731
     np.testing.assert_allclose(got, (x - c(mean)) / np.sqrt(c(var) + 1e-5) * c(scale) + c(bias),
                                rtol=1e-5, atol=1e-5)
+
+
+def test_a_scale_that_does_not_name_every_dim_is_refused():
+    x = np.ones((1, 2, 3, 4), np.float32)
+    with pytest.raises(UnsupportedOpError, match=r"nearest_interp_v2.*scale \[2.0\] for 2"):
+        _one("nearest_interp_v2", x, scale=[2.0], align_corners=False)   # as Paddle does

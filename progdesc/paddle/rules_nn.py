@@ -190,14 +190,17 @@ def _interp(method):
             if value is None:
                 raise Unsupported("Scale is computed at run time")
             scale = [float(v) for v in np.asarray(value).reshape(-1)]
+            scale = scale * spatial if len(scale) == 1 else scale   # one factor for all
+        elif isinstance(scale, (int, float)):   # the v1 ops: one factor for every dim
+            scale = [float(scale)] * spatial
+        elif len(scale) not in (0, spatial):   # Paddle refuses these too
+            raise Unsupported(f"scale {list(scale)} for {spatial} spatial dims")
         if sizes is not None:
             if len(sizes) != spatial:
                 raise Unsupported(f"{len(sizes)} output sizes for {spatial} spatial dims")
             out_d, out_h, out_w = ([-1, -1] + sizes)[-3:]
             scale = ()
         scale = [float(s) for s in scale]
-        if len(scale) == 1:
-            scale = scale * spatial
         if scale and all(s <= 0 for s in scale):
             scale = []
         layout = "NHWC" if data_layout in ("NHWC", "NWC", "NDHWC") else "NCHW"
