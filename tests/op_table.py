@@ -2,7 +2,8 @@
 
 Every registered op type has entries in `tests/samples/<family>.py` (a list
 `SAMPLES` of `Sample`). Each entry gives inputs, attributes and an
-independent NumPy reference; the tests in test_op_table.py run all entries.
+independent NumPy reference; the tests in test_op_table.py run all entries (CI runs the
+costly checks, gradients and unknown-batch shapes, on each op's first entry only).
 A module's `INVALID` list of `Invalid` gives inputs its ops must refuse.
 """
 import importlib
