@@ -7,3 +7,12 @@ back on in their own subprocesses, at a temporary directory.
 import os
 
 os.environ["PROGDESC_COMPILATION_CACHE"] = "0"
+
+
+def pytest_collection_finish(session):
+    """JAX's 64-bit switch is global: a test module that turns it on when imported changes
+    every test of the run (it did once). Tests turn it on inside `jax.enable_x64(True)`."""
+    import jax
+    if jax.config.jax_enable_x64:
+        raise RuntimeError("a test module turned jax_enable_x64 on when it was imported; "
+                           "use `with jax.enable_x64(True):` inside the test instead")

@@ -29,7 +29,15 @@ HAS_PIR = importlib.util.find_spec("progdesc.paddle.pir") is not None
 FORMATS = ["legacy", pytest.param("pir", marks=pytest.mark.skipif(
     not HAS_PIR, reason="the PIR reader (progdesc.paddle.pir) is not merged here"))]
 
-jax.config.update("jax_enable_x64", True)   # the reference runs in float64 too
+
+
+@pytest.fixture(autouse=True)
+def _x64():
+    """The reference runs in float64: 64-bit JAX for each test here, and JAX's own setting
+    again for the other test files (a module-level switch reached every test of the run)."""
+    with jax.enable_x64(True):
+        yield
+
 
 GATES = {"LSTM": 4, "GRU": 3, "RNN_TANH": 1, "RNN_RELU": 1}
 
