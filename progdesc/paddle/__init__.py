@@ -13,7 +13,7 @@ import os
 
 from lowering.errors import FormatError
 from progdesc import io
-from progdesc.paddle import params as _params
+from progdesc.paddle.params import read_combined, read_tensor_file
 from progdesc.paddle.pdmodel import read_pdmodel
 from progdesc.paddle.translate import translate
 from progdesc.paddle.training import TrainingProgram, load_training_program
@@ -111,7 +111,7 @@ def read_values(paddle, params_file=None, params_dir=None):
     names = persistable_names(paddle)
     if params_file is not None:
         data = io.read_file(params_file, "Paddle parameter file")
-        return _params.read_combined(data, names, what=f"'{params_file}'")
+        return read_combined(data, names, what=f"'{params_file}'")
     if params_dir is None:
         if names:
             raise FormatError(f"the program has {len(names)} persistable variables "
@@ -123,7 +123,7 @@ def read_values(paddle, params_file=None, params_dir=None):
         if not os.path.isfile(file):
             raise FormatError(f"no parameter file for persistable variable '{name}' in "
                               f"'{params_dir}'", var=name)
-        values[name] = _params.read_tensor_file(io.read_file(file, "Paddle parameter file"),
+        values[name] = read_tensor_file(io.read_file(file, "Paddle parameter file"),
                                                 name)
     return values
 
