@@ -6,6 +6,7 @@ defaults, and the docstring lists both. Ops registered later (custom ops)
 are found through the module's `__getattr__`.
 """
 import inspect
+import keyword
 
 from lowering import registry
 from lowering.desc import slot_map
@@ -14,10 +15,24 @@ from progdesc.framework import default_main_program
 _INTERNAL = {"feed", "fetch"}
 
 
+class _Required:
+    """The default of a required input slot after an optional one (Python wants one)."""
+
+    def __repr__(self):
+        return "<required>"
+
+
+_MISSING = _Required()
+
+
 def _signature(opdef):
     params = []
+    optional_before = False
     for slot in opdef.inputs:
-        default = None if slot.optional else inspect.Parameter.empty
+        if slot.optional:
+            default, optional_before = None, True
+        else:   # Python wants a default after one; the call checks it was given
+            default = _MISSING if optional_before else inspect.Parameter.empty
         params.append(inspect.Parameter(slot.name.lower(), inspect.Parameter.POSITIONAL_OR_KEYWORD,
                                         default=default))
     for a in opdef.attrs:
@@ -51,11 +66,15 @@ def make_op_function(opdef):
     signature = _signature(opdef)
     slots = tuple(s.name for s in opdef.inputs)
     attrs = tuple(a.name for a in opdef.attrs)
-    source = (f"def {opdef.type}({_parameter_list(signature)}):\n"
+    function = opdef.type + "_" if keyword.iskeyword(opdef.type) else opdef.type   # 'while'
+    source = (f"def {function}({_parameter_list(signature)}):\n"
               f"    return _append(({''.join(s.lower() + ', ' for s in slots)}), "
               f"({''.join(a + ', ' for a in attrs)}), name)\n")
 
     def _append(input_values, attr_values, name):
+        for slot, value in zip(slots, input_values):
+            if value is _MISSING:
+                raise TypeError(f"{opdef.type}() missing required argument '{slot.lower()}'")
         block = default_main_program().current_block()
         op = block.append_op(opdef.type, dict(zip(slots, input_values)),
                              attrs=dict(zip(attrs, attr_values)), name=name)
@@ -63,7 +82,7 @@ def make_op_function(opdef):
 
     namespace = {"_append": _append}
     exec(compile(source, f"<progdesc.ops.{opdef.type}>", "exec"), namespace)  # noqa: S102
-    append = namespace[opdef.type]
+    append = namespace[function]
     append.__defaults__ = tuple(p.default for p in signature.parameters.values()
                                 if p.kind is p.POSITIONAL_OR_KEYWORD
                                 and p.default is not p.empty) or None

@@ -129,6 +129,25 @@ def test_every_registered_op_has_samples():
     assert not missing, f"ops without samples: {missing}"
 
 
+def test_every_registered_op_has_a_python_function():
+    import inspect
+    for opdef in registry.all_ops():
+        if opdef.type in EXECUTOR_OPS:
+            continue
+        fn = getattr(pd.ops, opdef.type)   # 'while' too, though Python cannot write pd.ops.while
+        names = list(inspect.signature(fn).parameters)
+        assert names[:len(opdef.inputs)] == [s.name.lower() for s in opdef.inputs], opdef.type
+
+
+def test_a_required_input_after_an_optional_one_must_be_given():
+    with pd.program_guard(pd.Program(), pd.Program()):
+        q = pd.data("q", [2, 4, 3, 8])
+        with pytest.raises(TypeError, match="missing required argument 'outgrad'"):
+            pd.ops.scaled_dot_product_attention_grad(q, q, q)
+        out = pd.ops.scaled_dot_product_attention_grad(q, q, q, outgrad=q)
+    assert len(out) == 3
+
+
 def test_every_sample_names_a_registered_op():
     unknown = sorted({s.op for s in SAMPLES if not registry.is_registered(s.op)})
     assert not unknown
