@@ -1,0 +1,3 @@
+"""Recurrent nodes: LSTM, GRU, RNN."""
+from progdesc.onnx.table import RULES
+from progdesc.translate import Unsupported  # noqa: F401

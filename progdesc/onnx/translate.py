@@ -1,0 +1,337 @@
+"""The translator of ONNX graphs: walks a ModelProto's graph node by node with the shared
+translator (`progdesc.translate`) and the table (`progdesc.onnx.rules.RULES`), into one
+of our Programs.
+
+What becomes what:
+
+- Graph inputs (those no initializer gives a value) become data variables of ours under
+  their ONNX names, each symbolic dim (a `dim_param` such as 'batch', or an unnamed one)
+  a -1 whose name the translator remembers (`dims`), so that shapes computed from it
+  are folded symbolically and export keeps it symbolic.
+- Initializers become persistable variables under their ONNX names: trainable
+  parameters if floating point, state otherwise; one whose value a rule reads at import
+  (a Reshape's shape, a Resize's scales: `value_of`) is not trainable, and is left out
+  when no op of ours reads it.
+- Graph outputs are the fetch targets, in order.
+- Every node goes through the row of the table for its domain, type and opset; nodes
+  without a row, or whose attributes a row refuses, are collected with their name and
+  index into one UnsupportedOpError once the whole graph has been walked.
+- Sub-graphs (If's branches, Loop's and Scan's bodies) are translated by the rules that
+  own them, through `inline` / `sub_block`; a sub-graph reads the values of the graphs
+  around it by name.
+"""
+import numpy as np
+
+from lowering.errors import FormatError, ProgramError, UnsupportedOpError
+from progdesc.framework import Program, program_guard
+from progdesc.onnx import model as onnx_model
+from progdesc.onnx.rules import RULES
+from progdesc.onnx.table import key
+from progdesc.translate import FAILED, Environment, Node, Translator, Unsupported
+
+
+class _OnnxEnvironment(Environment):
+    """ONNX value names -> ours, for one graph; a name nothing defines is refused."""
+
+    def read(self, name):
+        try:
+            return super().read(name)
+        except KeyError:
+            raise Unsupported(f"it reads '{onnx_model.shown(name)}', which no node before it "
+                              "defines and which is neither an input nor an "
+                              "initializer") from None
+
+
+class OnnxTranslator(Translator):
+    """Appends the nodes of an ONNX model's graph to a Program of ours (see the module's
+    text).
+
+    Rules (`progdesc.onnx.rules`) call, besides the shared translator's methods:
+    `value_of` (the value of a variable known at import: a constant, an initializer, a
+    folded shape), `dims` (a variable's dims with the names of its symbolic ones),
+    `sizes_of` / `set_sizes` (what an int vector holds, symbolically), `opset`,
+    `for_training` and `graph_of` (a sub-graph attribute as a graph for `inline`).
+    """
+
+    def __init__(self, program, model, *, for_training=False, rules=RULES):
+        super().__init__(program, rules)
+        self.model = model
+        self.opsets = onnx_model.opsets(model)
+        self.opset = self.opsets.get("", 0)
+        self.for_training = for_training
+        self.onnx_types = onnx_model.inferred_types(model)   # ONNX name -> (dims, dtype)
+        self.known = {}         # our name -> its value, known at import (not trainable)
+        self.initializers = {}  # our name -> the value of a trainable initializer
+        self.read_at_import = set()   # initializers whose value a rule read
+        self._sizes = {}        # our name -> [int | symbol name]: what an int vector holds
+        self._dims = {}         # our name -> its dims, symbolic ones by name
+        self._envs = []         # the environments of the graphs being walked, innermost last
+        self._node = None       # the NodeProto being translated
+
+    # --- what rules call, besides the shared ones ---
+    def constant(self, value):
+        """`Translator.constant`, remembering the value (see `value_of`)."""
+        value = np.asarray(value)
+        name = super().constant(value)
+        self.known[name] = value
+        return name
+
+    def value_of(self, name):
+        """The value of our variable `name` if it is known at import (a constant, an
+        initializer, a folded shape), else None. An initializer read this way is not
+        trained (its value shapes the program)."""
+        if name is None:
+            return None
+        if name in self.known:
+            return self.known[name]
+        if name in self.initializers:
+            self.read_at_import.add(name)
+            return self.initializers[name]
+        return None
+
+    def dims(self, name):
+        """The dims of our variable `name`: ints where known, the name of a symbolic dim
+        ('batch') where one is known to hold it, None where unknown."""
+        ours, _ = self.var(name)
+        symbolic = self._dims.get(name)
+        if symbolic is None or len(symbolic) != len(ours):
+            return [d if d >= 0 else None for d in ours]
+        return [d if d >= 0 else s for d, s in zip(ours, symbolic)]
+
+    def set_dims(self, name, dims):
+        """Record the dims of our variable `name` (ints, symbol names, None)."""
+        self._dims[name] = tuple(dims)
+
+    def sizes_of(self, name):
+        """The elements of a 0-D or 1-D int variable of ours as sizes: ints and names of
+        symbolic dims, as `Shape` made them and the shape rules kept them; None if some
+        element is neither known nor a symbolic dim."""
+        if name is None:
+            return None
+        if name in self._sizes:
+            return list(self._sizes[name])
+        value = self.known.get(name)
+        if value is None and name in self.initializers:
+            value = self.value_of(name)
+        if value is not None and value.dtype.kind in "iu" and value.ndim <= 1:
+            return [int(v) for v in value.reshape(-1)]
+        return None
+
+    def set_sizes(self, name, sizes):
+        """Record that our int vector `name` holds `sizes` (ints and symbol names)."""
+        self._sizes[name] = list(sizes)
+
+    def graph_of(self, graph):
+        """A sub-graph attribute (GraphProto) as a graph for `inline` / `sub_block`."""
+        return graph
+
+    def inline(self, graph, args=None):
+        """Translate the ONNX sub-graph `graph` into the current block, its inputs bound
+        to `args` (our names; None: all FAILED); returns our names of its outputs. The
+        sub-graph reads the values of the graphs around it by name."""
+        env = _OnnxEnvironment(self, self._envs[-1] if self._envs else None)
+        inputs = [i.name for i in graph.input]
+        env.bind(inputs, [FAILED] * len(inputs) if args is None else list(args))
+        for tensor in graph.initializer:
+            env.bind([tensor.name], [self.constant(onnx_model.to_array(tensor))])
+        self.walk(graph, env)
+        outs = []
+        for out in graph.output:
+            try:
+                outs.append(env.read(out.name))
+            except Unsupported:
+                outs.append(FAILED)
+        return outs
+
+    # --- the walk ---
+    def walk(self, graph, env):
+        """Translate the nodes of `graph` into the current block of ours."""
+        self._envs.append(env)
+        try:
+            for index, node in enumerate(graph.node):
+                self._apply(node, index, env)
+        finally:
+            self._envs.pop()
+
+    def _apply(self, proto, index, env):
+        name = onnx_model.shown(proto.name or (proto.output[0] if proto.output else ""))
+        op_key = key(proto.domain, proto.op_type)
+        outputs = tuple(o or None for o in proto.output)
+        line = f"node '{name}'" if name else ""
+        try:
+            attrs = onnx_model.attributes(proto)
+        except FormatError as e:
+            self.note(Node(op_key, (), outputs, {}, line=line, index=index), str(e))
+            env.bind(outputs, [FAILED] * len(outputs))
+            return
+        subgraphs = tuple(v for v in attrs.values() if hasattr(v, "node"))
+        node = Node(op_key, (), outputs, attrs, line=line, scope=_scope_of(name),
+                    block=len(self._envs) - 1, index=index,
+                    in_types=tuple(self.onnx_types.get(i) for i in proto.input),
+                    out_types=tuple(self.onnx_types.get(o) for o in proto.output),
+                    subgraphs=subgraphs)
+        try:
+            ins = [env.read(i) if i else None for i in proto.input]
+        except Unsupported as e:
+            self.note(node, str(e), type(e))
+            env.bind(outputs, [FAILED] * len(outputs))
+            return
+        self.version = self.opsets.get("" if proto.domain in onnx_model.DEFAULT_DOMAINS
+                                       else proto.domain)
+        self._node = proto
+        try:
+            results = self.apply(node, ins)
+        except UnsupportedOpError:
+            raise
+        except ProgramError as e:   # attributes or shapes that do not fit our op
+            self.note(node, f"it does not fit: {e.detail}", type(e))
+            results = [FAILED] * len(outputs)
+        except (TypeError, ValueError, IndexError, KeyError, ArithmeticError) as e:
+            # attribute values of another type or size than ONNX defines (a hostile file)
+            self.note(node, f"attributes it cannot read ({type(e).__name__}: {e})")
+            results = [FAILED] * len(outputs)
+        finally:
+            self._node = None
+        results = list(results) + [None] * (len(outputs) - len(results))
+        for out, result in zip(outputs, results):
+            if out is not None and result is None:
+                if out in self._read:
+                    self.note(node, f"its output '{onnx_model.shown(out)}' is not translated")
+                result = FAILED
+            if out is not None and result is not FAILED:
+                typ = self.onnx_types.get(out)
+                if typ is not None and typ[0] is not None and result not in self._dims:
+                    self._dims[result] = typ[0]
+            env.bind([out], [result])
+
+    @property
+    def node_proto(self):
+        """The NodeProto being translated (for a rule that needs more than its inputs and
+        attributes: how many outputs it has)."""
+        return self._node
+
+    def translate_graph(self, values):
+        """Translate the model's main graph whose initializers hold `values`; returns
+        (feed names, fetch names, state)."""
+        graph = self.model.graph
+        block = self.program.global_block()
+        self._read = _read_names(graph)
+        env = _OnnxEnvironment(self)
+        state = {}
+        for name, value in values.items():
+            trainable = value.dtype.kind == "f"
+            dtype = value.dtype
+            if trainable:
+                block.create_parameter(name, list(value.shape), str(dtype))
+                self.initializers[name] = value
+            else:
+                block.create_var(name, list(value.shape), str(dtype), persistable=True,
+                                 stop_gradient=True)
+                self.known[name] = value
+            state[name] = value
+            env.bind([name], [name])
+        feeds = []
+        for info in graph.input:
+            if info.name in values:
+                continue
+            typ = onnx_model.tensor_type(info.type)
+            if typ is None or typ[0] is None:
+                raise FormatError(f"graph input '{onnx_model.shown(info.name)}' is not a "
+                                  "tensor of known rank and element type")
+            dims, dtype = typ
+            symbolic = [d if d is not None else f"{info.name}:{axis}"
+                        for axis, d in enumerate(dims)]
+            block.create_var(info.name, [d if isinstance(d, int) else -1 for d in dims],
+                             dtype, stop_gradient=True, need_check_feed=True)
+            self._dims[info.name] = tuple(symbolic)
+            env.bind([info.name], [info.name])
+            feeds.append(info.name)
+        with program_guard(self.program):   # control-flow builders append to it
+            self.walk(graph, env)
+            fetches = []
+            for out in graph.output:
+                try:
+                    fetches.append(env.read(out.name))
+                except Unsupported as e:
+                    self.note(Node("graph output", (), (), {},
+                                   line=f"output '{onnx_model.shown(out.name)}'"), str(e))
+        self.check()
+        if any(f is FAILED for f in fetches):
+            raise FormatError("a graph output could not be computed")
+        self._settle_initializers(state)
+        state.update(self.values)
+        return feeds, fetches, state
+
+    def _settle_initializers(self, state):
+        """Initializers read at import are not trained; those no op reads are dropped."""
+        if not self.read_at_import:
+            return
+        block = self.program.global_block()
+        read = {a for b in self.program.blocks for op in b.desc.ops
+                for slot in op.inputs for a in slot.arguments}
+        dropped = False
+        for name in self.read_at_import:
+            if name not in read:
+                del state[name]
+                dropped = True
+            else:
+                var = block.var(name)
+                var.desc.stop_gradient = True
+                var.stop_gradient = True
+        if dropped:
+            keep = [v for v in block.desc.vars if v.name in read or v.name not in
+                    self.read_at_import]
+            del block.desc.vars[:]
+            block.desc.vars.extend(keep)
+            block.sync()
+
+
+def _scope_of(name):
+    """A prefix for the names of our variables made for the node `name`."""
+    return name.strip("/").replace("/", ".") if name else ""
+
+
+def _read_names(graph):
+    """Every value name some node (in any sub-graph) or graph output reads."""
+    read = set()
+    for g in _walk_graphs(graph):
+        for node in g.node:
+            read.update(node.input)
+        read.update(o.name for o in g.output)
+    read.discard("")
+    return read
+
+
+def _walk_graphs(graph):
+    yield graph
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.g.ByteSize():
+                yield from _walk_graphs(attr.g)
+            for g in attr.graphs:
+                yield from _walk_graphs(g)
+
+
+def translate(model, *, for_training=False):
+    """Translate the ONNX ModelProto `model` (external data already read) into a new
+    Program.
+
+    Returns (program, feed names, fetch names, state): `state` holds the values of the
+    program's persistables (initializers, large constants), to be stored in a Scope.
+    Raises UnsupportedOpError listing every node that could not be translated,
+    FormatError for a model that does not hold together."""
+    opset = onnx_model.opsets(model).get("")
+    if opset is not None and opset < onnx_model.MIN_OPSET:
+        raise UnsupportedOpError(f"the model's default opset is {opset}; opsets "
+                                 f"{onnx_model.MIN_OPSET} and up are translated (convert "
+                                 "it with onnx.version_converter first)",
+                                 unsupported=[("opset", "", str(opset))])
+    values = {}
+    for tensor in model.graph.initializer:
+        if tensor.name in values:
+            raise FormatError(f"two initializers are named '{onnx_model.shown(tensor.name)}'")
+        values[tensor.name] = onnx_model.to_array(tensor)
+    program = Program()
+    translator = OnnxTranslator(program, model, for_training=for_training)
+    feeds, fetches, state = translator.translate_graph(values)
+    return program, feeds, fetches, state
