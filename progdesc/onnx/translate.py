@@ -24,6 +24,7 @@ import numpy as np
 
 from lowering.errors import FormatError, ProgramError, UnsupportedOpError
 from progdesc.framework import Program, program_guard
+from progdesc.onnx import folding, symbolic
 from progdesc.onnx import model as onnx_model
 from progdesc.onnx.rules import RULES
 from progdesc.onnx.table import key
@@ -63,7 +64,8 @@ class OnnxTranslator(Translator):
         self.known = {}         # our name -> its value, known at import (not trainable)
         self.initializers = {}  # our name -> the value of a trainable initializer
         self.read_at_import = set()   # initializers whose value a rule read
-        self._sizes = {}        # our name -> [int | symbol name]: what an int vector holds
+        self._sizes = {}        # our name -> object array of ints and symbolic Sizes
+        self._sources = {}      # symbol name -> (our variable, axis) holding it at run time
         self._dims = {}         # our name -> its dims, symbolic ones by name
         self._envs = []         # the environments of the graphs being walked, innermost last
         self._node = None       # the NodeProto being translated
@@ -91,35 +93,61 @@ class OnnxTranslator(Translator):
 
     def dims(self, name):
         """The dims of our variable `name`: ints where known, the name of a symbolic dim
-        ('batch') where one is known to hold it, None where unknown."""
+        ('batch') or a `symbolic.Size` (batch*seq) where one is known to hold it, None
+        where unknown."""
         ours, _ = self.var(name)
-        symbolic = self._dims.get(name)
-        if symbolic is None or len(symbolic) != len(ours):
+        symbolic_dims = self._dims.get(name)
+        if symbolic_dims is None or len(symbolic_dims) != len(ours):
             return [d if d >= 0 else None for d in ours]
-        return [d if d >= 0 else s for d, s in zip(ours, symbolic)]
+        return [d if d >= 0 else s for d, s in zip(ours, symbolic_dims)]
 
     def set_dims(self, name, dims):
-        """Record the dims of our variable `name` (ints, symbol names, None)."""
+        """Record the dims of our variable `name` (ints, symbol names, Sizes, None)."""
         self._dims[name] = tuple(dims)
 
+    def size_of_dim(self, name, axis):
+        """Dim `axis` of our variable `name` as a size: an int, or a `symbolic.Size` whose
+        symbols some variable holds at run time (an unknown dim gets a symbol of its own,
+        held by `name`)."""
+        d = self.dims(name)[axis]
+        if isinstance(d, int) or isinstance(d, symbolic.Size):
+            return d
+        if d is None:
+            d = f"{name}:{axis}"
+        self._sources.setdefault(d, (name, axis))
+        return symbolic.symbol(d)
+
+    def source_of(self, symbol_name):
+        """(our variable, axis) holding the symbolic dim `symbol_name` at run time, or None."""
+        return self._sources.get(symbol_name)
+
     def sizes_of(self, name):
-        """The elements of a 0-D or 1-D int variable of ours as sizes: ints and names of
-        symbolic dims, as `Shape` made them and the shape rules kept them; None if some
-        element is neither known nor a symbolic dim."""
+        """The elements of a 0-D or 1-D int variable of ours as sizes: ints and symbolic
+        `Size`s (`batch`, `batch*seq`), as `Shape` made them and shape computations kept
+        them; None if some element is neither."""
+        value = self.folded(name)
+        if value is None or value.ndim > 1 or (value.dtype != object
+                                               and value.dtype.kind not in "iub"):
+            return None
+        return [v if isinstance(v, symbolic.Size) else int(v) for v in value.reshape(-1)]
+
+    def set_sizes(self, name, sizes):
+        """Record that our int variable `name` holds `sizes` (ints and Sizes; a list or a
+        NumPy array of dtype object)."""
+        array = np.empty(np.shape(sizes) if isinstance(sizes, np.ndarray) else len(sizes),
+                         dtype=object)
+        array[...] = sizes if isinstance(sizes, np.ndarray) else list(sizes)
+        self._sizes[name] = array
+
+    def folded(self, name):
+        """What our variable `name` holds, as far as import knows: its value (a constant, an
+        int initializer), an object array of ints and symbolic Sizes, or None. Trainable
+        initializers are not read (their value is not frozen)."""
         if name is None:
             return None
         if name in self._sizes:
-            return list(self._sizes[name])
-        value = self.known.get(name)
-        if value is None and name in self.initializers:
-            value = self.value_of(name)
-        if value is not None and value.dtype.kind in "iu" and value.ndim <= 1:
-            return [int(v) for v in value.reshape(-1)]
-        return None
-
-    def set_sizes(self, name, sizes):
-        """Record that our int vector `name` holds `sizes` (ints and symbol names)."""
-        self._sizes[name] = list(sizes)
+            return self._sizes[name]
+        return self.known.get(name)
 
     def graph_of(self, graph):
         """A sub-graph attribute (GraphProto) as a graph for `inline` / `sub_block`."""
@@ -178,6 +206,15 @@ class OnnxTranslator(Translator):
             return
         self.version = self.opsets.get("" if proto.domain in onnx_model.DEFAULT_DOMAINS
                                        else proto.domain)
+        folded = self._fold(proto, ins, attrs)
+        if folded is not None and not any(symbolic.is_symbolic(v) for v in folded):
+            saved = self._scope
+            self._scope = node.scope or saved
+            try:
+                env.bind(outputs, [self.constant(v) for v in folded])
+            finally:
+                self._scope = saved
+            return
         self._node = proto
         try:
             results = self.apply(node, ins)
@@ -203,6 +240,29 @@ class OnnxTranslator(Translator):
                 if typ is not None and typ[0] is not None and result not in self._dims:
                     self._dims[result] = typ[0]
             env.bind([out], [result])
+        if folded is not None:   # symbolic sizes: kept beside the values the ops compute
+            for result, value in zip(results, folded):
+                if result is not None and result is not FAILED and result not in self.known:
+                    self._sizes.setdefault(result, value)
+
+    def _fold(self, proto, ins, attrs):
+        """The outputs of a default-domain node computed at import (see
+        `progdesc.onnx.folding`) from its inputs' folded values, or None."""
+        if (proto.domain not in onnx_model.DEFAULT_DOMAINS
+                or not folding.can_fold(proto.op_type)):
+            return None
+        values = []
+        for name in ins:
+            if name is FAILED:
+                return None
+            value = self.folded(name)
+            if name is not None and value is None:
+                return None
+            values.append(value)
+        outs = folding.fold(proto.op_type, values, attrs)
+        if outs is None or len(outs) != len([o for o in proto.output if o]):
+            return None
+        return outs
 
     @property
     def node_proto(self):
@@ -239,11 +299,14 @@ class OnnxTranslator(Translator):
                 raise FormatError(f"graph input '{onnx_model.shown(info.name)}' is not a "
                                   "tensor of known rank and element type")
             dims, dtype = typ
-            symbolic = [d if d is not None else f"{info.name}:{axis}"
-                        for axis, d in enumerate(dims)]
+            named = [d if d is not None else f"{info.name}:{axis}"
+                 for axis, d in enumerate(dims)]
             block.create_var(info.name, [d if isinstance(d, int) else -1 for d in dims],
                              dtype, stop_gradient=True, need_check_feed=True)
-            self._dims[info.name] = tuple(symbolic)
+            self._dims[info.name] = tuple(named)
+            for axis, d in enumerate(named):
+                if isinstance(d, str):
+                    self._sources.setdefault(d, (info.name, axis))
             env.bind([info.name], [info.name])
             feeds.append(info.name)
         with program_guard(self.program):   # control-flow builders append to it

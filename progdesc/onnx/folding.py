@@ -1,0 +1,394 @@
+"""Import-time folding of ONNX nodes whose inputs are known: shape computations, mostly.
+
+`fold(op_type, inputs, attrs)` computes a node in NumPy from its inputs' values, each a
+NumPy array or None (unknown at import). Arrays of dtype object hold ints and symbolic
+sizes (`progdesc.onnx.symbolic.Size`): the sizes `Shape` makes of a value with symbolic
+dims, carried through Gather, Slice, Concat, Unsqueeze, Cast, Add, Mul, Equal, Where,
+Max... so that Reshape's and Expand's targets stay symbolic.
+
+The translator (`progdesc.onnx.translate`) uses it two ways: a node whose inputs are all
+known as numbers becomes a constant (its rule is not called); a node some of whose inputs
+hold symbolic sizes is translated by its rule as usual, and its result's sizes are
+recorded beside it. A node that cannot be folded (an op not here, a comparison that
+depends on the symbols' values) gives None.
+"""
+import numpy as np
+
+from progdesc.onnx import symbolic
+from progdesc.onnx.symbolic import Size, Undecided
+
+MAX_FOLDED = 1 << 16
+"""The most elements a folded result may have (a larger one is computed at run time)."""
+
+_FOLDERS = {}
+
+
+def folder(*op_types):
+    """Register `fn(inputs, attrs) -> [arrays]` as the folding of ONNX `op_types`."""
+    def register(fn):
+        for t in op_types:
+            _FOLDERS[t] = fn
+        return fn
+    return register
+
+
+def can_fold(op_type):
+    """Whether ONNX op type `op_type` (default domain) has a folding."""
+    return op_type in _FOLDERS
+
+
+def fold(op_type, inputs, attrs):
+    """The outputs of the node computed from `inputs` (arrays; None for an absent optional
+    input), or None if it cannot be folded."""
+    fn = _FOLDERS.get(op_type)
+    if fn is None:
+        return None
+    try:
+        outs = fn(list(inputs), dict(attrs))
+    except (Undecided, TypeError, ValueError, IndexError, ArithmeticError, OverflowError):
+        return None
+    if outs is None:
+        return None
+    outs = [np.asarray(o) if not isinstance(o, np.ndarray) else o for o in outs]
+    if any(o.size > MAX_FOLDED for o in outs):
+        return None
+    return [_tidy(o) for o in outs]
+
+
+def _tidy(array):
+    """An object array with no Size left becomes an int64 array."""
+    if array.dtype == object and not symbolic.is_symbolic(array):
+        return array.astype(np.int64)
+    return array
+
+
+def _ints(array):
+    return [int(v) for v in np.asarray(array).reshape(-1)]
+
+
+def _known(*arrays):
+    if any(a is None for a in arrays):
+        raise ValueError("an input is unknown")
+
+
+def _numeric(*arrays):
+    """Refuse symbolic inputs (an op that only folds numbers)."""
+    for a in arrays:
+        if a is not None and symbolic.is_symbolic(a):
+            raise Undecided("symbolic input")
+
+
+# --- elementwise ---
+def _int_div(x, y):
+    """ONNX's integer division (truncating), exact only for sizes."""
+    if isinstance(x, Size) or isinstance(y, Size):
+        return x // y
+    q, r = divmod(int(x), int(y))
+    if r and ((x < 0) != (y < 0)):
+        q += 1
+    return q
+
+
+_BINARY = {"Add": lambda a, b: a + b, "Sub": lambda a, b: a - b, "Mul": lambda a, b: a * b}
+
+
+def _binary(name, fn):
+    def run(inputs, attrs):
+        a, b = inputs[:2]
+        _known(a, b)
+        if a.dtype == object or b.dtype == object:
+            return [np.frompyfunc(fn, 2, 1)(a, b).astype(object)]
+        return [fn(a, b).astype(np.result_type(a, b))]
+    _FOLDERS[name] = run
+
+
+for _name, _fn in _BINARY.items():
+    _binary(_name, _fn)
+
+
+@folder("Div")
+def _div(inputs, attrs):
+    a, b = inputs[:2]
+    _known(a, b)
+    if a.dtype == object or b.dtype == object:
+        return [np.frompyfunc(_int_div, 2, 1)(a, b).astype(object)]
+    if a.dtype.kind in "iu":
+        return [np.frompyfunc(_int_div, 2, 1)(a, b).astype(a.dtype)]
+    return [np.divide(a, b).astype(a.dtype)]
+
+
+@folder("Mod")
+def _mod(inputs, attrs):
+    a, b = inputs[:2]
+    _known(a, b)
+    _numeric(a, b)
+    if attrs.get("fmod", 0) or a.dtype.kind == "f":
+        return [np.fmod(a, b)]
+    return [np.mod(a, b)]
+
+
+@folder("Neg")
+def _neg(inputs, attrs):
+    _known(inputs[0])
+    return [-inputs[0]]
+
+
+for _name, _fn in (("Abs", np.abs), ("Floor", np.floor), ("Ceil", np.ceil), ("Sqrt", np.sqrt),
+                   ("Sign", np.sign), ("Not", np.logical_not)):
+    def _run(inputs, attrs, fn=_fn):
+        _known(inputs[0])
+        _numeric(inputs[0])
+        return [fn(inputs[0]).astype(inputs[0].dtype)]
+    _FOLDERS[_name] = _run
+
+
+def _comparison(fn, numeric):
+    def run(inputs, attrs):
+        a, b = inputs[:2]
+        _known(a, b)
+        if a.dtype == object or b.dtype == object:
+            return [np.frompyfunc(lambda x, y: fn(symbolic.compare(x, y)), 2, 1)(a, b)
+                    .astype(bool)]
+        return [numeric(a, b)]
+    return run
+
+
+for _name, _fn, _np in (("Equal", lambda c: c == 0, np.equal),
+                        ("Less", lambda c: c < 0, np.less),
+                        ("Greater", lambda c: c > 0, np.greater),
+                        ("LessOrEqual", lambda c: c <= 0, np.less_equal),
+                        ("GreaterOrEqual", lambda c: c >= 0, np.greater_equal)):
+    _FOLDERS[_name] = _comparison(_fn, _np)
+
+
+for _name, _fn in (("And", np.logical_and), ("Or", np.logical_or), ("Xor", np.logical_xor)):
+    def _run(inputs, attrs, fn=_fn):
+        _known(*inputs[:2])
+        _numeric(*inputs[:2])
+        return [fn(inputs[0], inputs[1])]
+    _FOLDERS[_name] = _run
+
+
+@folder("Where")
+def _where(inputs, attrs):
+    c, x, y = inputs[:3]
+    _known(c, x, y)
+    _numeric(c)
+    if x.dtype == object or y.dtype == object:
+        return [np.where(c, x.astype(object), y.astype(object))]
+    return [np.where(c, x, y).astype(np.result_type(x, y))]
+
+
+def _extreme(pick):
+    def run(inputs, attrs):
+        _known(*inputs)
+        if not any(a.dtype == object for a in inputs):
+            return [pick(np.stack(np.broadcast_arrays(*inputs)), axis=0)
+                    .astype(np.result_type(*inputs))]
+        arrays = np.broadcast_arrays(*[a.astype(object) for a in inputs])
+        out = np.empty(arrays[0].shape, dtype=object)
+        sign = 1 if pick is np.max else -1
+        for index in np.ndindex(out.shape):
+            best = arrays[0][index]
+            for a in arrays[1:]:
+                if sign * symbolic.compare(a[index], best) > 0:
+                    best = a[index]
+            out[index] = best
+        return [out]
+    return run
+
+
+_FOLDERS["Max"] = _extreme(np.max)
+_FOLDERS["Min"] = _extreme(np.min)
+
+
+@folder("Cast")
+def _cast(inputs, attrs):
+    x = inputs[0]
+    _known(x)
+    import onnx
+    to = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(attrs["to"]))
+    if x.dtype == object:
+        if to.kind not in "iu":
+            raise Undecided("symbolic sizes cast to a non-int type")
+        return [x]
+    return [x.astype(to)]
+
+
+@folder("Identity")
+def _identity(inputs, attrs):
+    _known(inputs[0])
+    return [inputs[0]]
+
+
+# --- shapes ---
+@folder("Gather")
+def _gather(inputs, attrs):
+    x, index = inputs[:2]
+    _known(x, index)
+    _numeric(index)
+    axis = int(attrs.get("axis", 0))
+    index = np.where(index < 0, index + x.shape[axis], index)
+    return [np.take(x, index, axis=axis)]
+
+
+@folder("Concat")
+def _concat(inputs, attrs):
+    _known(*inputs)
+    if any(a.dtype == object for a in inputs):
+        inputs = [a.astype(object) for a in inputs]
+    return [np.concatenate(inputs, axis=int(attrs["axis"]))]
+
+
+def _axes_of(inputs, attrs, index):
+    if len(inputs) > index and inputs[index] is not None:
+        _numeric(inputs[index])
+        return _ints(inputs[index])
+    return attrs.get("axes")
+
+
+@folder("Unsqueeze")
+def _unsqueeze(inputs, attrs):
+    x = inputs[0]
+    _known(x)
+    axes = _axes_of(inputs, attrs, 1)
+    rank = x.ndim + len(axes)
+    return [np.expand_dims(x, tuple(sorted(a % rank for a in axes)))]
+
+
+@folder("Squeeze")
+def _squeeze(inputs, attrs):
+    x = inputs[0]
+    _known(x)
+    axes = _axes_of(inputs, attrs, 1)
+    if axes is None:
+        return [np.squeeze(x)]
+    return [np.squeeze(x, tuple(a % x.ndim for a in axes))]
+
+
+@folder("Reshape")
+def _reshape(inputs, attrs):
+    x, shape = inputs[:2]
+    _known(x, shape)
+    _numeric(shape)
+    shape = _ints(shape)
+    if not attrs.get("allowzero", 0):
+        shape = [x.shape[i] if d == 0 else d for i, d in enumerate(shape)]
+    return [x.reshape(shape)]
+
+
+@folder("Flatten")
+def _flatten(inputs, attrs):
+    x = inputs[0]
+    _known(x)
+    axis = int(attrs.get("axis", 1)) % (x.ndim + 1) if x.ndim else 0
+    outer = int(np.prod(x.shape[:axis]))
+    return [x.reshape(outer, -1) if x.size else x.reshape(outer, int(np.prod(x.shape[axis:])))]
+
+
+@folder("Slice")
+def _slice(inputs, attrs):
+    x, starts, ends = inputs[:3]
+    axes = inputs[3] if len(inputs) > 3 else None
+    steps = inputs[4] if len(inputs) > 4 else None
+    _known(x, starts, ends)
+    _numeric(starts, ends, axes, steps)
+    starts, ends = _ints(starts), _ints(ends)
+    axes = _ints(axes) if axes is not None else list(range(len(starts)))
+    steps = _ints(steps) if steps is not None else [1] * len(starts)
+    index = [slice(None)] * x.ndim
+    for s, e, a, k in zip(starts, ends, axes, steps):
+        index[a % x.ndim] = slice(*_python_slice(s, e, k, x.shape[a % x.ndim]))
+    return [x[tuple(index)]]
+
+
+def _python_slice(start, end, step, n):
+    """ONNX's clamped start, end and step of a slice of a dim of `n`, as Python slice
+    arguments (None where the slice runs to an end)."""
+    if step == 0:
+        raise ValueError("a slice step of 0")
+    if start < 0:
+        start += n
+    if end < 0:
+        end += n
+    if step > 0:
+        start, end = min(max(start, 0), n), min(max(end, 0), n)
+    else:
+        start, end = min(max(start, -1), n - 1), min(max(end, -1), n - 1)
+        if end < 0:
+            end = None
+    return start, end, step
+
+
+@folder("Range")
+def _range(inputs, attrs):
+    start, limit, delta = inputs[:3]
+    _known(start, limit, delta)
+    _numeric(start, limit, delta)
+    dtype = start.dtype
+    count = max(int(np.ceil((float(limit) - float(start)) / float(delta))), 0)
+    return [(start + np.arange(count) * delta).astype(dtype)]
+
+
+@folder("ConstantOfShape")
+def _constant_of_shape(inputs, attrs):
+    shape = inputs[0]
+    _known(shape)
+    _numeric(shape)
+    value = attrs.get("value")
+    value = np.zeros(1, np.float32) if value is None else np.asarray(value).reshape(-1)
+    return [np.full(_ints(shape), value[0], dtype=value.dtype)]
+
+
+@folder("Expand")
+def _expand(inputs, attrs):
+    x, shape = inputs[:2]
+    _known(x, shape)
+    _numeric(x, shape)
+    return [x * np.ones(_ints(shape), dtype=x.dtype)]
+
+
+@folder("Tile")
+def _tile(inputs, attrs):
+    x, reps = inputs[:2]
+    _known(x, reps)
+    _numeric(reps)
+    return [np.tile(x, _ints(reps))]
+
+
+@folder("Transpose")
+def _transpose(inputs, attrs):
+    _known(inputs[0])
+    perm = attrs.get("perm")
+    return [np.transpose(inputs[0], perm)]
+
+
+def _reduce(fn):
+    def run(inputs, attrs):
+        x = inputs[0]
+        _known(x)
+        axes = _axes_of(inputs, attrs, 1)
+        keep = bool(attrs.get("keepdims", 1))
+        if not axes:
+            if attrs.get("noop_with_empty_axes", 0):
+                return [x]
+            axes = list(range(x.ndim))
+        axes = tuple(a % x.ndim for a in axes)
+        if x.dtype == object:
+            out = fn(x, axis=axes, keepdims=keep, initial=None)
+            return [np.asarray(out, dtype=object)]
+        return [fn(x, axis=axes, keepdims=keep).astype(x.dtype)]
+    return run
+
+
+def _object_prod(x, axis, keepdims, initial=None):
+    out = np.multiply.reduce(x, axis=axis, keepdims=keepdims, initial=1)
+    return out
+
+
+def _object_sum(x, axis, keepdims, initial=None):
+    return np.add.reduce(x, axis=axis, keepdims=keepdims, initial=0)
+
+
+_FOLDERS["ReduceProd"] = _reduce(_object_prod)
+_FOLDERS["ReduceSum"] = _reduce(_object_sum)
