@@ -392,3 +392,38 @@ def _object_sum(x, axis, keepdims, initial=None):
 
 _FOLDERS["ReduceProd"] = _reduce(_object_prod)
 _FOLDERS["ReduceSum"] = _reduce(_object_sum)
+
+
+# --- results whose shapes depend on values: only ever folded ---
+@folder("NonZero")
+def _nonzero(inputs, attrs):
+    _known(inputs[0])
+    _numeric(inputs[0])
+    return [np.array(np.nonzero(inputs[0]), dtype=np.int64).reshape(inputs[0].ndim, -1)]
+
+
+@folder("Compress")
+def _compress(inputs, attrs):
+    x, condition = inputs[:2]
+    _known(x, condition)
+    _numeric(condition)
+    axis = attrs.get("axis")
+    return [np.compress(condition.astype(bool), x, axis=axis)]
+
+
+@folder("Unique")
+def _unique(inputs, attrs):
+    x = inputs[0]
+    _known(x)
+    _numeric(x)
+    axis = attrs.get("axis")
+    values, first, inverse, counts = np.unique(x, return_index=True, return_inverse=True,
+                                               return_counts=True, axis=axis)
+    if not attrs.get("sorted", 1):   # in the order of their first occurrence
+        order = np.argsort(first, kind="stable")
+        rank = np.empty_like(order)
+        rank[order] = np.arange(len(order))
+        values = np.take(values, order, axis=0 if axis is None else axis)
+        first, counts, inverse = first[order], counts[order], rank[inverse.reshape(-1)]
+    return [values, first.astype(np.int64), inverse.reshape(-1).astype(np.int64),
+            counts.astype(np.int64)]
