@@ -62,6 +62,15 @@ def _tidy(array):
     return array
 
 
+def _objects(result):
+    """The result of a NumPy ufunc of dtype object (a scalar for 0-D inputs) as an array."""
+    if isinstance(result, np.ndarray):
+        return result.astype(object)
+    out = np.empty((), dtype=object)
+    out[()] = result
+    return out
+
+
 def _ints(array):
     return [int(v) for v in np.asarray(array).reshape(-1)]
 
@@ -97,7 +106,7 @@ def _binary(name, fn):
         a, b = inputs[:2]
         _known(a, b)
         if a.dtype == object or b.dtype == object:
-            return [np.frompyfunc(fn, 2, 1)(a, b).astype(object)]
+            return [_objects(np.frompyfunc(fn, 2, 1)(a, b))]
         return [fn(a, b).astype(np.result_type(a, b))]
     _FOLDERS[name] = run
 
@@ -111,9 +120,9 @@ def _div(inputs, attrs):
     a, b = inputs[:2]
     _known(a, b)
     if a.dtype == object or b.dtype == object:
-        return [np.frompyfunc(_int_div, 2, 1)(a, b).astype(object)]
+        return [_objects(np.frompyfunc(_int_div, 2, 1)(a, b))]
     if a.dtype.kind in "iu":
-        return [np.frompyfunc(_int_div, 2, 1)(a, b).astype(a.dtype)]
+        return [np.asarray(np.frompyfunc(_int_div, 2, 1)(a, b)).astype(a.dtype)]
     return [np.divide(a, b).astype(a.dtype)]
 
 
@@ -147,8 +156,8 @@ def _comparison(fn, numeric):
         a, b = inputs[:2]
         _known(a, b)
         if a.dtype == object or b.dtype == object:
-            return [np.frompyfunc(lambda x, y: fn(symbolic.compare(x, y)), 2, 1)(a, b)
-                    .astype(bool)]
+            return [np.asarray(np.frompyfunc(lambda x, y: fn(symbolic.compare(x, y)), 2, 1)
+                               (a, b)).astype(bool)]
         return [numeric(a, b)]
     return run
 

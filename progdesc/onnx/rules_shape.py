@@ -31,38 +31,22 @@ def constant(t, *, value=None, value_float=None, value_floats=None, value_int=No
 
 
 # --- shapes as values ---
-def _sizes_value(t, x, sizes, axes):
-    """Our variable holding `sizes` (dims `axes` of x): a constant where all are known,
-    else the dims read at run time (`dim_size`), the sizes recorded beside it."""
-    if not any(isinstance(s, symbolic.Size) for s in sizes):
-        return t.constant(np.asarray(sizes, dtype=np.int64))
-    parts = [t.call("dim_size", x, axis=a, dtype="int64") for a in axes]
-    out = t.call("stack", parts, axis=0)
-    t.set_sizes(out, sizes)
-    return out
-
-
 @RULES.rule("Shape")
 def shape(t, x, *, start=0, end=None):
     sizes = dim_sizes(t, x)
     rank = len(sizes)
     lo = min(max(start + rank if start < 0 else start, 0), rank)
     hi = rank if end is None else min(max(end + rank if end < 0 else end, 0), rank)
-    axes = list(range(lo, max(hi, lo)))
-    return _sizes_value(t, x, [sizes[a] for a in axes], axes)
+    value = np.empty(max(hi - lo, 0), dtype=object)
+    value[:] = sizes[lo:max(hi, lo)]
+    return t.materialize(value if symbolic.is_symbolic(value) else value.astype(np.int64))
 
 
 @RULES.rule("Size")
 def size(t, x):
-    sizes = dim_sizes(t, x)
-    total = symbolic.product(sizes)
-    if not isinstance(total, symbolic.Size):
-        return t.constant(np.asarray(total, dtype=np.int64))
-    out = t.constant(np.asarray(1, dtype=np.int64))
-    for axis, s in enumerate(sizes):
-        out = t.call("mul", out, t.call("dim_size", x, axis=axis, dtype="int64"))
-    t.set_sizes(out, np.asarray(total, dtype=object))
-    return out
+    value = np.empty((), dtype=object)
+    value[()] = symbolic.product(dim_sizes(t, x))
+    return t.materialize(value if symbolic.is_symbolic(value) else value.astype(np.int64))
 
 
 # --- reshaping ---

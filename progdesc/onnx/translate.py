@@ -66,6 +66,7 @@ class OnnxTranslator(Translator):
         self.read_at_import = set()   # initializers whose value a rule read
         self._sizes = {}        # our name -> object array of ints and symbolic Sizes
         self._sources = {}      # symbol name -> (our variable, axis) holding it at run time
+        self._size_ops = set()  # outputs of the ops computing sizes at run time (materialize)
         self._dims = {}         # our name -> its dims, symbolic ones by name
         self._envs = []         # the environments of the graphs being walked, innermost last
         self._node = None       # the NodeProto being translated
@@ -207,13 +208,15 @@ class OnnxTranslator(Translator):
         self.version = self.opsets.get("" if proto.domain in onnx_model.DEFAULT_DOMAINS
                                        else proto.domain)
         folded = self._fold(proto, ins, attrs)
-        if folded is not None and not any(symbolic.is_symbolic(v) for v in folded):
-            saved = self._scope
-            self._scope = node.scope or saved
+        if folded is not None:   # known at import: a constant, or sizes computed at run time
+            saved = self._scope, self._callsite
+            self._scope, self._callsite = node.scope or saved[0], node.line or saved[1]
             try:
-                env.bind(outputs, [self.constant(v) for v in folded])
+                env.bind([o for o in outputs if o is not None],
+                         [self.materialize(v, self.onnx_types.get(o))
+                          for o, v in zip([o for o in outputs if o is not None], folded)])
             finally:
-                self._scope = saved
+                self._scope, self._callsite = saved
             return
         self._node = proto
         try:
@@ -240,10 +243,71 @@ class OnnxTranslator(Translator):
                 if typ is not None and typ[0] is not None and result not in self._dims:
                     self._dims[result] = typ[0]
             env.bind([out], [result])
-        if folded is not None:   # symbolic sizes: kept beside the values the ops compute
-            for result, value in zip(results, folded):
-                if result is not None and result is not FAILED and result not in self.known:
-                    self._sizes.setdefault(result, value)
+
+    def materialize(self, value, onnx_type=None):
+        """Our variable holding the folded `value` (an array; of dtype object for symbolic
+        sizes): a constant, or the dims its sizes are made of read at run time
+        (`dim_size`), the sizes recorded beside it (`sizes_of`). `onnx_type`: the ONNX
+        (dims, dtype) of the value, for its dtype."""
+        if not symbolic.is_symbolic(value):
+            return self.constant(value)
+        dtype = onnx_type[1] if onnx_type is not None else "int64"
+        elements = []
+        for v in value.reshape(-1):
+            if not isinstance(v, symbolic.Size):
+                elements.append(self.constant(np.asarray(v, dtype=np.int64)))
+                continue
+            total = None
+            for mono, coef in v.terms.items():
+                term = None if coef == 1 and mono else self.constant(
+                    np.asarray(coef, dtype=np.int64))
+                for name in mono:
+                    var, axis = self._sources[name]
+                    dim = self._size_op("dim_size", var, axis=axis, dtype="int64")
+                    term = dim if term is None else self._size_op("mul", term, dim)
+                total = term if total is None else self._size_op("add", total, term)
+            elements.append(total)
+        out = self._size_op("stack", elements, axis=0)
+        if value.ndim != 1:
+            out = self._size_op("reshape", out, shape=list(value.shape))
+        if dtype != "int64":
+            out = self._size_op("cast", out, dtype=dtype)
+        self._sizes[out] = value
+        return out
+
+    def _size_op(self, op_type, *args, **attrs):
+        out = self.call(op_type, *args, **attrs)
+        self._size_ops.add(out)
+        return out
+
+    def _drop_unread_sizes(self, fetches):
+        """Remove the ops computing sizes at run time and the constants that no op reads
+        (what only gave shapes at import)."""
+        block = self.program.global_block()
+        ops = block.desc.ops
+        reads = {}
+        for b in self.program.blocks:
+            for op in b.desc.ops:
+                for slot in op.inputs:
+                    for a in slot.arguments:
+                        reads[a] = reads.get(a, 0) + 1
+        for name in fetches:
+            reads[name] = reads.get(name, 0) + 1
+        dropped = set()
+        for index in range(len(ops) - 1, -1, -1):
+            outs = [a for slot in ops[index].outputs for a in slot.arguments]
+            if outs and all((o in self._size_ops or o in self.known) and not reads.get(o)
+                            for o in outs):
+                for slot in ops[index].inputs:
+                    for a in slot.arguments:
+                        reads[a] -= 1
+                dropped.update(outs)
+                del ops[index]
+        if dropped:
+            keep = [v for v in block.desc.vars if v.name not in dropped]
+            del block.desc.vars[:]
+            block.desc.vars.extend(keep)
+            block.sync()
 
     def _fold(self, proto, ins, attrs):
         """The outputs of a default-domain node computed at import (see
@@ -321,6 +385,7 @@ class OnnxTranslator(Translator):
         self.check()
         if any(f is FAILED for f in fetches):
             raise FormatError("a graph output could not be computed")
+        self._drop_unread_sizes(fetches)
         self._settle_initializers(state)
         state.update(self.values)
         return feeds, fetches, state
