@@ -18,6 +18,7 @@ from progdesc import onnx as ponnx
 from progdesc.onnx import symbolic
 
 D, HEADS = 8, 2
+BUFFER = np.tril(np.ones((16, 16), np.float32))[None, None]
 
 
 def _model(nodes, inputs, outputs, initializers=(), opset=17):
@@ -79,11 +80,24 @@ def _gpt_like():
         helper.make_node("Concat", ["b1", "s1"], ["bs_shape"], axis=0),
         helper.make_node("ConstantOfShape", ["bs_shape"], ["ones"],
                          value=numpy_helper.from_array(np.ones(1, np.float32))),
+        # a causal buffer [1, 1, 16, 16] cut to [1, 1, seq, seq] (bias[:, :, s-s:s, :s])
+        helper.make_node("Sub", ["s", "s"], ["none"]),
+        helper.make_node("Unsqueeze", ["none", "ax0"], ["none1"]),
+        _ints("zero1", [0]), _ints("axes23", [2, 3]),
+        helper.make_node("Concat", ["none1", "zero1"], ["cut_starts"], axis=0),
+        helper.make_node("Concat", ["s1", "s1"], ["cut_ends"], axis=0),
+        helper.make_node("Slice", ["buffer", "cut_starts", "cut_ends", "axes23"], ["causal"]),
+        # the sequence from its second element, and its last element
+        _ints("end", [2 ** 62]), _ints("ax1", [1]), _ints("minus1", [-1]),
+        helper.make_node("Slice", ["x", "one1", "end", "ax1"], ["tail"]),
+        helper.make_node("Sub", ["s1", "one1"], ["s_minus_1"]),
+        helper.make_node("Slice", ["x", "s_minus_1", "end", "ax1"], ["last"]),
     ]
     outputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, None)
-               for n in ("heads_first", "with_pos", "mask4", "ones")]
+               for n in ("heads_first", "with_pos", "mask4", "ones", "causal", "tail", "last")]
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", D])
-    inits = [numpy_helper.from_array(w, "w"), numpy_helper.from_array(pos, "pos")]
+    inits = [numpy_helper.from_array(w, "w"), numpy_helper.from_array(pos, "pos"),
+             numpy_helper.from_array(BUFFER, "buffer")]
     return _model(nodes, [x], outputs, inits), w, pos
 
 
@@ -92,7 +106,7 @@ def _gpt_like_reference(x, w, pos):
     heads = (x.reshape(b * s, D) @ w).reshape(b, s, HEADS, D // HEADS).transpose(0, 2, 1, 3)
     mask = np.where(np.arange(s)[None, :] <= np.arange(s)[:, None], 0, -1e9).astype(np.float32)
     return [heads, x + pos[:s], np.broadcast_to(mask, (b, 1, s, s)),
-            np.ones((b, s), np.float32)]
+            np.ones((b, s), np.float32), BUFFER[:, :, :s, :s], x[:, 1:], x[:, -1:]]
 
 
 SIZES = [(2, 3), (5, 7)]
@@ -121,6 +135,7 @@ def test_symbolic_dims_survive_export(tmp_path):
                                        batch_polymorphic={"x": ("batch", "seq", None)})
     assert header["feeds"][0]["shape"][:2] == ["batch", "seq"]
     assert header["fetches"][2]["shape"] == ["batch", 1, "seq", "seq"]
+    assert header["fetches"][4]["shape"][2:] == ["min(seq, 16)"] * 2
     served = pd.export.load_compiled(path)
     rng = np.random.default_rng(2)
     for b, s in SIZES:

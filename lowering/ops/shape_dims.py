@@ -1,8 +1,8 @@
-"""Reshape and broadcast to shapes computed from other arrays' dims at run time.
+"""Reshape, broadcast and slice to shapes computed from other arrays' dims at run time.
 
 An imported model's shapes may be products and sums of dims known only at run time
 (`[batch, seq, 12, 64]` from `[batch*seq, 768]`): `reshape_dims` and `broadcast_dims`
-take them from the shapes of their `Like` inputs (only their shapes are read, so the
+(and `slice_dims`, bounds) take them from the shapes of their `Like` inputs (only their shapes are read, so the
 values computing them are never needed), which keeps the dims symbolic through
 `jax.export`.
 
@@ -11,9 +11,11 @@ The target's dims are `shape`, with the dims that `dims` lists computed as
 `pos, coef, n` then `n` pairs `(i, axis)` of the Like dims it multiplies.
 """
 import jax.numpy as jnp
+from jax import lax
 
 from lowering import checks
 from lowering.errors import ShapeError
+from lowering.ops.collective import local_vjp
 from lowering.registry import REQUIRED, Attr, In, Out, op
 
 _LIKES = In("Like", many=True, optional=True, differentiable=False,
@@ -144,3 +146,93 @@ def _(inputs, attrs):
 @broadcast_dims.gradient
 def _(g):
     g.call("reduce_as", g.out_grad("Out"), g.input("X"), out=g.in_grad("X"))
+
+
+_SLICE_ATTRS = {
+    "axes": Attr("axes", "ints", REQUIRED),
+    "starts": Attr("starts", "ints", REQUIRED, "negative counts from the end"),
+    "ends": Attr("ends", "ints", REQUIRED, "negative counts from the end; clamped to the dim"),
+    "strides": Attr("strides", "ints", ()),
+    "dims": Attr("dims", "ints", (), "computed starts and ends: terms as for reshape_dims, "
+                                     "positions in starts + ends"),
+}
+
+
+def dim_min_max():
+    """(min, max) of two dims, ints or symbolic (progdesc.jax_compat reaches JAX's)."""
+    from progdesc.jax_compat import dim_min_max as reach   # JAX internals: one place
+    return reach()
+
+
+def _clamped(value, n, step):
+    """An ONNX start or end (an int or a symbolic dim) clamped into a dim of `n`."""
+    low, high = dim_min_max()
+    if isinstance(value, int) and value < 0:
+        value = value + n
+    if step > 0:
+        return low(high(value, 0), n)
+    return low(high(value, -1), n - 1)
+
+
+def _slice_window(X, Like, axes, starts, ends, strides, dims):
+    """(starts, limits, strides) per dim of X for `lax.slice`, or Python slices (a
+    negative stride)."""
+    bounds, _ = target_dims(list(starts) + list(ends), dims, Like)
+    n = len(axes)
+    if len(starts) != n or len(ends) != n or (strides and len(strides) != n):
+        raise ShapeError("slice_dims: axes, starts, ends (and strides) must have equal "
+                         "lengths", slot="X")
+    index = [slice(None)] * X.ndim
+    for k, axis in enumerate(axes):
+        checks.axis("X", X, axis, "axes")
+        step = strides[k] if strides else 1
+        if step == 0:
+            raise ShapeError("slice_dims: a stride of 0", slot="X")
+        size = X.shape[axis]
+        start, end = _clamped(bounds[k], size, step), _clamped(bounds[n + k], size, step)
+        if step < 0 and isinstance(end, int) and end < 0:
+            end = None
+        index[axis % X.ndim] = slice(start, end, step)
+    return tuple(index)
+
+
+@op("slice_dims", inputs=[In("X"), _LIKES], outputs=[Out("Out")], attrs=_SLICE_ATTRS)
+def slice_dims(X, Like=None, *, axes, starts, ends, strides, dims):
+    """X[starts:ends:strides] along `axes` (ONNX's Slice: bounds clamped into each dim),
+    the bounds listed in `dims` computed from Like's dims."""
+    index = _slice_window(X, Like, axes, starts, ends, strides, dims)
+    if all(s.step is None or s.step > 0 for s in index):
+        low, high = dim_min_max()
+        start = [0 if s.start is None else s.start for s in index]
+        limit = [n if s.stop is None else high(s.stop, s.start or 0)
+                 for s, n in zip(index, X.shape)]
+        return lax.slice(X, start, limit, [s.step or 1 for s in index])
+    return X[index]
+
+
+@slice_dims.gradient
+def _(g):
+    g.call("slice_dims_grad", g.input("X"), g.input_list("Like") or None, g.out_grad("Out"),
+           out=g.in_grad("X"), **{k: g.attr(k) for k in _SLICE_ATTRS})
+
+
+@op("slice_dims_grad", inputs=[In("X", differentiable=False, doc="only its shape is used"),
+                               _LIKES, In("OutGrad")],
+    outputs=[Out("Out")], attrs=_SLICE_ATTRS)
+def slice_dims_grad(X, Like=None, OutGrad=None, **attrs):
+    """Zeros shaped like `X` with `OutGrad` written where slice_dims read it."""
+    return local_vjp(lambda x: slice_dims.lower(x, Like, **attrs),
+                     (jnp.zeros(X.shape, OutGrad.dtype),), OutGrad)[0]
+
+
+@slice_dims_grad.shape_rule
+def _(inputs, attrs):
+    (x, _), = inputs["X"]
+    (_, dtype), = inputs["OutGrad"]
+    return {"Out": [(tuple(x), dtype)]}
+
+
+@slice_dims_grad.gradient
+def _(g):
+    g.call("slice_dims", g.out_grad("Out"), g.input_list("Like") or None,
+           out=g.in_grad("OutGrad"), **{k: g.attr(k) for k in _SLICE_ATTRS})

@@ -150,24 +150,22 @@ def split(t, x, split_input=None, *, axis=0, split=None, num_outputs=None):
 
 
 # --- slicing ---
-def _slice_bound(value, dim, what):
-    """An ONNX start or end (an int or a Size) as an int our slice takes, against the
-    sliced dim `dim` (an int or a Size)."""
-    if isinstance(value, symbolic.Size) or isinstance(dim, symbolic.Size):
-        try:
-            past = value - dim   # from the end: negative, or past it
-            if isinstance(past, symbolic.Size):
-                raise symbolic.Undecided(str(past))
-            return INT32_MAX if past >= 0 else past
-        except symbolic.Undecided:
-            if isinstance(value, symbolic.Size) and isinstance(dim, int):
-                try:
-                    if symbolic.compare(value, dim) >= 0:
-                        return INT32_MAX
-                except symbolic.Undecided:
-                    pass
-            raise Unsupported(f"its {what} {value} is not known against the dim {dim} it "
-                              "slices") from None
+def _slice_bound(value, dim):
+    """An ONNX start or end (an int or a Size) as an int our `slice` takes (it clamps ints
+    at run time as ONNX does), against the sliced dim `dim` (an int or a Size); None
+    where only run time can clamp it."""
+    if not isinstance(value, symbolic.Size):
+        return _clip(value)
+    past = value - dim   # from the end: negative, or past it
+    if not isinstance(past, symbolic.Size):
+        return INT32_MAX if past >= 0 else past
+    try:
+        return INT32_MAX if symbolic.compare(value, dim) >= 0 else None
+    except symbolic.Undecided:
+        return None
+
+
+def _clip(value):
     return max(min(int(value), INT32_MAX), -INT32_MAX)
 
 
@@ -185,16 +183,27 @@ def slice_(t, x, starts, ends, axes=None, steps=None):
                           "repeated")
     if 0 in steps:
         raise Unsupported("a step of 0")
-    ours_starts = [_slice_bound(s, sizes[a], "start") for s, a in zip(starts, axes)]
-    ours_ends = [_slice_bound(e, sizes[a], "end") for e, a in zip(ends, axes)]
     if not axes:
         return t.call("assign", x)
-    out = t.call("slice", x, axes=axes, starts=ours_starts, ends=ours_ends, strides=steps)
+    ours_starts = [_slice_bound(s, sizes[a]) for s, a in zip(starts, axes)]
+    ours_ends = [_slice_bound(e, sizes[a]) for e, a in zip(ends, axes)]
     dims = list(t.dims(x))
+    if None in ours_starts or None in ours_ends:   # clamped at run time
+        if any(k < 0 for k, s, e in zip(steps, starts, ends)
+               if isinstance(s, symbolic.Size) or isinstance(e, symbolic.Size)):
+            raise Unsupported("a negative step between bounds known only at run time")
+        bounds = [b if isinstance(b, symbolic.Size) else _clip(b) for b in starts + ends]
+        shape, spec, likes = computed_dims(t, bounds)
+        out = t.call("slice_dims", x, likes or None, axes=axes, starts=shape[:len(axes)],
+                     ends=shape[len(axes):], strides=steps, dims=spec)
+        for a in axes:
+            dims[a] = None
+        t.set_dims(out, dims)
+        return out
+    out = t.call("slice", x, axes=axes, starts=ours_starts, ends=ours_ends, strides=steps)
     for a, s, e, k in zip(axes, ours_starts, ours_ends, steps):
-        if isinstance(sizes[a], symbolic.Size) and (s, e, k) == (0, INT32_MAX, 1):
-            continue   # the whole dim
-        dims[a] = None
+        if not (isinstance(sizes[a], symbolic.Size) and (s, e, k) == (0, INT32_MAX, 1)):
+            dims[a] = None   # the whole dim keeps its size; else unknown here
     t.set_dims(out, dims)
     return out
 

@@ -27,3 +27,19 @@ INVALID = [
     Invalid("broadcast_dims", {"X": spec(2, 3)}, attrs={"shape": [-1, 4, 5]},
             name="no_dim_to_keep", expect=["-1 at dim 0", "has no dim of X"]),
 ]
+
+SAMPLES += [
+    # X[1 : Like.dim0 + 1] along 0 (clamped to X's 5), X[::2] along 1
+    Sample("slice_dims", {"X": rand(5, 6), "Like": [rand(3, 2)]},
+           lambda X, Like, **a: X[1:4, ::2],
+           {"axes": [0, 1], "starts": [1, 0], "ends": [1, 2 ** 31 - 1], "strides": [1, 2],
+            "dims": [2, 1, 1, 0, 0]}),
+    Sample("slice_dims", {"X": rand(5, 6), "Like": [rand(9, 2)]},
+           lambda X, Like, **a: X[-3:], {"axes": [0], "starts": [-3], "ends": [0],
+                                         "dims": [1, 1, 1, 0, 0]}, name="clamped"),
+    Sample("slice_dims", {"X": rand(5, 6)}, lambda X, **a: X[:, 4:0:-2],
+           {"axes": [1], "starts": [4], "ends": [0], "strides": [-2]}, name="negative_stride"),
+    Sample("slice_dims_grad", {"X": rand(5, 6), "Like": [rand(3, 2)], "OutGrad": rand(3, 6)},
+           lambda X, Like, OutGrad, **a: np.pad(OutGrad, ((1, 1), (0, 0))),
+           {"axes": [0], "starts": [1], "ends": [1], "dims": [1, 1, 1, 0, 0]}),
+]
