@@ -142,3 +142,157 @@ def test_symbolic_dims_survive_export(tmp_path):
         x = rng.standard_normal((b, s, D)).astype(np.float32)
         for g, want in zip(served(x), _gpt_like_reference(x, w, pos)):
             np.testing.assert_allclose(np.asarray(g), want, rtol=1e-5, atol=1e-5)
+
+
+def test_gradients_flow_through_symbolic_reshapes_and_slices():
+    """One SGD step on loss = sum(heads_first * r) + sum(causal): w moves by -lr * the
+    NumPy gradient (flat.T @ r as [batch*seq, D]); the sliced float buffer is trained too."""
+    model, w, pos = _gpt_like()
+    scope = pd.Scope()
+    program, feeds, fetches = ponnx.load(model, scope)
+    startup = pd.Program()
+    with pd.program_guard(program, startup):
+        r = pd.data("r", [-1, HEADS, -1, D // HEADS], "float32")
+        loss = pd.ops.add(pd.ops.reduce_sum(pd.ops.mul(fetches[0], r)),
+                          pd.ops.reduce_sum(fetches[4]))
+        pd.optimizer.SGD(0.5).minimize(loss)
+    exe = pd.Executor()
+    exe.run(startup, scope=scope)
+    rng = np.random.default_rng(3)
+    b, s = 3, 5
+    x = rng.standard_normal((b, s, D)).astype(np.float32)
+    rv = rng.standard_normal((b, HEADS, s, D // HEADS)).astype(np.float32)
+    exe.run(program, feed={"x": x, "r": rv}, fetch_list=[loss], scope=scope)
+    grad = x.reshape(b * s, D).T @ rv.transpose(0, 2, 1, 3).reshape(b * s, D)
+    np.testing.assert_allclose(scope.get("w"), w - 0.5 * grad, rtol=1e-4, atol=1e-4)
+    moved = BUFFER.copy()
+    moved[:, :, :s, :s] -= 0.5
+    np.testing.assert_allclose(scope.get("buffer"), moved, rtol=1e-6)
+
+
+def _one_input(nodes, x_dims, out_dtype=TensorProto.FLOAT, inits=(), extra_inputs=()):
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, x_dims)
+    out = helper.make_tensor_value_info("y", out_dtype, None)
+    return _model(nodes, [x, *extra_inputs], [out], inits)
+
+
+def test_shapes_from_run_time_values_are_refused_naming_the_node():
+    n = helper.make_tensor_value_info("n", TensorProto.INT64, [2])
+    model = _one_input([helper.make_node("Reshape", ["x", "n"], ["y"], name="by_value")],
+                       ["batch", 4], extra_inputs=[n])
+    with pytest.raises(UnsupportedOpError, match="'Reshape' at node 'by_value'.*target shape"):
+        ponnx.load(model, pd.Scope())
+    # seq // 2 is no polynomial in seq: refused, not guessed
+    nodes = [helper.make_node("Shape", ["x"], ["shape"]), _ints("i1", [1]), _ints("two", [2]),
+             helper.make_node("Gather", ["shape", "i1"], ["s"]),
+             helper.make_node("Div", ["s", "two"], ["half"]),
+             helper.make_node("Slice", ["x", "half", "i1", "i1"], ["y"], name="halves")]
+    with pytest.raises(UnsupportedOpError, match="'Slice' at node 'halves'"):
+        ponnx.load(_one_input(nodes, ["batch", "seq"]), pd.Scope())
+    nodes = [helper.make_node("NonZero", ["x"], ["y"], name="nz")]
+    with pytest.raises(UnsupportedOpError, match="'NonZero' at node 'nz'.*depends on the values"):
+        ponnx.load(_one_input(nodes, [3], TensorProto.INT64), pd.Scope())
+
+
+def test_constants_fold_and_float_initializers_stay_trainable():
+    """NonZero of a constant is folded; an int initializer giving a shape is no parameter;
+    a float initializer added to x stays a trainable parameter (folding never reads it)."""
+    values = np.array([[1, 0], [0, 3]], np.float32)
+    nodes = [helper.make_node("NonZero", ["c"], ["nz"]),
+             helper.make_node("Shape", ["nz"], ["nz_shape"]),      # [2, 2]: a constant
+             helper.make_node("Reshape", ["x", "shape"], ["flat"]),
+             helper.make_node("Add", ["flat", "bias"], ["sum"]),
+             helper.make_node("Reshape", ["sum", "nz_shape"], ["y"])]
+    inits = [numpy_helper.from_array(values, "c"),
+             numpy_helper.from_array(np.array([-1], np.int64), "shape"),
+             numpy_helper.from_array(np.arange(4, dtype=np.float32), "bias")]
+    scope = pd.Scope()
+    program, feeds, fetches = ponnx.load(_one_input(nodes, [2, 2], inits=inits), scope)
+    block = program.global_block()
+    assert not block.var("bias").stop_gradient
+    assert block.find_var("shape") is None or block.var("shape").stop_gradient
+    x = np.arange(4, dtype=np.float32).reshape(2, 2)
+    got, = pd.Executor().run(program, feed={"x": x}, fetch_list=fetches, scope=scope)
+    np.testing.assert_allclose(got, (x.reshape(-1) + np.arange(4)).reshape(2, 2))
+
+
+def _r(*shape, seed=0):
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+def _i(values):
+    return np.asarray(values, dtype=np.int64)
+
+
+# (op type, attributes, fed inputs, initializers (in the node's input order after them), opset)
+NODES = {
+    "gather_negative_2d": ("Gather", {"axis": 1}, [_r(3, 4)], [_i([[0, -1], [-2, 1]])], 17),
+    "gather_scalar": ("Gather", {}, [_r(3, 4)], [_i(-1)], 17),
+    "gather_elements": ("GatherElements", {"axis": 1}, [_r(3, 4)],
+                        [_i([[0, -1], [3, 1], [-4, 2]])], 17),
+    "gathernd_batch": ("GatherND", {"batch_dims": 1}, [_r(2, 3, 4)], [_i([[[1], [-1]], [[0], [2]]])],
+                       17),
+    "gathernd_points": ("GatherND", {}, [_r(3, 4)], [_i([[0, 1], [2, -1]])], 17),
+    "scatter_elements_add": ("ScatterElements", {"axis": 1, "reduction": "add"}, [_r(3, 4)],
+                             [_i([[0, 0], [-1, 2], [1, 1]]), _r(3, 2, seed=1)], 17),
+    "scatter_elements_set": ("ScatterElements", {"axis": 0}, [_r(3, 4)],
+                             [_i([[2, 0, 1, -1]]), _r(1, 4, seed=1)], 17),
+    "scatternd_add": ("ScatterND", {"reduction": "add"}, [_r(4, 3)], [_i([[1], [1], [-1]]),
+                                                                       _r(3, 3, seed=1)], 17),
+    "pad_reflect_axes": ("Pad", {"mode": "reflect"}, [_r(3, 4)], [_i([1, 2]), None, _i([1])],
+                         18),
+    "pad_edge": ("Pad", {"mode": "edge"}, [_r(3, 4)], [_i([1, 0, 2, 3])], 17),
+    "pad_wrap": ("Pad", {"mode": "wrap"}, [_r(3, 4)], [_i([0, 5, 1, 0])], 19),
+    "pad_constant_value": ("Pad", {}, [_r(3, 4)], [_i([1, 0, 0, 2]),
+                                                      np.float32(2.5)], 17),
+    "onehot_axis0": ("OneHot", {"axis": 0}, [_i([[1, -1], [0, 7]])],
+                     [np.float32(4), np.array([-1, 3], np.float32)], 17),
+    "depth_to_space_crd": ("DepthToSpace", {"blocksize": 2, "mode": "CRD"}, [_r(1, 8, 2, 3)],
+                           [], 17),
+    "space_to_depth": ("SpaceToDepth", {"blocksize": 2}, [_r(2, 1, 4, 6)], [], 17),
+    "trilu_k": ("Trilu", {"upper": 0}, [_r(2, 4, 5)], [_i(-1)], 17),
+    "split_num_outputs": ("Split", {"axis": 1, "num_outputs": 3}, [_r(2, 7)], [], 18),
+    "split_sizes": ("Split", {}, [_r(6, 2)], [_i([1, 0, 5])], 17),
+    "slice_negative_steps": ("Slice", {}, [_r(5, 6)], [_i([-1, 100]), _i([-100, 1]),
+                                                       _i([0, 1]), _i([-2, -3])], 17),
+    "flatten_0": ("Flatten", {"axis": 0}, [_r(2, 3, 4)], [], 17),
+    "squeeze": ("Squeeze", {}, [_r(1, 3, 1)], [_i([-1])], 17),
+    "unsqueeze": ("Unsqueeze", {}, [_r(3, 4)], [_i([-1, 0])], 17),
+    "tile": ("Tile", {}, [_r(2, 3)], [_i([2, 1])], 17),
+    "expand_both_ways": ("Expand", {}, [_r(3, 1)], [_i([2, 1, 4])], 17),
+    "eye_like": ("EyeLike", {"k": 1}, [_r(3, 4)], [], 17),
+    "reshape_allowzero": ("Reshape", {"allowzero": 1}, [_r(0, 3)], [_i([3, 0])], 17),
+    "size": ("Size", {}, [_r(2, 5)], [], 17),
+    "shape_start_end": ("Shape", {"start": -2, "end": 10}, [_r(2, 5, 3)], [], 17),
+    "unique_unsorted": ("Unique", {"sorted": 0}, [], [np.array([2, 1, 1, 3, 2], np.float32)],
+                        17),
+    "range_float": ("Range", {}, [], [np.float32(1), np.float32(2), np.float32(0.3)], 17),
+}
+
+
+@pytest.mark.parametrize("case", sorted(NODES))
+def test_node_against_the_onnx_reference(case):
+    """One node, its first inputs fed and the others initializers, against ONNX's own
+    reference implementation (onnx.reference)."""
+    from onnx.reference import ReferenceEvaluator
+    op_type, attrs, fed, inits, opset = NODES[case]
+    names = [f"in{i}" for i in range(len(fed) + len(inits))]
+    given = [n if v is not None else "" for n, v in zip(names, fed + inits)]
+    outputs = {"Split": 3, "Unique": 4}.get(op_type, 1)
+    node = helper.make_node(op_type, given, [f"out{k}" for k in range(outputs)], **attrs)
+    inputs = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
+              for n, v in zip(names, fed)]
+    initializers = [numpy_helper.from_array(np.asarray(v), n)
+                    for n, v in zip(names[len(fed):], inits) if v is not None]
+    outs = [helper.make_tensor_value_info(f"out{k}", TensorProto.UNDEFINED, None)
+            for k in range(outputs)]
+    model = _model([node], inputs, outs, initializers, opset=opset)
+    feed = dict(zip(names, fed))
+    want = ReferenceEvaluator(model).run(None, feed)
+    scope = pd.Scope()
+    program, feeds, fetches = ponnx.load(model, scope)
+    got = pd.Executor().run(program, feed=feed, fetch_list=fetches, scope=scope)
+    assert len(got) == len(want) == outputs
+    for g, w in zip(got, want):
+        assert np.shape(g) == np.shape(w)
+        np.testing.assert_allclose(np.asarray(g).astype(w.dtype), w, rtol=1e-6, atol=1e-6)

@@ -2,6 +2,7 @@
 Trilu, Pad; and NonZero, Compress, Unique, whose results' shapes depend on values: those
 are translated only where their inputs are known at import (the translator folds them),
 else refused."""
+from progdesc.onnx import folding
 from progdesc.onnx.shape_args import axis_of, ints_of, wrapped_indices, zero_of
 from progdesc.onnx.table import RULES
 from progdesc.translate import Unsupported
@@ -162,13 +163,31 @@ def pad(t, x, pads, constant_value=None, axes=None, *, mode="constant"):
                   mode=_BORDER[mode])
 
 
-def _depends_on_values(what):
-    def rule(t, x, *rest, **attrs):
-        raise Unsupported(f"the shape of its result depends on the values of its input, "
-                          f"known only at run time ({what} of a constant is folded at import)")
-    rule.__name__ = what
-    return rule
+def _value_dependent(t, op_type, inputs, attrs):
+    """The results of NonZero, Compress or Unique computed at import from inputs known
+    then (a float initializer read here is frozen: its values shape the program), else
+    Unsupported."""
+    values = [t.value_of(i) for i in inputs]
+    if any(v is None for v, i in zip(values, inputs) if i is not None):
+        raise Unsupported("the shape of its result depends on the values of its input, "
+                          f"known only at run time ({op_type} of a constant is computed at "
+                          "import)")
+    outs = folding.fold(op_type, values, {k: v for k, v in attrs.items() if v is not None})
+    if outs is None:
+        raise Unsupported(f"its result has more than {folding.MAX_FOLDED} elements")
+    return [t.constant(o) for o in outs[:len(t.node_proto.output)]]
 
 
-for _op in ("NonZero", "Compress", "Unique"):
-    RULES.rule(_op)(_depends_on_values(_op))
+@RULES.rule("NonZero")
+def nonzero(t, x):
+    return _value_dependent(t, "NonZero", [x], {})[0]
+
+
+@RULES.rule("Compress")
+def compress(t, x, condition, *, axis=None):
+    return _value_dependent(t, "Compress", [x, condition], {"axis": axis})[0]
+
+
+@RULES.rule("Unique")
+def unique(t, x, *, axis=None, sorted=1):  # noqa: A002  (ONNX's attribute)
+    return _value_dependent(t, "Unique", [x], {"axis": axis, "sorted": sorted})
