@@ -8,7 +8,6 @@ positions, an Expand of a causal mask. Each runs at two batch sizes and two sequ
 lengths, and is compiled by `progdesc.export` with its dims symbolic.
 """
 import numpy as np
-import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
@@ -230,8 +229,8 @@ NODES = {
     "gather_scalar": ("Gather", {}, [_r(3, 4)], [_i(-1)], 17),
     "gather_elements": ("GatherElements", {"axis": 1}, [_r(3, 4)],
                         [_i([[0, -1], [3, 1], [-4, 2]])], 17),
-    "gathernd_batch": ("GatherND", {"batch_dims": 1}, [_r(2, 3, 4)], [_i([[[1], [-1]], [[0], [2]]])],
-                       17),
+    "gathernd_batch": ("GatherND", {"batch_dims": 1}, [_r(2, 3, 4)],
+                       [_i([[[1], [-1]], [[0], [2]]])], 17),
     "gathernd_points": ("GatherND", {}, [_r(3, 4)], [_i([[0, 1], [2, -1]])], 17),
     "scatter_elements_add": ("ScatterElements", {"axis": 1, "reduction": "add"}, [_r(3, 4)],
                              [_i([[0, 0], [-1, 2], [1, 1]]), _r(3, 2, seed=1)], 17),
@@ -296,3 +295,50 @@ def test_node_against_the_onnx_reference(case):
     for g, w in zip(got, want):
         assert np.shape(g) == np.shape(w)
         np.testing.assert_allclose(np.asarray(g).astype(w.dtype), w, rtol=1e-6, atol=1e-6)
+
+
+def test_sizes_are_polynomials_in_the_symbolic_dims():
+    b, s = symbolic.symbol("batch"), symbolic.symbol("seq")
+    assert (b * s) // s == b and (4 * b * s) // 4 == b * s
+    assert s - s == 0 and (b + 1) - b == 1 and str(2 * b * s - 1) == "2*batch*seq - 1"
+    assert symbolic.compare(b, -1) == 1 and symbolic.compare(b * s + 1, 1) == 1
+    for undecided in (lambda: symbolic.compare(b, s), lambda: b // 2, lambda: b // s,
+                      lambda: symbolic.compare(b - s, 0)):
+        with pytest.raises(symbolic.Undecided):
+            undecided()
+
+
+def test_exporter_expand_and_flatten_patterns_fold_symbolically():
+    """TorchScript's expand: Where(Equal(shape, -1), ones, shape) of Shape(x); Max of a
+    shape; a flatten of the last dims by ReduceProd of a Slice of Shape; Cast to int32."""
+    bias = np.arange(D, dtype=np.float32).reshape(1, 1, D)
+    nodes = [
+        helper.make_node("Shape", ["x"], ["shp"]),
+        helper.make_node("Shape", ["shp"], ["rank"]),
+        helper.make_node("ConstantOfShape", ["rank"], ["ones"],
+                         value=numpy_helper.from_array(np.ones(1, np.int64))),
+        _ints("minus1", -1),
+        helper.make_node("Mul", ["ones", "minus1"], ["neg"]),
+        helper.make_node("Equal", ["shp", "neg"], ["eq"]),
+        helper.make_node("Where", ["eq", "ones", "shp"], ["target"]),
+        helper.make_node("Max", ["ones", "target"], ["target_max"]),
+        helper.make_node("Cast", ["target_max"], ["target32"], to=TensorProto.INT32),
+        helper.make_node("Cast", ["target32"], ["target64"], to=TensorProto.INT64),
+        helper.make_node("Expand", ["bias", "target64"], ["expanded"]),
+        _ints("one1", [1]), _ints("three1", [3]), _ints("zero1", [0]),
+        helper.make_node("Slice", ["shp", "one1", "three1"], ["inner"]),
+        helper.make_node("ReduceProd", ["inner"], ["inner_size"], keepdims=1),
+        helper.make_node("Slice", ["shp", "zero1", "one1"], ["outer"]),
+        helper.make_node("Concat", ["outer", "inner_size"], ["flat_shape"], axis=0),
+        helper.make_node("Reshape", ["expanded", "flat_shape"], ["y"]),
+    ]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", D])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    model = _model(nodes, [x], [y], [numpy_helper.from_array(bias, "bias")])
+    scope = pd.Scope()
+    program, feeds, fetches = ponnx.load(model, scope)
+    assert fetches[0].shape == (-1, -1)
+    for b, s in SIZES:
+        xv = np.zeros((b, s, D), np.float32)
+        got, = pd.Executor().run(program, feed={"x": xv}, fetch_list=fetches, scope=scope)
+        np.testing.assert_array_equal(got, np.broadcast_to(bias, (b, s, D)).reshape(b, -1))

@@ -2,9 +2,9 @@
 
 An imported model's shapes may be products and sums of dims known only at run time
 (`[batch, seq, 12, 64]` from `[batch*seq, 768]`): `reshape_dims` and `broadcast_dims`
-(and `slice_dims`, bounds) take them from the shapes of their `Like` inputs (only their shapes are read, so the
-values computing them are never needed), which keeps the dims symbolic through
-`jax.export`.
+take them (and `slice_dims` its bounds) from the shapes of their `Like` inputs (only
+their shapes are read, so the values computing them are never needed), which keeps the
+dims symbolic through `jax.export`.
 
 The target's dims are `shape`, with the dims that `dims` lists computed as
 `shape[pos] + sum(coef * Like[i].shape[axis] * ...)`. `dims` is flat: for each term,

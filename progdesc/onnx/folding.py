@@ -50,9 +50,12 @@ def fold(op_type, inputs, attrs):
     if outs is None:
         return None
     outs = [np.asarray(o) if not isinstance(o, np.ndarray) else o for o in outs]
-    if any(o.size > MAX_FOLDED for o in outs):
+    if any(o.size > MAX_FOLDED or o.dtype.kind not in "biufO" for o in outs):
         return None
-    return [_tidy(o) for o in outs]
+    try:
+        return [_tidy(o) for o in outs]
+    except (TypeError, ValueError, OverflowError):
+        return None
 
 
 def _tidy(array):
@@ -188,6 +191,14 @@ def _where(inputs, attrs):
     return [np.where(c, x, y).astype(np.result_type(x, y))]
 
 
+def _holds(relation, a, b):
+    """Whether relation(a, b) surely holds (False where it is undecided)."""
+    try:
+        return relation(a, b)
+    except Undecided:
+        return False
+
+
 def _extreme(pick):
     def run(inputs, attrs):
         _known(*inputs)
@@ -196,12 +207,15 @@ def _extreme(pick):
                     .astype(np.result_type(*inputs))]
         arrays = np.broadcast_arrays(*[a.astype(object) for a in inputs])
         out = np.empty(arrays[0].shape, dtype=object)
-        sign = 1 if pick is np.max else -1
         for index in np.ndindex(out.shape):
             best = arrays[0][index]
             for a in arrays[1:]:
-                if sign * symbolic.compare(a[index], best) > 0:
-                    best = a[index]
+                low, high = (a[index], best) if pick is np.max else (best, a[index])
+                if _holds(symbolic.at_least, high, low):
+                    continue   # the best so far stays
+                if not _holds(symbolic.at_least, low, high):
+                    raise Undecided(f"the extreme of {best} and {a[index]}")
+                best = a[index]
             out[index] = best
         return [out]
     return run

@@ -172,6 +172,21 @@ def compare(a, b):
     raise Undecided(f"whether {a} < {b} depends on the symbols' values")
 
 
+def at_least(a, b):
+    """Whether a >= b for ints and Sizes (symbols >= 1): True or False where that holds
+    for every value of the symbols; raises Undecided otherwise."""
+    diff = a - b
+    if not isinstance(diff, Size):
+        return diff >= 0
+    low = diff.lower_bound()
+    if low is not None and low >= 0:
+        return True
+    high = (-diff).lower_bound()
+    if high is not None and high > 0:
+        return False
+    raise Undecided(f"whether {a} >= {b} depends on the symbols' values")
+
+
 def is_symbolic(value):
     """Whether `value` (an int, a Size, or a NumPy array of them) holds a Size."""
     if isinstance(value, Size):
