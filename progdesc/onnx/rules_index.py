@@ -16,21 +16,13 @@ def _known_dims(t, x, what):
 
 
 @RULES.rule("Gather")
-def gather(t, x, indices, *, axis=0):
-    dims = t.dims(x)
-    axis = axis_of(axis, len(dims))
-    if isinstance(dims[axis], int):
-        indices = wrapped_indices(t, indices, dims[axis])
-    return t.call("gather", x, indices, axis=axis)
+def gather(t, x, indices, *, axis=0):   # our gather counts negative indices from the end
+    return t.call("gather", x, indices, axis=axis_of(axis, len(t.var(x)[0])))
 
 
 @RULES.rule("GatherElements")
-def gather_elements(t, x, indices, *, axis=0):
-    dims = t.dims(x)
-    axis = axis_of(axis, len(dims))
-    if isinstance(dims[axis], int):
-        indices = wrapped_indices(t, indices, dims[axis])
-    return t.call("take_along_axis", x, indices, axis=axis)
+def gather_elements(t, x, indices, *, axis=0):   # as take_along_axis does
+    return t.call("take_along_axis", x, indices, axis=axis_of(axis, len(t.var(x)[0])))
 
 
 @RULES.rule("GatherND")

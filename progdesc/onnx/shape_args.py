@@ -39,8 +39,8 @@ def sizes_or_refuse(t, name, what):
     `what` where some element depends on run-time values."""
     sizes = t.sizes_of(name)
     if sizes is None:
-        raise Unsupported(f"its {what} is computed from run-time values (only constants "
-                          "and shapes of inputs are folded at import)")
+        raise Unsupported(f"its {what} is computed at run time (import folds constants "
+                          "and polynomials in the inputs' dims, e.g. batch*seq, not this)")
     return sizes
 
 
