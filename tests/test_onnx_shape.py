@@ -324,21 +324,33 @@ def test_exporter_expand_and_flatten_patterns_fold_symbolically():
         helper.make_node("Max", ["ones", "target"], ["target_max"]),
         helper.make_node("Cast", ["target_max"], ["target32"], to=TensorProto.INT32),
         helper.make_node("Cast", ["target32"], ["target64"], to=TensorProto.INT64),
-        helper.make_node("Expand", ["bias", "target64"], ["expanded"]),
+        helper.make_node("Abs", ["target64"], ["target_abs"]),
+        helper.make_node("Expand", ["bias", "target_abs"], ["expanded"]),
         _ints("one1", [1]), _ints("three1", [3]), _ints("zero1", [0]),
         helper.make_node("Slice", ["shp", "one1", "three1"], ["inner"]),
         helper.make_node("ReduceProd", ["inner"], ["inner_size"], keepdims=1),
         helper.make_node("Slice", ["shp", "zero1", "one1"], ["outer"]),
         helper.make_node("Concat", ["outer", "inner_size"], ["flat_shape"], axis=0),
         helper.make_node("Reshape", ["expanded", "flat_shape"], ["y"]),
+        # rows = batch * seq computed in floats: Cast, Mul, Floor, Cast back
+        helper.make_node("Cast", ["shp"], ["shp_f"], to=TensorProto.FLOAT),
+        helper.make_node("ReduceProd", ["shp_f"], ["all_f"], axes=[0], keepdims=1),
+        _const("d_f", np.array([D], np.float32)),
+        helper.make_node("Div", ["all_f", "d_f"], ["rows_f"]),
+        helper.make_node("Floor", ["rows_f"], ["rows_floor"]),
+        helper.make_node("Cast", ["rows_floor"], ["rows"], to=TensorProto.INT64),
+        _ints("d", [D]),
+        helper.make_node("Concat", ["rows", "d"], ["rows_shape"], axis=0),
+        helper.make_node("Reshape", ["x", "rows_shape"], ["z"]),
     ]
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", D])
-    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
-    model = _model(nodes, [x], [y], [numpy_helper.from_array(bias, "bias")])
+    outs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("y", "z")]
+    model = _model(nodes, [x], outs, [numpy_helper.from_array(bias, "bias")], opset=17)
     scope = pd.Scope()
     program, feeds, fetches = ponnx.load(model, scope)
-    assert fetches[0].shape == (-1, -1)
+    assert fetches[0].shape == (-1, -1) and fetches[1].shape == (-1, D)
     for b, s in SIZES:
-        xv = np.zeros((b, s, D), np.float32)
-        got, = pd.Executor().run(program, feed={"x": xv}, fetch_list=fetches, scope=scope)
-        np.testing.assert_array_equal(got, np.broadcast_to(bias, (b, s, D)).reshape(b, -1))
+        xv = np.arange(b * s * D, dtype=np.float32).reshape(b, s, D)
+        got = pd.Executor().run(program, feed={"x": xv}, fetch_list=fetches, scope=scope)
+        np.testing.assert_array_equal(got[0], np.broadcast_to(bias, (b, s, D)).reshape(b, -1))
+        np.testing.assert_array_equal(got[1], xv.reshape(b * s, D))

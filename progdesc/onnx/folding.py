@@ -92,13 +92,24 @@ def _numeric(*arrays):
 
 # --- elementwise ---
 def _int_div(x, y):
-    """ONNX's integer division (truncating), exact only for sizes."""
+    """ONNX's division of sizes and numbers: exact for sizes (which may stand in a float
+    array, cast from a shape), true division of floats, truncating division of ints."""
     if isinstance(x, Size) or isinstance(y, Size):
-        return x // y
+        return _integral(x) // _integral(y)
+    if isinstance(x, (float, np.floating)) or isinstance(y, (float, np.floating)):
+        return float(x) / float(y)
     q, r = divmod(int(x), int(y))
     if r and ((x < 0) != (y < 0)):
         q += 1
     return q
+
+
+def _integral(v):
+    if isinstance(v, (float, np.floating)):
+        if not float(v).is_integer():
+            raise Undecided(f"a size and the fraction {v}")
+        return int(v)
+    return v
 
 
 _BINARY = {"Add": lambda a, b: a + b, "Sub": lambda a, b: a - b, "Mul": lambda a, b: a * b}
@@ -145,12 +156,31 @@ def _neg(inputs, attrs):
     return [-inputs[0]]
 
 
-for _name, _fn in (("Abs", np.abs), ("Floor", np.floor), ("Ceil", np.ceil), ("Sqrt", np.sqrt),
-                   ("Sign", np.sign), ("Not", np.logical_not)):
-    def _run(inputs, attrs, fn=_fn):
-        _known(inputs[0])
-        _numeric(inputs[0])
-        return [fn(inputs[0]).astype(inputs[0].dtype)]
+def _rounding(fn):
+    """Floor, Ceil or Round of sizes and numbers: a size is itself (a whole number)."""
+    return lambda v: v if isinstance(v, Size) else float(fn(v))
+
+
+def _size_abs(v):
+    if isinstance(v, Size):
+        return v if symbolic.at_least(v, 0) else -v
+    return abs(v)
+
+
+for _name, _fn, _sizes in (("Abs", np.abs, _size_abs),
+                           ("Floor", np.floor, _rounding(np.floor)),
+                           ("Ceil", np.ceil, _rounding(np.ceil)),
+                           ("Round", np.round, _rounding(np.round)),
+                           ("Sqrt", np.sqrt, None), ("Sign", np.sign, None),
+                           ("Not", np.logical_not, None)):
+    def _run(inputs, attrs, fn=_fn, sizes=_sizes):
+        x = inputs[0]
+        _known(x)
+        if x.dtype == object:
+            if sizes is None:
+                raise Undecided("a symbolic size")
+            return [_objects(np.frompyfunc(sizes, 1, 1)(x))]
+        return [fn(x).astype(x.dtype)]
     _FOLDERS[_name] = _run
 
 
@@ -231,10 +261,12 @@ def _cast(inputs, attrs):
     _known(x)
     import onnx
     to = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(attrs["to"]))
-    if x.dtype == object:
-        if to.kind not in "iu":
-            raise Undecided("symbolic sizes cast to a non-int type")
-        return [x]
+    if x.dtype == object:   # sizes stay sizes, whole numbers in ints or floats
+        if to.kind not in "iuf":
+            raise Undecided("symbolic sizes cast to a non-number type")
+        number = float if to.kind == "f" else int
+        return [_objects(np.frompyfunc(lambda v: v if isinstance(v, Size) else number(v),
+                                       1, 1)(x))]
     return [x.astype(to)]
 
 

@@ -12,6 +12,8 @@ As in `jax.export`, a symbolic dim is taken to be >= 1: so `batch == -1` is Fals
 """
 import math
 
+import numpy as np
+
 
 class Undecided(ArithmeticError):
     """A comparison or division of sizes that depends on the run-time values of symbols."""
@@ -146,8 +148,11 @@ class Size:
 
 
 def _is_int(v):
-    return isinstance(v, int) or (hasattr(v, "dtype") and getattr(v, "ndim", 1) == 0
-                                  and v.dtype.kind in "iub")
+    """Whether `v` is a whole number (an int, or a float holding one: a size cast to
+    float stays a size)."""
+    if isinstance(v, (float, np.floating)):
+        return float(v).is_integer()
+    return isinstance(v, (int, np.integer))
 
 
 def symbol(name):

@@ -50,8 +50,16 @@ class OnnxTranslator(Translator):
     Rules (`progdesc.onnx.rules`) call, besides the shared translator's methods:
     `value_of` (the value of a variable known at import: a constant, an initializer, a
     folded shape), `dims` (a variable's dims with the names of its symbolic ones),
-    `sizes_of` / `set_sizes` (what an int vector holds, symbolically), `opset`,
-    `for_training` and `graph_of` (a sub-graph attribute as a graph for `inline`).
+    `sizes_of` / `set_sizes` (what an int vector holds, symbolically: ints and
+    `progdesc.onnx.symbolic.Size`s such as batch*seq), `size_of_dim` / `source_of` (a
+    dim as a Size, and the variable holding a symbol at run time), `materialize` (a
+    folded value as a variable), `opset`, `for_training` and `graph_of` (a sub-graph
+    attribute as a graph for `inline`).
+
+    Nodes whose inputs are known at import (constants, int initializers, sizes) and that
+    `progdesc.onnx.folding` can compute are folded before their rule is looked up: into
+    a constant, or, for symbolic sizes, into the `dim_size` ops computing them at run
+    time (dropped at the end when only shapes read them).
     """
 
     def __init__(self, program, model, *, for_training=False, rules=RULES):
@@ -249,28 +257,32 @@ class OnnxTranslator(Translator):
         sizes): a constant, or the dims its sizes are made of read at run time
         (`dim_size`), the sizes recorded beside it (`sizes_of`). `onnx_type`: the ONNX
         (dims, dtype) of the value, for its dtype."""
+        dtype = onnx_type[1] if onnx_type is not None else None
         if not symbolic.is_symbolic(value):
+            if dtype is not None and value.dtype != onnx_model.as_numpy_dtype(dtype):
+                value = value.astype(onnx_model.as_numpy_dtype(dtype))
             return self.constant(value)
-        dtype = onnx_type[1] if onnx_type is not None else "int64"
+        dtype = dtype or "int64"
+        work = "float32" if dtype.startswith("float") else "int64"
         elements = []
         for v in value.reshape(-1):
             if not isinstance(v, symbolic.Size):
-                elements.append(self.constant(np.asarray(v, dtype=np.int64)))
+                elements.append(self.constant(np.asarray(v, dtype=work)))
                 continue
             total = None
             for mono, coef in v.terms.items():
                 term = None if coef == 1 and mono else self.constant(
-                    np.asarray(coef, dtype=np.int64))
+                    np.asarray(coef, dtype=work))
                 for name in mono:
                     var, axis = self._sources[name]
-                    dim = self._size_op("dim_size", var, axis=axis, dtype="int64")
+                    dim = self._size_op("dim_size", var, axis=axis, dtype=work)
                     term = dim if term is None else self._size_op("mul", term, dim)
                 total = term if total is None else self._size_op("add", total, term)
             elements.append(total)
         out = self._size_op("stack", elements, axis=0)
         if value.ndim != 1:
             out = self._size_op("reshape", out, shape=list(value.shape))
-        if dtype != "int64":
+        if dtype != work:
             out = self._size_op("cast", out, dtype=dtype)
         self._sizes[out] = value
         return out
