@@ -12,7 +12,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import progdesc as pd
-from lowering.errors import UnsupportedOpError
+from lowering.errors import FeedError, UnsupportedOpError
 from progdesc import onnx as ponnx
 from progdesc.onnx import symbolic
 
@@ -138,7 +138,7 @@ def test_symbolic_dims_survive_export(tmp_path):
     assert header["fetches"][2]["shape"] == ["batch", 1, "seq", "seq"]
     assert header["fetches"][4]["shape"] == [1, 1, "seq", "seq"]
     served = pd.export.load_compiled(path)
-    with pytest.raises(Exception, match="rejected the inputs"):
+    with pytest.raises(FeedError, match="rejected the inputs"):
         served(np.zeros((1, 17, D), np.float32))
     rng = np.random.default_rng(2)
     for b, s in SIZES:
