@@ -209,7 +209,7 @@ def slice_(t, x, starts, ends, axes=None, steps=None):
 
 
 # --- broadcasting and creating ---
-def _expanded(t, x, target, value_shape=False):
+def _expanded(t, x, target):
     """x broadcast to `target` (ints and Sizes; ONNX's Expand: a 1 keeps x's dim)."""
     sizes = dim_sizes(t, x)
     rank = max(len(sizes), len(target))
@@ -232,8 +232,7 @@ def _expanded(t, x, target, value_shape=False):
     if not computed:
         out = t.call("expand", x, shape=[int(d) for d in ours])
     else:
-        shape, dims, likes = computed_dims(t, [d if i in computed else -1 if d == -1 else d
-                                               for i, d in enumerate(ours)])
+        shape, dims, likes = computed_dims(t, ours)
         out = t.call("broadcast_dims", x, likes, shape=shape, dims=dims)
     t.set_dims(out, out_dims)
     return out
@@ -256,25 +255,27 @@ def tile(t, x, repeats):
 def constant_of_shape(t, target, *, value=None):
     value = np.zeros(1, np.float32) if value is None else np.asarray(value).reshape(-1)
     sizes = sizes_or_refuse(t, target, "shape")
-    scalar = t.constant(value.reshape(()))
     if not any(isinstance(s, symbolic.Size) for s in sizes):
         return t.constant(np.full([int(s) for s in sizes], value[0], dtype=value.dtype))
     shape, dims, likes = computed_dims(t, sizes)
-    out = t.call("broadcast_dims", scalar, likes, shape=shape, dims=dims)
+    out = t.call("broadcast_dims", t.constant(value.reshape(())), likes, shape=shape,
+                 dims=dims)
     t.set_dims(out, sizes)
     return out
 
 
 @RULES.rule("Range")
 def range_(t, start, limit, delta):
-    values = [t.value_of(v) if t.value_of(v) is not None else t.sizes_of(v)
-              for v in (start, limit, delta)]
-    if any(v is None for v in values):
-        raise Unsupported("its start, limit or delta is computed at run time (its length "
-                          "must be known at import)")
+    values = []
+    for v in (start, limit, delta):
+        value = t.value_of(v)
+        value = t.sizes_of(v) if value is None else list(np.asarray(value).reshape(-1))
+        if not value:
+            raise Unsupported("its start, limit or delta is computed at run time (its "
+                              "length must be known at import)")
+        values.append(value[0])
     dtype = as_numpy_dtype(t.var(start)[1])
-    first, last, step = [np.asarray(v).reshape(-1)[0] if not isinstance(v, list) else v[0]
-                         for v in values]
+    first, last, step = values
     if not any(isinstance(v, symbolic.Size) for v in (first, last, step)):
         count = max(int(np.ceil((float(last) - float(first)) / float(step))), 0)
         return t.constant((first + np.arange(count) * step).astype(dtype))

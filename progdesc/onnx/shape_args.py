@@ -114,7 +114,7 @@ def reshape_to(t, x, target, allowzero=False):
     else:
         shape, dims, likes = computed_dims(t, target)
         out = t.call("reshape_dims", x, likes or None, shape=shape, dims=dims)
-    t.set_dims(out, [None if d is None else d for d in out_dims])
+    t.set_dims(out, out_dims)
     return out
 
 
