@@ -358,3 +358,35 @@ def test_exporter_expand_and_flatten_patterns_fold_symbolically():
         got = pd.Executor().run(program, feed={"x": xv}, fetch_list=fetches, scope=scope)
         np.testing.assert_array_equal(got[0], np.broadcast_to(bias, (b, s, D)).reshape(b, -1))
         np.testing.assert_array_equal(got[1], xv.reshape(b * s, D))
+
+
+def test_folding_at_import_matches_the_onnx_reference():
+    """Nodes of constants computed by progdesc.onnx.folding (no program runs them): Slice's
+    clamping on a grid of starts, ends and steps, Flatten's axes, Expand, integer Div."""
+    import itertools
+
+    from onnx.reference import ReferenceEvaluator
+    from progdesc.onnx import folding
+    x = np.arange(60, dtype=np.float32).reshape(3, 4, 5)
+    cases = [("Slice", [x, _i([s]), _i([e]), _i([2]), _i([k])], {})
+             for s, e, k in itertools.product([-7, -1, 0, 2, 9, 2 ** 62], [-9, -1, 0, 3, 2 ** 62],
+                                               [-2, -1, 1, 3])]
+    cases += [("Flatten", [x], {"axis": a}) for a in (-3, -1, 0, 2, 3)]
+    cases += [("Expand", [np.ones((3, 1), np.float32), _i([2, 1, 4])], {}),
+              ("Div", [_i([7, -7, 6]), _i([2, 2, -4])], {}),
+              ("Gather", [_i([5, 6, 7]), _i([[-1, 0]])], {})]
+    for op_type, inputs, attrs in cases:
+        names = [f"in{k}" for k in range(len(inputs))]
+        graph = helper.make_graph(
+            [helper.make_node(op_type, names, ["y"], **attrs)], "g", [],
+            [helper.make_tensor_value_info("y", TensorProto.UNDEFINED, None)],
+            [numpy_helper.from_array(v, n) for n, v in zip(names, inputs)])
+        want, = ReferenceEvaluator(_model_of(graph)).run(None, {})
+        got, = folding.fold(op_type, inputs, attrs)
+        assert got.shape == want.shape and np.array_equal(got, want), (op_type, inputs[1:])
+
+
+def _model_of(graph, opset=17):
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    return model

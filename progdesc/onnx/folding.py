@@ -336,7 +336,8 @@ def _reshape(inputs, attrs):
 def _flatten(inputs, attrs):
     x = inputs[0]
     _known(x)
-    axis = int(attrs.get("axis", 1)) % (x.ndim + 1) if x.ndim else 0
+    axis = int(attrs.get("axis", 1))
+    axis = axis + x.ndim if axis < 0 else axis
     outer = int(np.prod(x.shape[:axis]))
     return [x.reshape(outer, -1) if x.size else x.reshape(outer, int(np.prod(x.shape[axis:])))]
 
@@ -353,26 +354,10 @@ def _slice(inputs, attrs):
     steps = _ints(steps) if steps is not None else [1] * len(starts)
     index = [slice(None)] * x.ndim
     for s, e, a, k in zip(starts, ends, axes, steps):
-        index[a % x.ndim] = slice(*_python_slice(s, e, k, x.shape[a % x.ndim]))
+        if k == 0:
+            raise ValueError("a slice step of 0")
+        index[a % x.ndim] = slice(s, e, k)   # NumPy's clamping is ONNX's
     return [x[tuple(index)]]
-
-
-def _python_slice(start, end, step, n):
-    """ONNX's clamped start, end and step of a slice of a dim of `n`, as Python slice
-    arguments (None where the slice runs to an end)."""
-    if step == 0:
-        raise ValueError("a slice step of 0")
-    if start < 0:
-        start += n
-    if end < 0:
-        end += n
-    if step > 0:
-        start, end = min(max(start, 0), n), min(max(end, 0), n)
-    else:
-        start, end = min(max(start, -1), n - 1), min(max(end, -1), n - 1)
-        if end < 0:
-            end = None
-    return start, end, step
 
 
 @folder("Range")
@@ -400,7 +385,7 @@ def _expand(inputs, attrs):
     x, shape = inputs[:2]
     _known(x, shape)
     _numeric(x, shape)
-    return [x * np.ones(_ints(shape), dtype=x.dtype)]
+    return [np.broadcast_to(x, np.broadcast_shapes(x.shape, tuple(_ints(shape)))).copy()]
 
 
 @folder("Tile")

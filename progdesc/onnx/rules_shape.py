@@ -5,8 +5,9 @@ SpaceToDepth.
 Their shape-like inputs (Reshape's shape, Slice's starts, Expand's shape...) are read at
 import: values known then (constants, int initializers, computations of them, which the
 translator folds: `progdesc.onnx.folding`), or symbolic sizes that `Shape` made of dims
-known only at run time, which `reshape_dims` / `broadcast_dims` read from the variables
-holding them (`progdesc.onnx.shape_args`). What depends on run-time values is refused.
+known only at run time, which `reshape_dims`, `broadcast_dims` and `slice_dims` read from
+the variables holding them (`progdesc.onnx.shape_args`). What depends on run-time values
+is refused.
 """
 import numpy as np
 
@@ -22,6 +23,8 @@ from progdesc.translate import Unsupported
 def constant(t, *, value=None, value_float=None, value_floats=None, value_int=None,
              value_ints=None, sparse_value=None, value_string=None, value_strings=None):
     if value is not None:
+        if np.asarray(value).dtype.kind in "OSU":
+            raise Unsupported("a string constant")
         return t.constant(value)
     for v, dtype in ((value_float, np.float32), (value_floats, np.float32),
                      (value_int, np.int64), (value_ints, np.int64)):
