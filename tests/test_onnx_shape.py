@@ -346,9 +346,16 @@ def test_exporter_expand_and_flatten_patterns_fold_symbolically():
         _ints("d", [D]),
         helper.make_node("Concat", ["rows", "d"], ["rows_shape"], axis=0),
         helper.make_node("Reshape", ["x", "rows_shape"], ["z"]),
+        # bias [1, D] tiled seq times down and twice across
+        helper.make_node("Squeeze", ["bias", "zero1"], ["bias2"]),
+        _ints("i1", [1]), _ints("two1", [2]),
+        helper.make_node("Gather", ["shp", "i1"], ["seq1"]),
+        helper.make_node("Concat", ["seq1", "two1"], ["reps"], axis=0),
+        helper.make_node("Tile", ["bias2", "reps"], ["tiled"]),
     ]
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", D])
-    outs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("y", "z")]
+    outs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, None)
+            for n in ("y", "z", "tiled")]
     model = _model(nodes, [x], outs, [numpy_helper.from_array(bias, "bias")], opset=17)
     scope = pd.Scope()
     program, feeds, fetches = ponnx.load(model, scope)
@@ -358,6 +365,7 @@ def test_exporter_expand_and_flatten_patterns_fold_symbolically():
         got = pd.Executor().run(program, feed={"x": xv}, fetch_list=fetches, scope=scope)
         np.testing.assert_array_equal(got[0], np.broadcast_to(bias, (b, s, D)).reshape(b, -1))
         np.testing.assert_array_equal(got[1], xv.reshape(b * s, D))
+        np.testing.assert_array_equal(got[2], np.tile(bias[0], (s, 2)))
 
 
 def test_folding_at_import_matches_the_onnx_reference():
@@ -377,16 +385,10 @@ def test_folding_at_import_matches_the_onnx_reference():
               ("Gather", [_i([5, 6, 7]), _i([[-1, 0]])], {})]
     for op_type, inputs, attrs in cases:
         names = [f"in{k}" for k in range(len(inputs))]
-        graph = helper.make_graph(
-            [helper.make_node(op_type, names, ["y"], **attrs)], "g", [],
-            [helper.make_tensor_value_info("y", TensorProto.UNDEFINED, None)],
-            [numpy_helper.from_array(v, n) for n, v in zip(names, inputs)])
-        want, = ReferenceEvaluator(_model_of(graph)).run(None, {})
+        model = _model([helper.make_node(op_type, names, ["y"], **attrs)], [],
+                       [helper.make_tensor_value_info("y", TensorProto.UNDEFINED, None)],
+                       [numpy_helper.from_array(v, n) for n, v in zip(names, inputs)])
+        want, = ReferenceEvaluator(model).run(None, {})
         got, = folding.fold(op_type, inputs, attrs)
         assert got.shape == want.shape and np.array_equal(got, want), (op_type, inputs[1:])
 
-
-def _model_of(graph, opset=17):
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    model.ir_version = 8
-    return model

@@ -248,10 +248,17 @@ def expand(t, x, target):
 
 @RULES.rule("Tile")
 def tile(t, x, repeats):
-    reps = ints_of(t, repeats, "repeats")
-    if len(reps) != len(t.var(x)[0]):
-        raise Unsupported(f"{len(reps)} repeats for a rank-{len(t.var(x)[0])} input")
-    return t.call("tile", x, reps=reps)
+    reps = sizes_or_refuse(t, repeats, "repeats")
+    sizes = dim_sizes(t, x)
+    if len(reps) != len(sizes):
+        raise Unsupported(f"{len(reps)} repeats for a rank-{len(sizes)} input")
+    if not any(isinstance(r, symbolic.Size) for r in reps):
+        return t.call("tile", x, reps=[int(r) for r in reps])
+    # repeats known only at run time: x[None, :, None, :] broadcast to [r0, s0, r1, s1]
+    spread = t.call("unsqueeze", x, axes=list(range(0, 2 * len(sizes), 2)))
+    t.set_dims(spread, [d for s in sizes for d in (1, s)])
+    copies = _expanded(t, spread, [d for r, s in zip(reps, sizes) for d in (r, s)])
+    return reshape_to(t, copies, [r * s for r, s in zip(reps, sizes)], allowzero=True)
 
 
 @RULES.rule("ConstantOfShape")
