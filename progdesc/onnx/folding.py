@@ -60,10 +60,10 @@ def fold(op_type, inputs, attrs):
 
 def _tidy(array):
     """An object array with no Size left becomes a number array: int64, or float64 where
-    it holds floats (sizes cast to float)."""
+    it holds floats (sizes cast to float; the node's ONNX type decides in the end)."""
     if array.dtype == object and not symbolic.is_symbolic(array):
         floats = any(isinstance(v, (float, np.floating)) for v in array.reshape(-1))
-        return array.astype(np.float64 if floats else np.int64)
+        return array.astype(np.float32 if floats else np.int64)
     return array
 
 
