@@ -59,7 +59,7 @@ def fold(op_type, inputs, attrs):
 
 
 def _tidy(array):
-    """An object array with no Size left becomes a number array: int64, or float64 where
+    """An object array with no Size left becomes a number array: int64, or float32 where
     it holds floats (sizes cast to float; the node's ONNX type decides in the end)."""
     if array.dtype == object and not symbolic.is_symbolic(array):
         floats = any(isinstance(v, (float, np.floating)) for v in array.reshape(-1))
