@@ -220,9 +220,9 @@ class OnnxTranslator(Translator):
             saved = self._scope, self._callsite
             self._scope, self._callsite = node.scope or saved[0], node.line or saved[1]
             try:
-                env.bind([o for o in outputs if o is not None],
-                         [self.materialize(v, self.onnx_types.get(o))
-                          for o, v in zip([o for o in outputs if o is not None], folded)])
+                env.bind(outputs, [None if o is None else
+                                   self.materialize(v, self.onnx_types.get(o))
+                                   for o, v in zip(outputs, folded)])
             finally:
                 self._scope, self._callsite = saved
             return
@@ -336,9 +336,9 @@ class OnnxTranslator(Translator):
                 return None
             values.append(value)
         outs = folding.fold(proto.op_type, values, attrs)
-        if outs is None or len(outs) != len([o for o in proto.output if o]):
+        if outs is None or len(outs) < len(proto.output):
             return None
-        return outs
+        return outs[:len(proto.output)]
 
     @property
     def node_proto(self):
