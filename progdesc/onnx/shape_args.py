@@ -7,6 +7,7 @@ holds it (`OnnxTranslator.source_of`).
 """
 import numpy as np
 
+from lowering.errors import ProgramError
 from progdesc.onnx import symbolic
 from progdesc.onnx.model import as_numpy_dtype
 from progdesc.translate import Unsupported
@@ -106,16 +107,31 @@ def reshape_to(t, x, target, allowzero=False):
         else:
             ours.append(d)
     left = [i for i, d in enumerate(ours) if d is None or isinstance(d, symbolic.Size)]
-    if not left:
-        out = t.call("reshape", x, shape=ours)
-    elif len(left) == 1 and -1 not in ours and isinstance(ours[left[0]], symbolic.Size):
+    if len(left) == 1 and -1 not in ours and isinstance(ours[left[0]], symbolic.Size):
         ours[left[0]] = -1
-        out = t.call("reshape", x, shape=ours)
-    else:
-        shape, dims, likes = computed_dims(t, target)
+        left = []
+    out = None
+    if not left:
+        try:
+            out = t.call("reshape", x, shape=ours)
+        except ProgramError:
+            # its shape rule sees every unknown dim as one symbol: [-1, 7, 8] ([4*batch,
+            # 7, 8]) to [-1, 4, 7, 8] does not divide there; reshape_dims does not check
+            out = None
+    if out is None:
+        known = [d if d is not None and not (isinstance(d, int) and d == -1) else t_d
+                 for d, t_d in zip(out_dims, target)]
+        shape, dims, likes = computed_dims(t, known if all(
+            _sourced(t, d) for d in known) else target)
         out = t.call("reshape_dims", x, likes or None, shape=shape, dims=dims)
     t.set_dims(out, out_dims)
     return out
+
+
+def _sourced(t, size):
+    """Whether a variable holds every symbol of `size` at run time."""
+    return not isinstance(size, symbolic.Size) or all(
+        t.source_of(n) is not None for n in size.symbols)
 
 
 def zero_of(t, x):
