@@ -102,7 +102,7 @@ def reshape_to(t, x, target, allowzero=False):
     for i, d in enumerate(target):
         if isinstance(d, symbolic.Size):
             ours.append(0 if i < len(sizes) and sizes[i] == d else d)
-        elif d == 0 and i < len(sizes) and sizes[i] != 0:
+        elif d == 0 and not (i < len(sizes) and sizes[i] == 0):
             ours.append(None)   # a literal 0: only reshape_dims says it
         else:
             ours.append(d)
