@@ -223,9 +223,11 @@ class OnnxTranslator(Translator):
                 env.bind(outputs, [None if o is None else
                                    self.materialize(v, self.onnx_types.get(o))
                                    for o, v in zip(outputs, folded)])
+                return
+            except (ProgramError, TypeError, ValueError):
+                pass   # a value no variable of ours holds: the node's row decides
             finally:
                 self._scope, self._callsite = saved
-            return
         self._node = proto
         try:
             results = self.apply(node, ins)
