@@ -39,7 +39,8 @@ def can_fold(op_type):
 
 def fold(op_type, inputs, attrs):
     """The outputs of the node computed from `inputs` (arrays; None for an absent optional
-    input), or None if it cannot be folded."""
+    input), or None if it cannot be folded. `attrs` are the node's, and `_outputs` how
+    many outputs it has (Split's equal parts)."""
     fn = _FOLDERS.get(op_type)
     if fn is None:
         return None
@@ -169,7 +170,16 @@ def _size_abs(v):
     return abs(v)
 
 
+def _size_relu(v):
+    if isinstance(v, Size):
+        if symbolic.at_least(v, 0):
+            return v
+        raise Undecided(f"whether {v} >= 0")
+    return max(v, 0)
+
+
 for _name, _fn, _sizes in (("Abs", np.abs, _size_abs),
+                           ("Relu", lambda x: np.maximum(x, 0), _size_relu),
                            ("Floor", np.floor, _rounding(np.floor)),
                            ("Ceil", np.ceil, _rounding(np.ceil)),
                            ("Round", np.round, _rounding(np.round)),
@@ -302,6 +312,26 @@ def _axes_of(inputs, attrs, index):
         _numeric(inputs[index])
         return _ints(inputs[index])
     return attrs.get("axes")
+
+
+@folder("Split")
+def _split(inputs, attrs):
+    x = inputs[0]
+    _known(x)
+    axis = int(attrs.get("axis", 0)) % x.ndim
+    n = x.shape[axis]
+    if len(inputs) > 1 and inputs[1] is not None:
+        _numeric(inputs[1])
+        sections = _ints(inputs[1])
+    elif attrs.get("split") is not None:
+        sections = list(attrs["split"])
+    else:
+        parts = attrs.get("num_outputs") or attrs["_outputs"]
+        chunk = -(-n // parts)
+        sections = [chunk] * (n // chunk) + ([n % chunk] if n % chunk else [])
+    if sum(sections) != n:
+        raise ValueError(f"sections {sections} do not add up to {n}")
+    return np.split(x, np.cumsum(sections)[:-1], axis=axis)
 
 
 @folder("Unsqueeze")

@@ -337,7 +337,7 @@ class OnnxTranslator(Translator):
             if name is not None and value is None:
                 return None
             values.append(value)
-        outs = folding.fold(proto.op_type, values, attrs)
+        outs = folding.fold(proto.op_type, values, dict(attrs, _outputs=len(proto.output)))
         if outs is None or len(outs) < len(proto.output):
             return None
         return outs[:len(proto.output)]
