@@ -392,3 +392,23 @@ def test_folding_at_import_matches_the_onnx_reference():
         got, = folding.fold(op_type, inputs, attrs)
         assert got.shape == want.shape and np.array_equal(got, want), (op_type, inputs[1:])
 
+
+
+def test_a_float_initializer_that_gives_a_length_is_frozen_not_folded_away():
+    """Range(2 * start, 7, 1), start a float initializer: the length is computed at import
+    from it (so it is no longer trained); added to x, `bias` stays trainable."""
+    nodes = [_const("two", np.float32(2)), _const("limit", np.float32(7)),
+             _const("one", np.float32(1)),
+             helper.make_node("Mul", ["start", "two"], ["first"]),
+             helper.make_node("Range", ["first", "limit", "one"], ["steps"]),
+             helper.make_node("Add", ["x", "bias"], ["shifted"]),
+             helper.make_node("Add", ["shifted", "steps"], ["y"])]
+    inits = [numpy_helper.from_array(np.float32(1), "start"),
+             numpy_helper.from_array(np.ones(5, np.float32), "bias")]
+    scope = pd.Scope()
+    program, feeds, fetches = ponnx.load(_one_input(nodes, [5], inits=inits), scope)
+    block = program.global_block()
+    assert block.var("start").stop_gradient and not block.var("bias").stop_gradient
+    got, = pd.Executor().run(program, feed={"x": np.zeros(5, np.float32)}, fetch_list=fetches,
+                             scope=scope)
+    np.testing.assert_array_equal(got, np.arange(2, 7) + 1)

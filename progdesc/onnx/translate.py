@@ -75,6 +75,8 @@ class OnnxTranslator(Translator):
         self._sizes = {}        # our name -> object array of ints and symbolic Sizes
         self._sources = {}      # symbol name -> (our variable, axis) holding it at run time
         self._size_ops = set()  # outputs of the ops computing sizes at run time (materialize)
+        self._computed = {}     # our name -> (ONNX op, inputs, attrs, output index) of a
+        #                         foldable node a trainable initializer kept from folding
         self._dims = {}         # our name -> its dims, symbolic ones by name
         self._envs = []         # the environments of the graphs being walked, innermost last
         self._node = None       # the NodeProto being translated
@@ -89,8 +91,8 @@ class OnnxTranslator(Translator):
 
     def value_of(self, name):
         """The value of our variable `name` if it is known at import (a constant, an
-        initializer, a folded shape), else None. An initializer read this way is not
-        trained (its value shapes the program)."""
+        initializer, a folded shape, or a value computed from initializers), else None.
+        An initializer read this way is not trained (its value shapes the program)."""
         if name is None:
             return None
         if name in self.known:
@@ -98,7 +100,37 @@ class OnnxTranslator(Translator):
         if name in self.initializers:
             self.read_at_import.add(name)
             return self.initializers[name]
+        if name in self._computed:
+            used = set()
+            value = self._computed_value(name, used)
+            if value is not None:
+                self.read_at_import |= used
+            return value
         return None
+
+    def _computed_value(self, name, used, depth=0):
+        """The value of `name`, computed by a foldable node left to its row because some
+        input was a trainable initializer (collected into `used`, frozen if it succeeds),
+        or None."""
+        if name in self.known:
+            return self.known[name]
+        if name in self.initializers:
+            used.add(name)
+            return self.initializers[name]
+        entry = self._computed.get(name)
+        if entry is None or depth > 64:
+            return None
+        op_type, ins, attrs, index = entry
+        values = []
+        for i in ins:
+            value = None if i is None else self._computed_value(i, used, depth + 1)
+            if i is not None and value is None:
+                return None
+            values.append(value)
+        outs = folding.fold(op_type, values, attrs)
+        if outs is None or symbolic.is_symbolic(outs[index]):
+            return None
+        return outs[index]
 
     def dims(self, name):
         """The dims of our variable `name`: ints where known, the name of a symbolic dim
@@ -135,6 +167,8 @@ class OnnxTranslator(Translator):
         `Size`s (`batch`, `batch*seq`), as `Shape` made them and shape computations kept
         them; None if some element is neither."""
         value = self.folded(name)
+        if value is None and name in self._computed:
+            value = self.value_of(name)
         if value is None or value.ndim > 1 or (value.dtype != object
                                                and value.dtype.kind not in "iub"):
             return None
@@ -243,6 +277,11 @@ class OnnxTranslator(Translator):
         finally:
             self._node = None
         results = list(results) + [None] * (len(outputs) - len(results))
+        if folding.can_fold(proto.op_type) and proto.domain in onnx_model.DEFAULT_DOMAINS:
+            for k, result in enumerate(results):
+                if isinstance(result, str) and result not in self.known and result not in ins:
+                    self._computed.setdefault(result, (proto.op_type, ins, dict(
+                        attrs, _outputs=len(proto.output)), k))
         for out, result in zip(outputs, results):
             if out is not None and result is None:
                 if out in self._read:
