@@ -75,6 +75,7 @@ class OnnxTranslator(Translator):
         self._sizes = {}        # our name -> object array of ints and symbolic Sizes
         self._sources = {}      # symbol name -> (our variable, axis) holding it at run time
         self._size_ops = set()  # outputs of the ops computing sizes at run time (materialize)
+        self._state = set()     # the initializers that are not trained (ints, bools)
         self._computed = {}     # our name -> (ONNX op, inputs, attrs, output index) of a
         #                         foldable node a trainable initializer kept from folding
         self._dims = {}         # our name -> its dims, symbolic ones by name
@@ -96,6 +97,8 @@ class OnnxTranslator(Translator):
         if name is None:
             return None
         if name in self.known:
+            if name in self._state:
+                self.read_at_import.add(name)
             return self.known[name]
         if name in self.initializers:
             self.read_at_import.add(name)
@@ -379,6 +382,7 @@ class OnnxTranslator(Translator):
         outs = folding.fold(proto.op_type, values, dict(attrs, _outputs=len(proto.output)))
         if outs is None or len(outs) < len(proto.output):
             return None
+        self.read_at_import |= self._state.intersection(ins)   # dropped if no op reads them
         return outs[:len(proto.output)]
 
     @property
@@ -405,6 +409,7 @@ class OnnxTranslator(Translator):
                 block.create_var(name, list(value.shape), str(dtype), persistable=True,
                                  stop_gradient=True)
                 self.known[name] = value
+                self._state.add(name)
             state[name] = value
             env.bind([name], [name])
         feeds = []
