@@ -138,9 +138,13 @@ def _check_dims_choice(choice, feed_names):
                             f"known one), got {dim!r}", var=key)
 
 
-def _symbolic(shapes):
-    """ShapeDtypeStruct-ready shapes, all symbols in one jax.export scope."""
-    scope = jax.export.SymbolicScope()
+def _symbolic(shapes, constraints=()):
+    """ShapeDtypeStruct-ready shapes, all symbols in one jax.export scope (under
+    `constraints`, such as 'seq <= 1024')."""
+    try:
+        scope = jax.export.SymbolicScope(list(constraints))
+    except (ValueError, TypeError) as e:
+        raise FeedError(f"dim_constraints {list(constraints)}: {e}") from None
     out = []
     for dims in shapes:
         if all(isinstance(d, int) for d in dims):
@@ -166,7 +170,7 @@ def _state(program, names, scope):
 
 def export_compiled(path, program, feed_vars, fetch_vars, scope=None, *,
                     platforms=("cpu", "cuda", "tpu"), embed_params=True, batch_polymorphic=True,
-                    batch_size=None, keep_64bit=False):
+                    batch_size=None, keep_64bit=False, dim_constraints=()):
     """Write `program` (pruned to `feed_vars` -> `fetch_vars`, test mode) as one compiled file.
 
     Parameters come from `scope` and are embedded as constants, or with
@@ -181,6 +185,10 @@ def export_compiled(path, program, feed_vars, fetch_vars, scope=None, *,
     A tuple names every dim of a feed (None for a known one), so that unknown inner dims
     are shared: `{"ids": ("batch", "seq"), "mask": ("batch", "seq")}`; other unknown inner
     dims get a symbol of their own.
+
+    `dim_constraints` bound the symbolic dims, in jax.export's syntax ('seq <= 1024'), for
+    programs valid only within them (an imported model slicing a causal-mask buffer of
+    1024 positions to the sequence's length); the artifact refuses inputs outside them.
     """
     from progdesc.io import atomic_write
     scope = scope or global_scope()
@@ -208,7 +216,7 @@ def export_compiled(path, program, feed_vars, fetch_vars, scope=None, *,
         fetched, _ = lowered.fn(tuple(args[:len(feeds)]), {}, values)
         return tuple(f.astype(_boundary(dtypes.name_of(f.dtype), keep_64bit)) for f in fetched)
 
-    shapes = _symbolic([s["shape"] for s in inputs])
+    shapes = _symbolic([s["shape"] for s in inputs], dim_constraints)
     avals = [jax.ShapeDtypeStruct(shape, dtypes.to_numpy(s["dtype"]))
              for shape, s in zip(shapes, inputs)]
     try:

@@ -178,6 +178,29 @@ def dead_code_removed(closed):
     return core.ClosedJaxpr(jaxpr, closed.consts)
 
 
+# --- the least and greatest of two dims (shape polymorphism) ---
+
+def dim_min_max():
+    """(min, max) of two dims, each an int or a `jax.export` symbolic dim.
+
+    Reaches `jax._src.core.min_dim` and `max_dim`: a slice clamped to a dim known only
+    at run time (`slice_dims`) has the size `min(end, n) - start`, which `jax.export`
+    keeps symbolic; JAX exports no public function making such a dim. Where they are
+    missing, ints still work (Python's min and max); a symbolic dim raises the
+    JaxCompatError when the slice is traced.
+    """
+    try:
+        core = importlib.import_module("jax._src.core")
+        return core.min_dim, core.max_dim
+    except (ImportError, AttributeError):
+        def missing(a, b, which):
+            if isinstance(a, int) and isinstance(b, int):
+                return which(a, b)
+            raise _missing(f"jax._src.core.{which.__name__}_dim", "slice_dims of a dim known "
+                           "only at run time", "such slices cannot be exported")
+        return (lambda a, b: missing(a, b, min)), (lambda a, b: missing(a, b, max))
+
+
 # --- JAX's distributed runtime (progdesc.distributed.initialize) ---
 
 _DISTRIBUTED_FEATURE = "progdesc.distributed.initialize (runs across processes)"

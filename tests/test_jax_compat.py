@@ -344,3 +344,22 @@ def test_without_dead_code_removal_dead_equations_are_translated_as_before(monke
     assert jax_compat.dead_code_removed(closed) is closed
     with pytest.raises(pd.UnsupportedPrimitiveError, match="'cumlogsumexp'"):
         pd.from_jax(_with_dead_code, np.ones(3, np.float32), scope=pd.Scope())
+
+
+def test_dim_min_max_keeps_a_clamped_slice_symbolic():
+    low, high = jax_compat.dim_min_max()
+    assert (low(3, 5), high(3, 5)) == (3, 5)
+    b, = jax.export.symbolic_shape("b")
+    exported = jax.export.export(jax.jit(lambda x: x[:low(x.shape[0], 4)]))(
+        jax.ShapeDtypeStruct((b,), np.float32))
+    assert str(exported.out_avals[0].shape[0]) == "min(b, 4)"
+    np.testing.assert_array_equal(exported.call(np.arange(6, dtype=np.float32)), np.arange(4))
+
+
+def test_without_dim_min_max_ints_still_work_and_symbols_say_why(monkeypatch):
+    lacking(monkeypatch, "jax._src.core", min_dim=MISSING)
+    low, high = jax_compat.dim_min_max()
+    assert (low(3, 5), high(3, 5)) == (3, 5)
+    b, = jax.export.symbolic_shape("b")
+    with pytest.raises(JaxCompatError, match="jax._src.core.min_dim"):
+        low(b, 4)

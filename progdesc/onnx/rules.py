@@ -19,14 +19,18 @@ def softmax(t, x, *, axis=-1):              # inputs, then attributes with ONNX'
   not compute (the driver reports it if something reads it).
 - Inputs ONNX passes as tensors but that shape the program (Reshape's shape, Slice's
   starts, Resize's sizes) are read with `t.value_of(name)` or, for sizes that may be
-  symbolic, `t.sizes_of(name)`; raise `Unsupported("... is computed at run time")` when
-  neither knows them, never guess.
+  symbolic, `t.sizes_of(name)` (ints and `symbolic.Size`s such as batch*seq); raise
+  `Unsupported("... is computed at run time")` when neither knows them, never guess.
+  `progdesc.onnx.shape_args` maps symbolic sizes onto our ops (`reshape_to`,
+  `computed_dims` for `reshape_dims` / `broadcast_dims` / `slice_dims`). Nodes whose
+  inputs are all known are folded before their row is called (`progdesc.onnx.folding`).
 - Ops outside the default domain are keyed '<domain>.<type>' ('com.microsoft.Gelu').
 - An op we lack gets one in `lowering/ops/` (samples, gradient maker), never a private
   lowering here.
 """
 from progdesc.onnx import (rules_control, rules_math, rules_microsoft,  # noqa: F401
                            rules_misc, rules_nn, rules_recurrent, rules_shape)
+from progdesc.onnx import rules_index  # noqa: F401
 from progdesc.onnx.table import RULES
 
 __all__ = ["RULES"]

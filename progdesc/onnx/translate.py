@@ -24,6 +24,7 @@ import numpy as np
 
 from lowering.errors import FormatError, ProgramError, UnsupportedOpError
 from progdesc.framework import Program, program_guard
+from progdesc.onnx import folding, symbolic
 from progdesc.onnx import model as onnx_model
 from progdesc.onnx.rules import RULES
 from progdesc.onnx.table import key
@@ -49,8 +50,16 @@ class OnnxTranslator(Translator):
     Rules (`progdesc.onnx.rules`) call, besides the shared translator's methods:
     `value_of` (the value of a variable known at import: a constant, an initializer, a
     folded shape), `dims` (a variable's dims with the names of its symbolic ones),
-    `sizes_of` / `set_sizes` (what an int vector holds, symbolically), `opset`,
-    `for_training` and `graph_of` (a sub-graph attribute as a graph for `inline`).
+    `sizes_of` / `set_sizes` (what an int vector holds, symbolically: ints and
+    `progdesc.onnx.symbolic.Size`s such as batch*seq), `size_of_dim` / `source_of` (a
+    dim as a Size, and the variable holding a symbol at run time), `materialize` (a
+    folded value as a variable), `opset`, `for_training` and `graph_of` (a sub-graph
+    attribute as a graph for `inline`).
+
+    Nodes whose inputs are known at import (constants, int initializers, sizes) and that
+    `progdesc.onnx.folding` can compute are folded before their rule is looked up: into
+    a constant, or, for symbolic sizes, into the `dim_size` ops computing them at run
+    time (dropped at the end when only shapes read them).
     """
 
     def __init__(self, program, model, *, for_training=False, rules=RULES):
@@ -63,7 +72,12 @@ class OnnxTranslator(Translator):
         self.known = {}         # our name -> its value, known at import (not trainable)
         self.initializers = {}  # our name -> the value of a trainable initializer
         self.read_at_import = set()   # initializers whose value a rule read
-        self._sizes = {}        # our name -> [int | symbol name]: what an int vector holds
+        self._sizes = {}        # our name -> object array of ints and symbolic Sizes
+        self._sources = {}      # symbol name -> (our variable, axis) holding it at run time
+        self._size_ops = set()  # outputs of the ops computing sizes at run time (materialize)
+        self._state = set()     # the initializers that are not trained (ints, bools)
+        self._computed = {}     # our name -> (ONNX op, inputs, attrs, output index) of a
+        #                         foldable node a trainable initializer kept from folding
         self._dims = {}         # our name -> its dims, symbolic ones by name
         self._envs = []         # the environments of the graphs being walked, innermost last
         self._node = None       # the NodeProto being translated
@@ -78,48 +92,108 @@ class OnnxTranslator(Translator):
 
     def value_of(self, name):
         """The value of our variable `name` if it is known at import (a constant, an
-        initializer, a folded shape), else None. An initializer read this way is not
-        trained (its value shapes the program)."""
+        initializer, a folded shape, or a value computed from initializers), else None.
+        An initializer read this way is not trained (its value shapes the program)."""
         if name is None:
             return None
         if name in self.known:
+            if name in self._state:
+                self.read_at_import.add(name)
             return self.known[name]
         if name in self.initializers:
             self.read_at_import.add(name)
             return self.initializers[name]
+        if name in self._computed:
+            used = set()
+            value = self._computed_value(name, used)
+            if value is not None:
+                self.read_at_import |= used
+            return value
         return None
+
+    def _computed_value(self, name, used, depth=0):
+        """The value of `name`, computed by a foldable node left to its row because some
+        input was a trainable initializer (collected into `used`, frozen if it succeeds),
+        or None."""
+        if name in self.known:
+            return self.known[name]
+        if name in self.initializers:
+            used.add(name)
+            return self.initializers[name]
+        entry = self._computed.get(name)
+        if entry is None or depth > 64:
+            return None
+        op_type, ins, attrs, index = entry
+        values = []
+        for i in ins:
+            value = None if i is None else self._computed_value(i, used, depth + 1)
+            if i is not None and value is None:
+                return None
+            values.append(value)
+        outs = folding.fold(op_type, values, attrs)
+        if outs is None or symbolic.is_symbolic(outs[index]):
+            return None
+        return outs[index]
 
     def dims(self, name):
         """The dims of our variable `name`: ints where known, the name of a symbolic dim
-        ('batch') where one is known to hold it, None where unknown."""
+        ('batch') or a `symbolic.Size` (batch*seq) where one is known to hold it, None
+        where unknown."""
         ours, _ = self.var(name)
-        symbolic = self._dims.get(name)
-        if symbolic is None or len(symbolic) != len(ours):
+        symbolic_dims = self._dims.get(name)
+        if symbolic_dims is None or len(symbolic_dims) != len(ours):
             return [d if d >= 0 else None for d in ours]
-        return [d if d >= 0 else s for d, s in zip(ours, symbolic)]
+        return [d if d >= 0 else s for d, s in zip(ours, symbolic_dims)]
 
     def set_dims(self, name, dims):
-        """Record the dims of our variable `name` (ints, symbol names, None)."""
+        """Record the dims of our variable `name` (ints, symbol names, Sizes, None)."""
         self._dims[name] = tuple(dims)
 
+    def size_of_dim(self, name, axis):
+        """Dim `axis` of our variable `name` as a size: an int, or a `symbolic.Size` whose
+        symbols some variable holds at run time (an unknown dim gets a symbol of its own,
+        held by `name`)."""
+        d = self.dims(name)[axis]
+        if isinstance(d, int) or isinstance(d, symbolic.Size):
+            return d
+        if d is None:
+            d = f"{name}:{axis}"
+        self._sources.setdefault(d, (name, axis))
+        return symbolic.symbol(d)
+
+    def source_of(self, symbol_name):
+        """(our variable, axis) holding the symbolic dim `symbol_name` at run time, or None."""
+        return self._sources.get(symbol_name)
+
     def sizes_of(self, name):
-        """The elements of a 0-D or 1-D int variable of ours as sizes: ints and names of
-        symbolic dims, as `Shape` made them and the shape rules kept them; None if some
-        element is neither known nor a symbolic dim."""
+        """The elements of a 0-D or 1-D int variable of ours as sizes: ints and symbolic
+        `Size`s (`batch`, `batch*seq`), as `Shape` made them and shape computations kept
+        them; None if some element is neither."""
+        value = self.folded(name)
+        if value is None and name in self._computed:
+            value = self.value_of(name)
+        if value is None or value.ndim > 1 or (value.dtype != object
+                                               and value.dtype.kind not in "iub"):
+            return None
+        return [v if isinstance(v, symbolic.Size) else int(v) for v in value.reshape(-1)]
+
+    def set_sizes(self, name, sizes):
+        """Record that our int variable `name` holds `sizes` (ints and Sizes; a list or a
+        NumPy array of dtype object)."""
+        array = np.empty(np.shape(sizes) if isinstance(sizes, np.ndarray) else len(sizes),
+                         dtype=object)
+        array[...] = sizes if isinstance(sizes, np.ndarray) else list(sizes)
+        self._sizes[name] = array
+
+    def folded(self, name):
+        """What our variable `name` holds, as far as import knows: its value (a constant, an
+        int initializer), an object array of ints and symbolic Sizes, or None. Trainable
+        initializers are not read (their value is not frozen)."""
         if name is None:
             return None
         if name in self._sizes:
-            return list(self._sizes[name])
-        value = self.known.get(name)
-        if value is None and name in self.initializers:
-            value = self.value_of(name)
-        if value is not None and value.dtype.kind in "iu" and value.ndim <= 1:
-            return [int(v) for v in value.reshape(-1)]
-        return None
-
-    def set_sizes(self, name, sizes):
-        """Record that our int vector `name` holds `sizes` (ints and symbol names)."""
-        self._sizes[name] = list(sizes)
+            return self._sizes[name]
+        return self.known.get(name)
 
     def graph_of(self, graph):
         """A sub-graph attribute (GraphProto) as a graph for `inline` / `sub_block`."""
@@ -178,6 +252,19 @@ class OnnxTranslator(Translator):
             return
         self.version = self.opsets.get("" if proto.domain in onnx_model.DEFAULT_DOMAINS
                                        else proto.domain)
+        folded = self._fold(proto, ins, attrs)
+        if folded is not None:   # known at import: a constant, or sizes computed at run time
+            saved = self._scope, self._callsite
+            self._scope, self._callsite = node.scope or saved[0], node.line or saved[1]
+            try:
+                env.bind(outputs, [None if o is None else
+                                   self.materialize(v, self.onnx_types.get(o))
+                                   for o, v in zip(outputs, folded)])
+                return
+            except (ProgramError, TypeError, ValueError):
+                pass   # a value no variable of ours holds: the node's row decides
+            finally:
+                self._scope, self._callsite = saved
         self._node = proto
         try:
             results = self.apply(node, ins)
@@ -193,6 +280,11 @@ class OnnxTranslator(Translator):
         finally:
             self._node = None
         results = list(results) + [None] * (len(outputs) - len(results))
+        if folding.can_fold(proto.op_type) and proto.domain in onnx_model.DEFAULT_DOMAINS:
+            for k, result in enumerate(results):
+                if isinstance(result, str) and result not in self.known and result not in ins:
+                    self._computed.setdefault(result, (proto.op_type, ins, dict(
+                        attrs, _outputs=len(proto.output)), k))
         for out, result in zip(outputs, results):
             if out is not None and result is None:
                 if out in self._read:
@@ -203,6 +295,95 @@ class OnnxTranslator(Translator):
                 if typ is not None and typ[0] is not None and result not in self._dims:
                     self._dims[result] = typ[0]
             env.bind([out], [result])
+
+    def materialize(self, value, onnx_type=None):
+        """Our variable holding the folded `value` (an array; of dtype object for symbolic
+        sizes): a constant, or the dims its sizes are made of read at run time
+        (`dim_size`), the sizes recorded beside it (`sizes_of`). `onnx_type`: the ONNX
+        (dims, dtype) of the value, for its dtype."""
+        dtype = onnx_type[1] if onnx_type is not None else None
+        if not symbolic.is_symbolic(value):
+            if dtype is not None and value.dtype != onnx_model.as_numpy_dtype(dtype):
+                value = value.astype(onnx_model.as_numpy_dtype(dtype))
+            return self.constant(value)
+        dtype = dtype or "int64"
+        work = "float32" if dtype.startswith("float") else "int64"
+        elements = []
+        for v in value.reshape(-1):
+            if not isinstance(v, symbolic.Size):
+                elements.append(self.constant(np.asarray(v, dtype=work)))
+                continue
+            total = None
+            for mono, coef in v.terms.items():
+                term = None if coef == 1 and mono else self.constant(
+                    np.asarray(coef, dtype=work))
+                for name in mono:
+                    var, axis = self._sources[name]
+                    dim = self._size_op("dim_size", var, axis=axis, dtype=work)
+                    term = dim if term is None else self._size_op("mul", term, dim)
+                total = term if total is None else self._size_op("add", total, term)
+            elements.append(total)
+        out = self._size_op("stack", elements, axis=0)
+        if value.ndim != 1:
+            out = self._size_op("reshape", out, shape=list(value.shape))
+        if dtype != work:
+            out = self._size_op("cast", out, dtype=dtype)
+        self._sizes[out] = value
+        return out
+
+    def _size_op(self, op_type, *args, **attrs):
+        out = self.call(op_type, *args, **attrs)
+        self._size_ops.add(out)
+        return out
+
+    def _drop_unread_sizes(self, fetches):
+        """Remove the ops computing sizes at run time and the constants that no op reads
+        (what only gave shapes at import)."""
+        block = self.program.global_block()
+        ops = block.desc.ops
+        reads = {}
+        for b in self.program.blocks:
+            for op in b.desc.ops:
+                for slot in op.inputs:
+                    for a in slot.arguments:
+                        reads[a] = reads.get(a, 0) + 1
+        for name in fetches:
+            reads[name] = reads.get(name, 0) + 1
+        dropped = set()
+        for index in range(len(ops) - 1, -1, -1):
+            outs = [a for slot in ops[index].outputs for a in slot.arguments]
+            if outs and all((o in self._size_ops or o in self.known) and not reads.get(o)
+                            for o in outs):
+                for slot in ops[index].inputs:
+                    for a in slot.arguments:
+                        reads[a] -= 1
+                dropped.update(outs)
+                del ops[index]
+        if dropped:
+            keep = [v for v in block.desc.vars if v.name not in dropped]
+            del block.desc.vars[:]
+            block.desc.vars.extend(keep)
+            block.sync()
+
+    def _fold(self, proto, ins, attrs):
+        """The outputs of a default-domain node computed at import (see
+        `progdesc.onnx.folding`) from its inputs' folded values, or None."""
+        if (proto.domain not in onnx_model.DEFAULT_DOMAINS
+                or not folding.can_fold(proto.op_type)):
+            return None
+        values = []
+        for name in ins:
+            if name is FAILED:
+                return None
+            value = self.folded(name)
+            if name is not None and value is None:
+                return None
+            values.append(value)
+        outs = folding.fold(proto.op_type, values, dict(attrs, _outputs=len(proto.output)))
+        if outs is None or len(outs) < len(proto.output):
+            return None
+        self.read_at_import |= self._state.intersection(ins)   # dropped if no op reads them
+        return outs[:len(proto.output)]
 
     @property
     def node_proto(self):
@@ -228,6 +409,7 @@ class OnnxTranslator(Translator):
                 block.create_var(name, list(value.shape), str(dtype), persistable=True,
                                  stop_gradient=True)
                 self.known[name] = value
+                self._state.add(name)
             state[name] = value
             env.bind([name], [name])
         feeds = []
@@ -239,11 +421,14 @@ class OnnxTranslator(Translator):
                 raise FormatError(f"graph input '{onnx_model.shown(info.name)}' is not a "
                                   "tensor of known rank and element type")
             dims, dtype = typ
-            symbolic = [d if d is not None else f"{info.name}:{axis}"
-                        for axis, d in enumerate(dims)]
+            named = [d if d is not None else f"{info.name}:{axis}"
+                 for axis, d in enumerate(dims)]
             block.create_var(info.name, [d if isinstance(d, int) else -1 for d in dims],
                              dtype, stop_gradient=True, need_check_feed=True)
-            self._dims[info.name] = tuple(symbolic)
+            self._dims[info.name] = tuple(named)
+            for axis, d in enumerate(named):
+                if isinstance(d, str):
+                    self._sources.setdefault(d, (info.name, axis))
             env.bind([info.name], [info.name])
             feeds.append(info.name)
         with program_guard(self.program):   # control-flow builders append to it
@@ -258,6 +443,7 @@ class OnnxTranslator(Translator):
         self.check()
         if any(f is FAILED for f in fetches):
             raise FormatError("a graph output could not be computed")
+        self._drop_unread_sizes(fetches)
         self._settle_initializers(state)
         state.update(self.values)
         return feeds, fetches, state
