@@ -9,7 +9,7 @@ import numpy as np
 from lowering import dtypes
 from lowering.errors import FormatError
 from progdesc.onnx import model as onnx_model
-from progdesc.onnx import rules_reduce  # noqa: F401  (its rows)
+from progdesc.onnx import rules_einsum, rules_reduce  # noqa: F401  (their rows)
 from progdesc.onnx.table import RULES
 from progdesc.translate import Unsupported
 
