@@ -1,5 +1,5 @@
-"""The ONNX importer's elementwise, activation, reduction and Einsum rows
-(progdesc/onnx/rules_math.py, rules_reduce.py, rules_einsum.py): single-node models
+"""The ONNX importer's elementwise, activation, reduction, Einsum and Det rows
+(progdesc/onnx/rules_math.py, rules_reduce.py, rules_linalg.py): single-node models
 built with onnx.helper, run through progdesc.onnx.load and the Executor, against NumPy
 formulas or onnxruntime; gradients against jax.grad of a jnp formula; refused
 attributes against the error that names the node."""
@@ -309,6 +309,22 @@ def test_einsum_against_numpy(equation, shapes):
     xs = {f"x{k}": RNG.standard_normal(s).astype(np.float32) for k, s in enumerate(shapes)}
     out = node_out("Einsum", xs, equation=equation)
     np.testing.assert_allclose(out, np.einsum(equation, *xs.values()), rtol=1e-5, atol=1e-5)
+
+
+def test_det_and_its_gradient():
+    a = (np.eye(3, dtype=np.float32) * 2 + RNG.uniform(-1, 1, (2, 3, 3))).astype(np.float32)
+    np.testing.assert_allclose(node_out("Det", {"a": a}), np.linalg.det(a), rtol=1e-5)
+    graph = helper.make_graph([helper.make_node("Det", ["A"], ["d"])], "g", [],
+                              [helper.make_empty_tensor_value_info("d")],
+                              [numpy_helper.from_array(a, "A")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    scope = pd.Scope()
+    program, _, (d,) = ponnx.load(model, scope)
+    with pd.program_guard(program):
+        (ga,) = gradients([ops.reduce_sum(ops.square(d))], [program.global_block().var("A")])
+    got, = pd.Executor().run(program, feed={}, fetch_list=[ga], scope=scope)
+    want = jax.jit(jax.grad(lambda m: jnp.sum(jnp.linalg.det(m) ** 2)))(a)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
 
 
 def test_gradients_through_imported_math_against_jax():

@@ -1,5 +1,5 @@
-"""Elementwise arithmetic, comparison, logic, activations, casts (reductions:
-`rules_reduce`).
+"""Elementwise arithmetic, comparison, logic, activations, casts (the family's
+reductions are in `rules_reduce`, Einsum and Det in `rules_linalg`).
 
 Integer and bool inputs keep ONNX's meaning: Div of integers truncates toward zero, Mod
 follows the divisor's sign unless `fmod=1`, Pow of integers is exact for whole results.
@@ -9,7 +9,7 @@ import numpy as np
 from lowering import dtypes
 from lowering.errors import FormatError
 from progdesc.onnx import model as onnx_model
-from progdesc.onnx import rules_einsum, rules_reduce  # noqa: F401  (their rows)
+from progdesc.onnx import rules_linalg, rules_reduce  # noqa: F401  (their rows)
 from progdesc.onnx.table import RULES
 from progdesc.translate import Unsupported
 

@@ -1,4 +1,5 @@
-"""Einsum, as our dot_general, reduce_sum, transpose (and a mask for a repeated index).
+"""Einsum, as our dot_general, reduce_sum, transpose (and a mask for a repeated index);
+Det, as our det.
 
 Operands are taken left to right: in each, a label written twice keeps its diagonal,
 a label no other operand nor the output names is summed out; two operands meet in one
@@ -99,3 +100,8 @@ def einsum(t, *xs, equation):
     if acc_labels == out:
         return acc
     return t.call("transpose", acc, perm=[acc_labels.index(c) for c in out])
+
+
+@RULES.rule("Det", since=13)
+def det(t, x):
+    return t.call("det", x)
