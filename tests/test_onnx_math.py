@@ -358,6 +358,23 @@ def test_gradients_through_imported_math_against_jax():
     np.testing.assert_allclose(got, jax.jit(jax.grad(formula))(w), rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("op,alpha", [("Elu", 0.5), ("Celu", 2.0), ("Selu", 1.5)])
+def test_exponential_units_have_finite_gradients_at_large_inputs(op, alpha):
+    x = np.array([100.0, -3.0, 0.5], np.float32)
+    graph = helper.make_graph([helper.make_node(op, ["X"], ["y"], alpha=alpha)], "g", [],
+                              [helper.make_empty_tensor_value_info("y")],
+                              [numpy_helper.from_array(x, "X")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    scope = pd.Scope()
+    program, _, (y,) = ponnx.load(model, scope)
+    with pd.program_guard(program):
+        (gx,) = gradients([ops.reduce_sum(y)], [program.global_block().var("X")])
+    got, = pd.Executor().run(program, feed={}, fetch_list=[gx], scope=scope)
+    slope = alpha * np.exp(-3.0 / alpha) / alpha if op == "Celu" else alpha * np.exp(-3.0)
+    want = np.array([1.0, slope, 1.0]) * (1.0507009873554805 if op == "Selu" else 1.0)
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+
+
 def _error_of(op, inputs, **attrs):
     node = helper.make_node(op, list(inputs), ["y"], name="bad_node", **attrs)
     with pytest.raises(UnsupportedOpError) as info:

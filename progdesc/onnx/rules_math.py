@@ -75,7 +75,8 @@ def mod(t, x, y, *, fmod=0):
 @RULES.rule("Pow", since=13)
 def pow_(t, x, y):
     exponent = _scalar(t, y)
-    whole = exponent is not None and float(exponent) == int(exponent) and abs(exponent) <= 64
+    whole = (exponent is not None and np.isfinite(exponent) and float(exponent).is_integer()
+             and abs(exponent) <= 64)
     if whole and (is_float(t, x) or exponent >= 0):
         return t.call("integer_pow", x, y=int(exponent))
     if is_float(t, x):
@@ -205,10 +206,17 @@ def prelu(t, x, slope):
     return _where(t, neg, t.call("mul", x, slope), x)
 
 
+def _negative_part(t, x):
+    """min(x, 0): what exp is taken of where x <= 0 (no overflow in the branch `where`
+    drops, whose gradient would be 0 * inf)."""
+    return t.call("minimum", x, full_like(t, x, 0))
+
+
 def _elu(t, x, alpha):
     """x where x > 0, else alpha * (exp(x) - 1)."""
     pos = t.call("greater_than", x, full_like(t, x, 0))
-    return _where(t, pos, x, t.call("scale", t.call("expm1", x), scale=float(alpha)))
+    inner = t.call("expm1", _negative_part(t, x))
+    return _where(t, pos, x, t.call("scale", inner, scale=float(alpha)))
 
 
 @RULES.rule("Elu", since=13)
@@ -225,8 +233,8 @@ def selu(t, x, *, alpha=1.67326319217681884765625, gamma=1.050701022148132324218
 def celu(t, x, *, alpha=1.0):
     if alpha == 0:
         raise Unsupported("alpha 0 (Celu divides by it)")
-    inner = t.call("scale", t.call("expm1", t.call("scale", x, scale=1.0 / alpha)),
-                   scale=float(alpha))
+    inner = t.call("scale", t.call("expm1", t.call("scale", _negative_part(t, x),
+                                                    scale=1.0 / alpha)), scale=float(alpha))
     pos = t.call("greater_than", x, full_like(t, x, 0))
     return _where(t, pos, x, inner)
 

@@ -76,11 +76,14 @@ def _reduce(t, op_type, x, axes, keepdims, noop):
         reduce_op = None   # the steps before and after only
     elif (const := _empty_set(t, x, axes, keepdims, empty)) is not None:
         return const
-    elif op_type == "ReduceLogSumExp":
-        return _log_sum_exp(t, x, axes, keepdims)
     dtype = t.var(x)[1]
     kind = dtypes.kind_of(dtype)
-    if kind == "bool":
+    if op_type == "ReduceLogSumExp":
+        if kind == "float":
+            return _log_sum_exp(t, x, axes, keepdims)
+        x = t.call("cast", x, dtype="float32")   # integers (before opset 28)
+        return t.call("cast", _log_sum_exp(t, x, axes, keepdims), dtype=dtype)
+    if kind == "bool" and reduce_op is not None:
         if reduce_op not in _BOOL_REDUCE:
             raise Unsupported(f"{op_type} of bools")
         reduce_op = _BOOL_REDUCE[reduce_op]
