@@ -391,6 +391,7 @@ def _error_of(op, inputs, **attrs):
     ("ReduceSum", {"x": X, "axes": np.array([1], np.int64)}, {}, "computed at run time"),
     ("CumSum", {"x": X, "axis": np.array(0, np.int64)}, {}, "computed at run time"),
     ("Einsum", {"x": X}, {"equation": "ij,jk->ik"}, "operands"),
+    ("ReduceMean", {"x": X}, {"axes": [1]}, "'axes' attribute"),
 ])
 def test_refused_attributes_name_the_node(op, inputs, attrs, why):
     error = _error_of(op, inputs, **attrs)

@@ -117,7 +117,7 @@ def isinf(t, x, *, detect_positive=1, detect_negative=1):
 
 
 @RULES.rule("BitShift", since=13)
-def bitshift(t, x, y, *, direction=None):
+def bitshift(t, x, y, *, direction):
     if direction == "LEFT":
         return t.call("shift_left", x, y)
     if direction == "RIGHT":   # signed (opset 28): the sign fills in
@@ -126,10 +126,10 @@ def bitshift(t, x, y, *, direction=None):
     raise Unsupported(f"direction {direction!r} is neither 'LEFT' nor 'RIGHT'")
 
 
-def _fold(t, op, xs, **attrs):
+def _fold(t, op, xs):
     out = xs[0]
     for x in xs[1:]:
-        out = t.call(op, out, x, **attrs)
+        out = t.call(op, out, x)
     return out
 
 

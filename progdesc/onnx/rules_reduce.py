@@ -115,8 +115,12 @@ def _attr_row(op_type):
 
 
 def _input_row(op_type):
-    def rule(t, x, axes=None, *, keepdims=1, noop_with_empty_axes=0):
-        return _reduce(t, op_type, x, _axes_input(t, axes), keepdims, noop_with_empty_axes)
+    def rule(t, x, axes_input=None, *, keepdims=1, noop_with_empty_axes=0, axes=None):
+        if axes is not None:   # the attribute of the op's older versions
+            raise Unsupported(f"an 'axes' attribute, which {op_type} of this opset does not "
+                              "have (its axes are an input)")
+        return _reduce(t, op_type, x, _axes_input(t, axes_input), keepdims,
+                       noop_with_empty_axes)
     return rule
 
 
