@@ -303,12 +303,40 @@ def test_cumsum(exclusive, reverse):
 @pytest.mark.parametrize("equation,shapes", [
     ("ij,jk->ik", [(2, 3), (3, 4)]), ("bij,bjk->bik", [(2, 3, 4), (2, 4, 5)]),
     ("...ij,...jk", [(2, 3, 4), (2, 4, 5)]), ("ii->i", [(3, 3)]), ("ij->", [(2, 3)]),
-    ("i,j->ij", [(3,), (4,)]), ("ij,jk,kl->li", [(2, 3), (3, 4), (4, 2)]), ("ijk->kji", [(2, 3, 4)]),
+    ("i,j->ij", [(3,), (4,)]), ("ij,jk,kl->li", [(2, 3), (3, 4), (4, 2)]),
+    ("ijk->kji", [(2, 3, 4)]),
 ])
 def test_einsum_against_numpy(equation, shapes):
     xs = {f"x{k}": RNG.standard_normal(s).astype(np.float32) for k, s in enumerate(shapes)}
     out = node_out("Einsum", xs, equation=equation)
     np.testing.assert_allclose(out, np.einsum(equation, *xs.values()), rtol=1e-5, atol=1e-5)
+
+
+def test_symbolic_batch_dim_at_two_sizes():
+    """A `batch` dim_param stays symbolic: ArgMax's last index along it, a reduction and
+    CumSum, run at two batch sizes from one import."""
+    axis0 = np.array(0, np.int64)
+    nodes = [helper.make_node("ArgMax", ["x"], ["last"], axis=0, keepdims=0,
+                              select_last_index=1),
+             helper.make_node("ReduceLogSumExp", ["x", "axes"], ["lse"], keepdims=0),
+             helper.make_node("CumSum", ["x", "axis0"], ["cum"], exclusive=1)]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])],
+        [helper.make_empty_tensor_value_info(n) for n in ("last", "lse", "cum")],
+        [numpy_helper.from_array(np.array([1], np.int64), "axes"),
+         numpy_helper.from_array(axis0, "axis0")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    scope = pd.Scope()
+    program, feeds, fetches = ponnx.load(model, scope)
+    assert program.global_block().var("x").shape[0] == -1
+    for batch in (2, 5):
+        x = np.round(RNG.standard_normal((batch, 4)), 1).astype(np.float32)
+        x[-1] = x[0]   # ties: the last index wins
+        last, lse, cum = pd.Executor().run(program, feed={"x": x}, fetch_list=fetches,
+                                           scope=scope)
+        np.testing.assert_array_equal(last, batch - 1 - np.argmax(x[::-1], axis=0))
+        np.testing.assert_allclose(lse, np.log(np.exp(x).sum(axis=1)), rtol=1e-5)
+        np.testing.assert_allclose(cum, np.cumsum(x, axis=0) - x, rtol=1e-5, atol=1e-6)
 
 
 def test_det_and_its_gradient():
