@@ -427,6 +427,16 @@ def test_refused_attributes_name_the_node(op, inputs, attrs, why):
     assert [u[0] for u in error.unsupported] == [op]
 
 
+def test_refusals_are_collected_over_the_whole_graph():
+    nodes = [helper.make_node("Cast", ["x"], ["s"], name="to_text", to=TensorProto.STRING),
+             helper.make_node("Relu", ["x"], ["r"], name="fine"),
+             helper.make_node("Gelu", ["r"], ["y"], name="odd_gelu", approximate="cubic")]
+    with pytest.raises(UnsupportedOpError) as info:
+        ponnx.load(model_of(nodes, {"x": X}, opset=20, outputs=["s", "y"]), pd.Scope())
+    assert [(u[0], u[1]) for u in info.value.unsupported] == [
+        ("Cast", "node 'to_text'"), ("Gelu", "node 'odd_gelu'")]
+
+
 def test_nodes_of_an_opset_before_the_op_are_refused():
     node = helper.make_node("Gelu", ["x"], ["y"], name="early_gelu")
     with pytest.raises(UnsupportedOpError, match="early_gelu"):
