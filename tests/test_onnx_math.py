@@ -300,6 +300,13 @@ def test_cumsum(exclusive, reverse):
     np.testing.assert_array_equal(out, want[:, ::-1] if reverse else want)
 
 
+def test_exclusive_cumsum_shifts_rather_than_subtracts():
+    x = np.array([1.0, np.inf, 2.0, 1e8, 1.0], np.float32)
+    axis = np.array(0, np.int64)
+    out = node_out("CumSum", {"x": x, "axis": axis}, initializers={"axis": axis}, exclusive=1)
+    np.testing.assert_array_equal(out, np.concatenate([[0], np.cumsum(x)[:-1]]))
+
+
 @pytest.mark.parametrize("equation,shapes", [
     ("ij,jk->ik", [(2, 3), (3, 4)]), ("bij,bjk->bik", [(2, 3, 4), (2, 4, 5)]),
     ("...ij,...jk", [(2, 3, 4), (2, 4, 5)]), ("ii->i", [(3, 3)]), ("ij->", [(2, 3)]),

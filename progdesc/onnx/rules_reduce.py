@@ -168,5 +168,10 @@ def cumsum(t, x, axis, *, exclusive=0, reverse=0):
     axis = int(value.reshape(-1)[0])
     if not -rank <= axis < rank:
         raise Unsupported(f"axis {axis} is out of range for rank {rank}")
-    out = t.call("cumsum", x, axis=axis % rank, reverse=bool(reverse))
-    return t.call("sub", out, x) if exclusive else out
+    axis %= rank
+    if exclusive:   # x shifted by one along the axis (a zero in, the last element out)
+        config = [0] * (3 * rank)
+        config[3 * axis:3 * axis + 2] = (-1, 1) if reverse else (1, -1)
+        zero = t.constant(np.zeros((), onnx_model.as_numpy_dtype(t.var(x)[1])))
+        x = t.call("pad", x, zero, padding_config=config)
+    return t.call("cumsum", x, axis=axis, reverse=bool(reverse))
