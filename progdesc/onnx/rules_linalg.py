@@ -19,6 +19,8 @@ _ELLIPSIS_LABELS = "".join(chr(0x2460 + k) for k in range(20))   # not letters o
 
 def _parse(equation, ranks):
     """(labels of each operand, labels of the output) with `...` spelled out."""
+    if not isinstance(equation, str):
+        raise Unsupported(f"equation {equation!r} is not a string")
     equation = equation.replace(" ", "")
     lhs, arrow, out = equation.partition("->")
     terms = lhs.split(",")
