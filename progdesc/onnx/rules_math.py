@@ -18,15 +18,18 @@ _UNARY = (("Neg", "neg"), ("Abs", "abs"), ("Sign", "sign"), ("Floor", "floor"),
           ("Erf", "erf"), ("Sin", "sin"), ("Cos", "cos"), ("Tan", "tan"), ("Asin", "asin"),
           ("Acos", "acos"), ("Atan", "atan"), ("Sinh", "sinh"), ("Cosh", "cosh"),
           ("Asinh", "asinh"), ("Acosh", "acosh"), ("Atanh", "atanh"), ("Tanh", "tanh"),
-          ("Sigmoid", "sigmoid"), ("Not", "logical_not"), ("BitwiseNot", "bitwise_not"))
+          ("Sigmoid", "sigmoid"), ("Not", "logical_not"))
 _BINARY = (("Add", "add"), ("Sub", "sub"), ("Mul", "mul"), ("Equal", "equal"),
            ("Less", "less_than"), ("LessOrEqual", "less_equal"),
            ("Greater", "greater_than"), ("GreaterOrEqual", "greater_equal"),
            ("And", "logical_and"), ("Or", "logical_or"), ("Xor", "not_equal"),
-           ("BitwiseAnd", "bitwise_and"), ("BitwiseOr", "bitwise_or"),
-           ("BitwiseXor", "bitwise_xor"), ("Where", "where"))
+           ("Where", "where"))
+_BITWISE = (("BitwiseNot", "bitwise_not"), ("BitwiseAnd", "bitwise_and"),
+            ("BitwiseOr", "bitwise_or"), ("BitwiseXor", "bitwise_xor"))   # opset 18 on
 for _onnx, _ours in _UNARY + _BINARY:
     RULES.rename(_onnx, _ours, since=13)
+for _onnx, _ours in _BITWISE:
+    RULES.rename(_onnx, _ours, since=18)
 
 
 def dtype_of(t, x):
