@@ -410,6 +410,48 @@ def test_exponential_units_have_finite_gradients_at_large_inputs(op, alpha):
     np.testing.assert_allclose(got, want, rtol=1e-5)
 
 
+S = np.float32([0.3, -0.2, 0.7, 1.3])
+COMPOSED = [   # rows made of several ops of ours: (op, attrs, extra inputs (initializers))
+    ("Celu", {"alpha": 0.7}, []), ("Shrink", {"lambd": 0.1, "bias": 0.3}, []),
+    ("Softsign", {}, []), ("PRelu", {}, [S]), ("Mod", {"fmod": 1}, [S]), ("Mean", {}, [S]),
+    ("Clip", {}, [np.float32(-0.5), None]), ("ReduceL2", {}, [np.array([1], np.int64)]),
+    ("ReduceLogSumExp", {}, [np.array([0], np.int64)]),
+    ("CumSum", {"exclusive": 1, "reverse": 1}, [np.array(1, np.int64)]),
+    ("Einsum", {"equation": "ij,kj->ik"}, ["x"]), ("Swish", {"alpha": 1.7}, []),
+]
+
+
+@pytest.mark.parametrize("op,attrs,extra", COMPOSED, ids=[c[0] for c in COMPOSED])
+def test_gradients_of_composed_rows_against_finite_differences(op, attrs, extra):
+    """d sum(c * y) / d x of the node, by progdesc's gradient program, against central
+    differences of the same imported program's forward."""
+    names = ["x"] + [e if isinstance(e, str) else "" if e is None else f"in{k}"
+                     for k, e in enumerate(extra)]
+    init = {f"in{k}": e for k, e in enumerate(extra) if e is not None and not isinstance(e, str)}
+    node = helper.make_node(op, names, ["y"], **attrs)
+    model = model_of(node, {"x": X}, opset=24, initializers=init)
+    scope = pd.Scope()
+    program, _, (y,) = ponnx.load(model, scope)
+    with pd.program_guard(program):
+        c = pd.data("c", list(y.shape))
+        loss = ops.reduce_sum(ops.mul(y, c))
+        (gx,) = gradients([loss], [program.global_block().var("x")])
+    weights = np.linspace(0.5, 1.5, int(np.prod(y.shape)), dtype=np.float32).reshape(y.shape)
+    exe = pd.Executor()
+
+    def f(x):
+        return float(exe.run(program, feed={"x": x, "c": weights}, fetch_list=[loss],
+                             scope=scope)[0])
+    x = X * 2
+    got, = exe.run(program, feed={"x": x, "c": weights}, fetch_list=[gx], scope=scope)
+    want = np.zeros_like(x)
+    for i in np.ndindex(x.shape):
+        step = np.zeros_like(x)
+        step[i] = 1e-3
+        want[i] = (f(x + step) - f(x - step)) / 2e-3
+    np.testing.assert_allclose(got, want, rtol=2e-2, atol=2e-2)
+
+
 def _error_of(op, inputs, **attrs):
     node = helper.make_node(op, list(inputs), ["y"], name="bad_node", **attrs)
     with pytest.raises(UnsupportedOpError) as info:
