@@ -5,7 +5,7 @@ import math
 
 import numpy as np
 
-from progdesc.onnx import rules_resize  # noqa: F401 - its rows
+from progdesc.onnx import rules_attention, rules_resize  # noqa: F401 - their rows
 from progdesc.onnx.table import RULES
 from progdesc.translate import Unsupported
 
