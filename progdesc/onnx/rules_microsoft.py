@@ -1,3 +1,79 @@
-"""Ops of the com.microsoft domain that exporters commonly emit."""
+"""Ops of the com.microsoft domain that exporters and onnxruntime's transformer optimizer
+commonly emit: the GELU family, FusedMatMul, BiasAdd and the fused (skip, simplified)
+layer normalizations."""
+from progdesc.onnx.rules_nn import standardize
 from progdesc.onnx.table import RULES
-from progdesc.translate import Unsupported  # noqa: F401
+from progdesc.translate import Unsupported
+
+_MS = "com.microsoft."
+
+
+@RULES.rule(_MS + "Gelu")
+def gelu(t, x):
+    return t.call("gelu", x, approximate=False)
+
+
+@RULES.rule(_MS + "BiasGelu")
+def bias_gelu(t, x, bias):
+    return t.call("gelu", t.call("add", x, bias), approximate=False)
+
+
+@RULES.rule(_MS + "FastGelu")
+def fast_gelu(t, x, bias=None):
+    if bias is not None:
+        x = t.call("add", x, bias)
+    return t.call("gelu", x, approximate=True)
+
+
+@RULES.rule(_MS + "QuickGelu")
+def quick_gelu(t, x, *, alpha=1.702):
+    return t.call("mul", x, t.call("sigmoid", t.call("scale", x, scale=float(alpha))))
+
+
+@RULES.rule(_MS + "BiasAdd")
+def bias_add(t, x, bias, skip):
+    return t.call("add", t.call("add", x, bias), skip)
+
+
+@RULES.rule(_MS + "FusedMatMul")
+def fused_matmul(t, a, b, *, alpha=1.0, transA=0, transB=0, transBatchA=0, transBatchB=0):
+    if transBatchA or transBatchB:
+        raise Unsupported("transBatchA / transBatchB")
+    return t.call("matmul", a, b, transpose_x=bool(transA), transpose_y=bool(transB),
+                  alpha=float(alpha))
+
+
+def _skip_sum(t, x, skip, bias):
+    total = t.call("add", x, skip)
+    return total if bias is None else t.call("add", total, bias)
+
+
+@RULES.rule(_MS + "SkipLayerNormalization")
+def skip_layer_normalization(t, x, skip, gamma, beta=None, bias=None, *, epsilon=1e-12):
+    total = _skip_sum(t, x, skip, bias)
+    y, mean, inv_std = standardize(t, total, [-1], epsilon)
+    y = t.call("mul", y, gamma)
+    if beta is not None:
+        y = t.call("add", y, beta)
+    return y, mean, inv_std, total
+
+
+def _rms(t, x, scale, axis, epsilon):
+    """x / sqrt(mean(x^2 over the dims from `axis` on) + eps) * scale, and the inverse."""
+    rank = len(t.var(x)[0])
+    axes = list(range(int(axis) % rank, rank))
+    ms = t.call("reduce_mean", t.call("square", x), axis=axes, keep_dim=True)
+    inv = t.call("rsqrt", t.call("scale", ms, bias=float(epsilon)))
+    return t.call("mul", t.call("mul", x, inv), scale), inv
+
+
+@RULES.rule(_MS + "SimplifiedLayerNormalization")
+def simplified_layer_normalization(t, x, scale, *, axis=-1, epsilon=1e-5, stash_type=1):
+    return _rms(t, x, scale, axis, epsilon)
+
+
+@RULES.rule(_MS + "SkipSimplifiedLayerNormalization")
+def skip_simplified_layer_normalization(t, x, skip, gamma, bias=None, *, epsilon=1e-12):
+    total = _skip_sum(t, x, skip, bias)
+    y, inv = _rms(t, total, gamma, -1, epsilon)
+    return y, None, inv, total

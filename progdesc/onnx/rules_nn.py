@@ -5,7 +5,7 @@ import math
 
 import numpy as np
 
-from progdesc.onnx import rules_attention, rules_resize  # noqa: F401 - their rows
+
 from progdesc.onnx.table import RULES
 from progdesc.translate import Unsupported
 
@@ -290,7 +290,7 @@ def _assign(t, src, dst):
     t.block.append_op("assign", {"X": src}, {"Out": dst})
 
 
-def _standardize(t, x, axes, epsilon):
+def standardize(t, x, axes, epsilon):
     """((x - mean) * rsqrt(var + eps), mean, rsqrt(var + eps)), statistics over `axes`
     kept as size 1."""
     mean = t.call("reduce_mean", x, axis=axes, keep_dim=True)
@@ -303,14 +303,14 @@ def _standardize(t, x, axes, epsilon):
 @RULES.rule("InstanceNormalization")
 def instance_normalization(t, x, scale, b, *, epsilon=1e-5):
     rank = _rank(t, x)
-    y, _, _ = _standardize(t, x, list(range(2, rank)), epsilon)
+    y, _, _ = standardize(t, x, list(range(2, rank)), epsilon)
     return t.call("add", t.call("mul", y, _per_channel(t, scale, rank)), _per_channel(t, b, rank))
 
 
 @RULES.rule("MeanVarianceNormalization")
 def mean_variance_normalization(t, x, *, axes=(0, 2, 3)):
     rank = _rank(t, x)
-    y, _, _ = _standardize(t, x, sorted(int(a) % rank for a in axes), 1e-9)
+    y, _, _ = standardize(t, x, sorted(int(a) % rank for a in axes), 1e-9)
     return y
 
 
@@ -321,7 +321,7 @@ def layer_normalization(t, x, scale, b=None, *, axis=-1, epsilon=1e-5, stash_typ
         raise Unsupported(f"axis={axis} for a {rank}-D input")
     axis %= rank
     axes = list(range(axis, rank))
-    y, mean, inv_std = _standardize(t, x, axes, epsilon)
+    y, mean, inv_std = standardize(t, x, axes, epsilon)
     y = t.call("mul", y, scale)
     if b is not None:
         y = t.call("add", y, b)
@@ -346,7 +346,7 @@ def group_normalization(t, x, scale, b, *, epsilon=1e-5, num_groups=None, stash_
     rank = _rank(t, x)
     groups = int(num_groups)
     grouped = t.call("reshape", x, shape=[0, groups, -1])
-    y, _, _ = _standardize(t, grouped, [2], epsilon)
+    y, _, _ = standardize(t, grouped, [2], epsilon)
     if t.version < 21:   # scale and bias per group
         y = t.call("add", t.call("mul", y, t.call("unsqueeze", scale, axes=[1])),
                    t.call("unsqueeze", b, axes=[1]))
@@ -434,3 +434,6 @@ def dropout(t, x, ratio=None, training_mode=None, *, seed=None):
     if mask is None:
         mask = t.call("dropout", x, dropout_prob=0.0, is_test=True)[1]
     return out, t.call("cast", mask, dtype="bool")
+
+
+from progdesc.onnx import rules_attention, rules_resize  # noqa: E402,F401 - their rows
