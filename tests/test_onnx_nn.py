@@ -356,3 +356,40 @@ def test_refusals_name_the_node(op, inputs, attrs, why):
     with pytest.raises(UnsupportedOpError) as info:
         ponnx.load(model, progdesc.Scope())
     assert "the_node" in str(info.value) and why in str(info.value), str(info.value)
+
+
+def test_imported_cnn_fine_tunes():
+    """Conv -> BatchNormalization -> Relu -> GlobalAveragePool imported for training: SGD
+    lowers the loss, trains the conv and the batch norm's scale, updates (not trains) the
+    running statistics."""
+    x = _x(8, 3, 6, 6)
+    target = RNG.uniform(0.5, 1.5, (8, 4, 1, 1)).astype(np.float32)
+    inits = {"w": _x(4, 3, 3, 3) * 0.3, "s": np.ones(4, np.float32),
+             "b": np.zeros(4, np.float32), "m": np.zeros(4, np.float32),
+             "v": np.ones(4, np.float32)}
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+             helper.make_node("BatchNormalization", ["c", "s", "b", "m", "v"], ["n"],
+                              name="bn"),
+             helper.make_node("Relu", ["n"], ["r"], name="relu"),
+             helper.make_node("GlobalAveragePool", ["r"], ["y"], name="gap")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F32, x.shape)],
+                              [helper.make_tensor_value_info("y", F32, None)],
+                              initializer=[numpy_helper.from_array(v, k)
+                                           for k, v in inits.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+    scope = progdesc.Scope()
+    program, feeds, (y,) = ponnx.load(model, scope, for_training=True)
+    startup = progdesc.Program()
+    with progdesc.program_guard(program, startup):
+        label = progdesc.data("label", list(target.shape))
+        loss = progdesc.layers.mse_loss(y, label)
+        progdesc.optimizer.SGD(learning_rate=0.5).minimize(loss)
+    exe = progdesc.Executor()
+    exe.run(startup, scope=scope)
+    losses = [float(np.asarray(exe.run(program, feed={"x": x, "label": target},
+                                       fetch_list=[loss], scope=scope)[0]).reshape(()))
+              for _ in range(10)]
+    assert losses[-1] < 0.5 * losses[0], losses
+    assert not np.allclose(np.asarray(scope.get("s")), 1.0)
+    assert not np.allclose(np.asarray(scope.get("m")), 0.0)
+    assert {"w", "s", "b"} <= {v.name for v in program.all_parameters()}
