@@ -113,6 +113,20 @@ def test_pooling_matches_onnxruntime(op, attrs):
     _check(op, [("x", _x(2, 3, 7, 8))], [("y", 4)], attrs, opset=18)
 
 
+@pytest.mark.parametrize("attrs", [
+    dict(kernel_shape=[3, 2], strides=[2, 1], pads=[1, 0, 1, 1], dilations=[1, 2]),
+    dict(kernel_shape=[2, 2], strides=[2, 2], storage_order=1, ceil_mode=1),
+])
+def test_max_pool_indices_match_onnxruntime(attrs):
+    x = _x(2, 3, 7, 6)
+    model = _model("MaxPool", [("x", x)], [("y", 4), ("i", 4)], attrs)
+    model.graph.output[1].type.tensor_type.elem_type = TensorProto.INT64
+    ours, _, _ = _ours(model, [x])
+    theirs = _theirs(model, [x])
+    np.testing.assert_allclose(ours[0], theirs[0])
+    np.testing.assert_array_equal(ours[1], theirs[1])
+
+
 def test_max_pool_1d_and_3d():
     _check("MaxPool", [("x", _x(2, 3, 9))], [("y", 3)], dict(kernel_shape=[3], strides=[2]))
     _check("AveragePool", [("x", _x(1, 2, 4, 5, 6))], [("y", 5)],

@@ -186,20 +186,59 @@ def max_pool(t, x, *, auto_pad="NOTSET", ceil_mode=0, dilations=None, kernel_sha
     kernel, strides, dilations, pairs, extra = _window(t, x, auto_pad, ceil_mode, dilations,
                                                        kernel_shape, pads, strides, "MaxPool")
     pads = [(lo, hi + e) for (lo, hi), e in zip(pairs, extra)]
-    return _reduce_window(t, x, "max", kernel, strides, dilations, pads), None
+    y = _reduce_window(t, x, "max", kernel, strides, dilations, pads)
+    outputs = t.node_proto.output
+    if len(outputs) < 2 or not outputs[1]:
+        return y, None
+    return y, _max_indices(t, x, kernel, strides, dilations, pads, storage_order)
+
+
+def _max_indices(t, x, kernel, strides, dilations, pads, storage_order):
+    """MaxPool's Indices: where in x (flattened, its spatial dims in row-major order, or
+    column-major with storage_order=1) each window's first maximum is. The windows are
+    stacked as slices of the padded x; their argmax picks among constant index patches."""
+    dims, dtype = t.var(x)
+    dims = list(dims)
+    if any(d < 0 for d in dims):
+        raise Unsupported(f"Indices of an input of dims unknown at import ({list(dims)})")
+    if not dtype.startswith("float"):
+        raise Unsupported(f"Indices of {dtype} values")
+    spatial = dims[2:]
+    size = math.prod(spatial)
+    flat = np.arange(size).reshape(spatial[::-1]).T if storage_order else \
+        np.arange(size).reshape(spatial)
+    flat = np.pad(flat, pads)
+    config = [0, 0, 0, 0, 0, 0] + [v for lo, hi in pads for v in (lo, hi, 0)]
+    padded = t.call("pad", x, t.constant(np.asarray(-np.inf, dtype)), padding_config=config)
+    outs = [(n + lo + hi - (k - 1) * d - 1) // s + 1
+            for n, (lo, hi), k, d, s in zip(spatial, pads, kernel, dilations, strides)]
+    axes = list(range(2, len(dims)))
+    slices, patches = [], []
+    for offset in np.ndindex(*kernel):
+        starts = [o * d for o, d in zip(offset, dilations)]
+        ends = [b + (m - 1) * s + 1 for b, m, s in zip(starts, outs, strides)]
+        slices.append(t.call("slice", padded, axes=axes, starts=starts, ends=ends,
+                             strides=strides))
+        patches.append(flat[tuple(slice(b, e, s) for b, e, s in zip(starts, ends, strides))])
+    which = t.call("argmax", t.call("stack", slices, axis=len(dims)), axis=len(dims),
+                   dtype="int64")
+    hot = t.call("one_hot", which, depth=len(slices), dtype="int64")
+    patch = t.constant(np.stack(patches, axis=-1).astype(np.int64))
+    index = t.call("reduce_sum", t.call("mul", hot, patch), axis=[len(dims)])
+    base = np.arange(dims[0] * dims[1], dtype=np.int64).reshape(dims[:2] + [1] * len(spatial))
+    return t.call("add", index, t.constant(base * size))
 
 
 def _window_counts(sizes, kernel, strides, dilations, pads, counted):
-    """How many elements each window of a pooling over `sizes` holds: the input's, and the
-    explicit padding's where `counted`."""
-    ones = np.pad(np.ones(sizes, np.float32),
-                  [(lo, hi) for lo, hi in counted]) if counted else np.ones(sizes, np.float32)
-    base = [(lo, hi) for lo, hi in counted] if counted else [(0, 0)] * len(sizes)
-    ones = np.pad(ones, [(lo - b[0], hi - b[1]) for (lo, hi), b in zip(pads, base)])
+    """How many counted elements each window of a pooling over `sizes` holds: the input's,
+    and the padding's in `counted` [(lo, hi)] (the explicit pads, or none); `pads` also
+    holds ceil_mode's extra padding, never counted."""
+    ones = np.zeros([n + lo + hi for n, (lo, hi) in zip(sizes, pads)], np.float32)
+    ones[tuple(slice(lo - c_lo, lo + n + c_hi)
+               for n, (lo, _), (c_lo, c_hi) in zip(sizes, pads, counted))] = 1
     counts = ones
     for axis, (k, s, d) in enumerate(zip(kernel, strides, dilations)):
-        span = (k - 1) * d + 1
-        steps = (counts.shape[axis] - span) // s + 1
+        steps = (counts.shape[axis] - (k - 1) * d - 1) // s + 1
         taken = [np.take(counts, np.arange(steps) * s + j * d, axis=axis) for j in range(k)]
         counts = np.sum(taken, axis=0)
     return counts
@@ -217,7 +256,7 @@ def average_pool(t, x, *, auto_pad="NOTSET", ceil_mode=0, count_include_pad=0, d
         return t.call("scale", total, scale=1.0 / math.prod(kernel))
     sizes = _spatial_sizes(t, x, "AveragePool over padding")
     counts = _window_counts(sizes, kernel, strides, dilations, full,
-                            pairs if count_include_pad else None)
+                            pairs if count_include_pad else [(0, 0)] * len(sizes))
     return t.call("div", total, t.constant(counts.astype(_dtype(t, x))))
 
 
