@@ -407,3 +407,29 @@ def test_imported_cnn_fine_tunes():
     assert not np.allclose(np.asarray(scope.get("s")), 1.0)
     assert not np.allclose(np.asarray(scope.get("m")), 0.0)
     assert {"w", "s", "b"} <= {v.name for v in program.all_parameters()}
+
+
+def test_resize_and_pooling_keep_a_symbolic_batch():
+    """An input of symbolic batch: Resize by scales (1 on the batch), Conv, AveragePool
+    with padding: one program runs at two batch sizes."""
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv", auto_pad="SAME_UPPER"),
+             helper.make_node("Resize", ["c", "", "scales"], ["r"], name="resize",
+                              mode="linear"),
+             helper.make_node("AveragePool", ["r"], ["y"], name="pool", kernel_shape=[3, 3],
+                              pads=[1, 1, 1, 1])]
+    w = _x(2, 3, 3, 3)
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", F32, ["N", 3, 5, 4])],
+        [helper.make_tensor_value_info("y", F32, None)],
+        initializer=[numpy_helper.from_array(w, "w"),
+                     numpy_helper.from_array(np.asarray([1, 1, 2, 1.5], np.float32), "scales")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10)
+    scope = progdesc.Scope()
+    program, feeds, fetches = ponnx.load(model, scope)
+    assert fetches[0].shape[0] == -1
+    for n in (1, 3):
+        x = _x(n, 3, 5, 4)
+        (ours,) = progdesc.Executor().run(program, feed={"x": x}, fetch_list=fetches,
+                                          scope=scope)
+        np.testing.assert_allclose(np.asarray(ours), _theirs(model, [x])[0], rtol=1e-4,
+                                   atol=1e-4)

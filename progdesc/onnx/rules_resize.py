@@ -111,16 +111,19 @@ def _floats(t, name, what):
     return value if value.size else None
 
 
-def _plan(t, x, roi, scales, sizes, axes, keep_aspect_ratio_policy):
-    """(axes, input dims, scale per axis, output size per axis, roi per axis)."""
-    dims = list(t.var(x)[0])
+def _plan(t, x, roi, scales, sizes, axes, keep_aspect_ratio_policy, crop):
+    """[(axis, input size, scale, output size, roi pair)] for the axes resized: those whose
+    scale is not 1 or whose size changes. An axis of unknown size may be left as it is
+    (scale 1, or its own symbolic size in `sizes`), not resized. The roi only matters when
+    `crop` (tf_crop_and_resize)."""
+    dims = t.dims(x)
     rank = len(dims)
     axes = list(range(rank)) if axes is None else [int(a) % rank for a in axes]
     scale_values = _floats(t, scales, "scales")
     size_values = None
     if sizes is not None and scale_values is None:
         size_values = t.sizes_of(sizes)
-        if size_values is None or any(not isinstance(s, int) for s in size_values):
+        if size_values is None:
             raise Unsupported("its sizes are computed at run time")
         size_values = size_values or None
     if scale_values is None and size_values is None:
@@ -129,24 +132,6 @@ def _plan(t, x, roi, scales, sizes, axes, keep_aspect_ratio_policy):
     if len(given) != len(axes):
         raise Unsupported(f"{len(given)} scales or sizes for {len(axes)} axes")
     roi_values = _floats(t, roi, "roi")
-    for a in axes:
-        if dims[a] < 0:
-            raise Unsupported(f"resizing axis {a}, of a size unknown at import")
-    if size_values is not None:
-        factors = [s / dims[a] for a, s in zip(axes, size_values)]
-        if keep_aspect_ratio_policy in ("not_larger", "not_smaller"):
-            pick = min if keep_aspect_ratio_policy == "not_larger" else max
-            factor = pick(factors)
-            factors = [factor] * len(axes)
-            size_values = [int(factor * dims[a] + 0.5) for a in axes]
-        elif keep_aspect_ratio_policy != "stretch":
-            raise Unsupported(f"keep_aspect_ratio_policy={keep_aspect_ratio_policy!r}")
-        outs = [int(s) for s in size_values]
-    else:
-        factors = [float(s) for s in scale_values]
-        if any(f <= 0 for f in factors):
-            raise Unsupported(f"scales {factors}")
-        outs = [int(f * dims[a]) for a, f in zip(axes, factors)]
     rois = [(0.0, 1.0)] * len(axes)
     if roi_values is not None:
         n = len(roi_values) // 2
@@ -156,7 +141,44 @@ def _plan(t, x, roi, scales, sizes, axes, keep_aspect_ratio_policy):
             rois = [(roi_values[i], roi_values[i + n]) for i in range(n)]
         else:
             raise Unsupported(f"roi of {len(roi_values)} values for a {rank}-D input")
-    return axes, dims, factors, outs, rois
+    if size_values is not None:
+        kept = [s == dims[a] for a, s in zip(axes, size_values)]   # symbolic dims too
+        changed = [(a, s) for (a, s), k in zip(zip(axes, size_values), kept) if not k]
+        if any(not isinstance(dims[a], int) or not isinstance(s, int) for a, s in changed):
+            raise Unsupported(f"sizes {list(size_values)} for an input of dims {list(dims)}, "
+                              "not all known at import")
+        factors = [1.0 if k else s / dims[a] for a, s, k in zip(axes, size_values, kept)]
+        if keep_aspect_ratio_policy in ("not_larger", "not_smaller"):
+            if any(not isinstance(dims[a], int) for a in axes):
+                raise Unsupported(f"keep_aspect_ratio_policy={keep_aspect_ratio_policy!r} "
+                                  f"over dims unknown at import ({list(dims)})")
+            pick = min if keep_aspect_ratio_policy == "not_larger" else max
+            factor = pick(factors)
+            factors = [factor] * len(axes)
+            size_values = [int(factor * dims[a] + 0.5) for a in axes]
+        elif keep_aspect_ratio_policy != "stretch":
+            raise Unsupported(f"keep_aspect_ratio_policy={keep_aspect_ratio_policy!r}")
+        outs = [dims[a] if k else int(s) for a, s, k in zip(axes, size_values, kept)]
+    else:
+        factors = [float(s) for s in scale_values]
+        if any(f <= 0 for f in factors):
+            raise Unsupported(f"scales {factors}")
+        outs = []
+        for a, f in zip(axes, factors):
+            if isinstance(dims[a], int):
+                outs.append(int(f * dims[a]))
+            elif f == 1.0:
+                outs.append(dims[a])
+            else:
+                raise Unsupported(f"resizing axis {a}, of a size unknown at import")
+    plan = []
+    for a, f, n_out, pair in zip(axes, factors, outs, rois):
+        if math.isclose(f, 1.0) and n_out == dims[a] and (not crop or pair == (0.0, 1.0)):
+            continue
+        if not isinstance(dims[a], int):
+            raise Unsupported(f"resizing axis {a}, of a size unknown at import")
+        plan.append((a, dims[a], f, n_out, pair))
+    return plan
 
 
 @RULES.rule("Resize", since=13)
@@ -173,15 +195,10 @@ def resize(t, x, roi=None, scales=None, sizes=None, *, antialias=0, axes=None,
     dtype = t.var(x)[1]
     if mode != "nearest" and not dtype.startswith(("float", "bfloat")):
         raise Unsupported(f"{mode} resizing of {dtype} values")
-    axes, dims, factors, outs, rois = _plan(t, x, roi, scales, sizes, axes,
-                                            keep_aspect_ratio_policy)
-    rank = len(dims)
     crop = coordinate_transformation_mode == "tf_crop_and_resize"
-    for axis, factor, n_out, roi_pair in zip(axes, factors, outs, rois):
-        n_in = dims[axis]
-        if (math.isclose(factor, 1.0) and n_out == n_in
-                and (not crop or roi_pair == (0.0, 1.0))):
-            continue
+    rank = len(t.var(x)[0])
+    for axis, n_in, factor, n_out, roi_pair in _plan(t, x, roi, scales, sizes, axes,
+                                                     keep_aspect_ratio_policy, crop):
         pos, outside = source_positions(coordinate_transformation_mode, n_out, n_in, factor,
                                          roi_pair)
         if mode == "nearest":
