@@ -262,18 +262,26 @@ def test_resize_to_sizes_on_axes():
 
 
 # --- attention ---
-@pytest.mark.parametrize("attrs, mask", [
-    (dict(is_causal=1), False),
-    (dict(), True),
-    (dict(softcap=2.0, scale=0.3), True),
+@pytest.mark.parametrize("attrs, mask, v_head, past", [
+    (dict(is_causal=1), False, 6, False),
+    (dict(), True, 6, False),
+    (dict(softcap=2.0, scale=0.3), True, 6, True),
+    (dict(is_causal=1), False, 8, False),        # our fused attention op
+    (dict(is_causal=1, scale=0.2), False, 8, True),   # fused, the causal mask after the past
 ])
-def test_attention_matches_the_reference(attrs, mask):
-    q, k, v = _x(2, 4, 3, 8), _x(2, 2, 5, 8), _x(2, 2, 5, 6)   # grouped-query heads
+def test_attention_matches_the_reference(attrs, mask, v_head, past):
+    q, k, v = _x(2, 4, 3, 8), _x(2, 2, 5, 8), _x(2, 2, 5, v_head)   # grouped-query heads
     inputs = [("q", q), ("k", k), ("v", v)]
-    if mask:
-        inputs.append(("mask", RNG.uniform(size=(3, 5)) > 0.3))
-    _check("Attention", inputs, [("y", 4)], attrs, opset=23, reference=_onnx_reference,
-           tol=1e-5)
+    inputs.append(("mask", RNG.uniform(size=(3, 9 if past else 5)) > 0.3) if mask else ("", None))
+    if past:
+        inputs += [("past_k", _x(2, 2, 4, 8)), ("past_v", _x(2, 2, 4, v_head))]
+    while inputs[-1][0] == "":
+        inputs.pop()
+    model = _model("Attention", [i for i in inputs if i[0]], [("y", 4)], attrs, opset=23)
+    model.graph.node[0].input[:] = [n for n, _ in inputs]
+    feed = [a for n, a in inputs if n]
+    ours, _, _ = _ours(model, feed)
+    np.testing.assert_allclose(ours[0], _onnx_reference(model, feed)[0], rtol=1e-5, atol=1e-5)
 
 
 def test_rotary_embedding_matches_the_reference():

@@ -88,6 +88,19 @@ def _allowed(t, causal, left, right, q_len, kv_len, past, nonpad):
     return allowed
 
 
+def _fused(t, q, k, v, causal, has_past, scale, q_len, kv_len, past):
+    """scaled_dot_product_attention of [B, N, S, H] q, k, v: [B, T, N, H]. A causal mask
+    after past keys is a bias (the op's own is aligned at the first key)."""
+    bias = None
+    if causal and has_past:
+        allowed = _allowed(t, True, -1, -1, q_len, kv_len, past, None)
+        dtype = t.var(q)[1]
+        bias = t.call("where", allowed, t.constant(np.zeros((), dtype)), _neg_inf(t, dtype))
+    q, k, v = (t.call("transpose", a, perm=[0, 2, 1, 3]) for a in (q, k, v))
+    return t.call("scaled_dot_product_attention", q, k, v, bias, None,
+                  is_causal=causal and not has_past, scale=scale)
+
+
 @RULES.rule("Attention", since=23)
 def attention(t, q, k, v, attn_mask=None, past_key=None, past_value=None,
               nonpad_kv_seqlen=None, *, is_causal=0, kv_num_heads=None, q_num_heads=None,
@@ -116,6 +129,20 @@ def attention(t, q, k, v, attn_mask=None, past_key=None, past_value=None,
             raise Unsupported(f"{q_heads} query heads for {kv_heads} key and value heads")
         k = _repeat_heads(t, k, q_heads // kv_heads)
         v = _repeat_heads(t, v, q_heads // kv_heads)
+
+    outputs = t.node_proto.output
+    plain = ((len(outputs) < 4 or not outputs[3]) and not (softcap and softcap > 0)
+             and softmax_precision is None and attn_mask is None and nonpad_kv_seqlen is None
+             and left_window_size < 0 and right_window_size < 0
+             and dtype in ("float32", "float64") and _dims(t, v)[3] == head >= 0)
+    if plain:   # no row can be all masked: our fused attention op
+        y = _fused(t, q, k, v, bool(is_causal), past_key is not None, float(scale),
+                   q_len, kv_len, _dims(t, past_key)[2] if past_key is not None else 0)
+        if three:
+            y = t.call("reshape", y, shape=[0, 0, -1])
+        else:
+            y = t.call("transpose", y, perm=[0, 2, 1, 3])
+        return y, present_key, present_value, None
 
     bias = None
     if attn_mask is not None:
