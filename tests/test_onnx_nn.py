@@ -147,6 +147,9 @@ def test_normalizations_match_onnxruntime():
            inits=[("s", _x(4)), ("b", _x(4))], tol=1e-4)
     _check("LayerNormalization", [("x", x)], [("y", 4), ("mean", 4), ("inv", 4)],
            dict(axis=2), inits=[("s", _x(3, 5)), ("b", _x(3, 5))], tol=1e-4)
+    for axis, shape in ((1, (4, 3, 5)), (-1, (5,))):   # Y alone: our layer_norm op
+        _check("LayerNormalization", [("x", x)], [("y", 4)], dict(axis=axis),
+               inits=[("s", _x(*shape)), ("b", _x(*shape))], tol=1e-4)
     _check("GroupNormalization", [("x", x)], [("y", 4)], dict(num_groups=2),
            inits=[("s", _x(4)), ("b", _x(4))], opset=21, tol=1e-4)
     _check("LRN", [("x", x)], [("y", 4)], dict(size=3, alpha=1e-2, beta=0.5, bias=2.0),

@@ -5,7 +5,6 @@ import math
 
 import numpy as np
 
-
 from progdesc.onnx.table import RULES
 from progdesc.translate import Unsupported
 
@@ -355,12 +354,19 @@ def mean_variance_normalization(t, x, *, axes=(0, 2, 3)):
 
 @RULES.rule("LayerNormalization")
 def layer_normalization(t, x, scale, b=None, *, axis=-1, epsilon=1e-5, stash_type=1):
-    rank = _rank(t, x)
+    dims = t.var(x)[0]
+    rank = len(dims)
     if not -rank <= axis < rank:
         raise Unsupported(f"axis={axis} for a {rank}-D input")
     axis %= rank
-    axes = list(range(axis, rank))
-    y, mean, inv_std = standardize(t, x, axes, epsilon)
+    outputs = t.node_proto.output
+    stats_read = len(outputs) > 1 and any(outputs[1:])
+    full = [list(t.var(v)[0]) == list(dims[axis:]) for v in (scale, b) if v is not None]
+    if not stats_read and all(full) and -1 not in dims[axis:]:   # our layer_norm op
+        flat = [v if v is None or rank - axis == 1 else t.call("reshape", v, shape=[-1])
+                for v in (scale, b)]
+        return t.call("layer_norm", x, *flat, begin_norm_axis=axis, epsilon=float(epsilon))[0]
+    y, mean, inv_std = standardize(t, x, list(range(axis, rank)), epsilon)
     y = t.call("mul", y, scale)
     if b is not None:
         y = t.call("add", y, b)
