@@ -2,9 +2,9 @@
 
 The sizes, scales (and roi) must be known at import, and so must the input's dims along
 the resized axes: then the source positions of every output index are fixed, and the
-resampling along one axis is a gather (nearest) or a product with a constant [out, in]
-matrix of interpolation weights (linear, cubic, antialiased): linear in X, so it
-differentiates. Axes are resampled one after the other, as ONNX's reference does.
+resampling along one axis is a gather (nearest) or a sum of gathers of the neighbours
+times constant weights (linear, cubic, antialiased): linear in X, so it differentiates.
+Axes are resampled one after the other, as ONNX's reference does.
 """
 import math
 
@@ -68,11 +68,11 @@ def _cubic(d, a):
     return np.where(d <= 1, near, np.where(d < 2, far, 0.0))
 
 
-def interpolation_matrix(pos, n_in, mode, scale, *, cubic_a=-0.75, antialias=False,
-                         exclude_outside=False):
-    """[len(pos), n_in] weights: output i is sum_j W[i, j] * input[j] (neighbours beyond
-    the input read its edge). An antialiased kernel is stretched by 1 / scale when
-    downsampling."""
+def interpolation_taps(pos, n_in, mode, scale, *, cubic_a=-0.75, antialias=False,
+                       exclude_outside=False):
+    """(indices, weights), both [len(pos), taps]: output i is sum_j weights[i, j] *
+    input[indices[i, j]] (neighbours beyond the input read its edge). An antialiased
+    kernel is stretched by 1 / scale when downsampling."""
     stretch = min(scale, 1.0) if antialias else 1.0
     support = 1 if mode == "linear" else 2
     start = int(math.floor(-support / stretch) + 1)
@@ -95,10 +95,7 @@ def interpolation_matrix(pos, n_in, mode, scale, *, cubic_a=-0.75, antialias=Fal
         coeffs = np.where((idx < 0) | (idx >= n_in), 0.0, coeffs)
         total = coeffs.sum(axis=1, keepdims=True)
         coeffs = coeffs / np.where(total == 0, 1.0, total)
-    weights = np.zeros((len(pos), n_in))
-    rows = np.repeat(np.arange(len(pos)), taps)
-    np.add.at(weights, (rows, np.clip(idx, 0, n_in - 1).reshape(-1)), coeffs.reshape(-1))
-    return weights
+    return np.clip(idx, 0, n_in - 1), coeffs
 
 
 def _floats(t, name, what):
@@ -181,6 +178,18 @@ def _plan(t, x, roi, scales, sizes, axes, keep_aspect_ratio_policy, crop):
     return plan
 
 
+def _weighted_gathers(t, x, axis, along, dtype, indices, weights):
+    """sum over taps j of x gathered at indices[:, j] along `axis`, times weights[:, j]."""
+    total = None
+    for j in range(indices.shape[1]):
+        if not weights[:, j].any():
+            continue
+        term = t.call("gather", x, t.constant(indices[:, j].astype(np.int32)), axis=axis)
+        term = t.call("mul", term, t.constant(weights[:, j].astype(dtype).reshape(along)))
+        total = term if total is None else t.call("add", total, term)
+    return total
+
+
 @RULES.rule("Resize", since=13)
 def resize(t, x, roi=None, scales=None, sizes=None, *, antialias=0, axes=None,
            coordinate_transformation_mode="half_pixel", cubic_coeff_a=-0.75, exclude_outside=0,
@@ -201,23 +210,17 @@ def resize(t, x, roi=None, scales=None, sizes=None, *, antialias=0, axes=None,
                                                      keep_aspect_ratio_policy, crop):
         pos, outside = source_positions(coordinate_transformation_mode, n_out, n_in, factor,
                                          roi_pair)
+        along = [-1] + [1] * (rank - 1 - axis)   # a vector along `axis`, broadcast
         if mode == "nearest":
             index = nearest_indices(pos, n_in, nearest_mode)
             x = t.call("gather", x, t.constant(index.astype(np.int32)), axis=axis)
         else:
-            weights = interpolation_matrix(pos, n_in, mode, factor, cubic_a=float(cubic_coeff_a),
-                                           antialias=bool(antialias),
-                                           exclude_outside=bool(exclude_outside))
-            if outside is not None:
-                weights[outside] = 0.0
-            x = t.call("dot_general", x, t.constant(weights.astype(dtype)),
-                       lhs_contracting=[axis], rhs_contracting=[1])
-            if axis != rank - 1:
-                x = t.call("transpose", x, perm=list(range(axis)) + [rank - 1]
-                           + list(range(axis, rank - 1)))
+            x = _weighted_gathers(t, x, axis, along, dtype, *interpolation_taps(
+                pos, n_in, mode, factor, cubic_a=float(cubic_coeff_a),
+                antialias=bool(antialias), exclude_outside=bool(exclude_outside)))
         if outside is not None and outside.any():
-            fill = np.where(outside, float(extrapolation_value), 0.0)
-            keep = (~outside).astype(dtype).reshape([-1] + [1] * (rank - 1 - axis))
+            keep = (~outside).astype(dtype).reshape(along)
+            fill = np.where(outside, float(extrapolation_value), 0.0).astype(dtype)
             x = t.call("add", t.call("mul", x, t.constant(keep)),
-                       t.constant(fill.astype(dtype).reshape([-1] + [1] * (rank - 1 - axis))))
+                       t.constant(fill.reshape(along)))
     return x
