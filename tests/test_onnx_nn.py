@@ -329,6 +329,16 @@ def test_microsoft_skip_layer_normalizations():
                                           * gamma])
 
 
+@pytest.mark.parametrize("activation, params", [
+    ("Relu", None), ("LeakyRelu", [0.2]), ("Clip", [-0.5, 0.7]), ("HardSigmoid", [0.3, 0.4])])
+def test_microsoft_fused_conv(activation, params):
+    attrs = dict(activation=activation, pads=[1, 1, 1, 1], strides=[2, 1])
+    if params:
+        attrs["activation_params"] = params
+    _check("FusedConv", [("x", _x(1, 3, 6, 5))], [("y", 4)], attrs, domain="com.microsoft",
+           inits=[("w", _x(4, 3, 3, 3)), ("b", _x(4))], tol=1e-4)
+
+
 # --- gradients ---
 def test_gradient_through_a_conv_model():
     """d <seed, relu(conv(x, w) + b)> / d(w, b) against the same gradients worked out in

@@ -1,7 +1,8 @@
 """Ops of the com.microsoft domain that exporters and onnxruntime's transformer optimizer
 commonly emit: the GELU family, FusedMatMul, BiasAdd and the fused (skip, simplified)
-layer normalizations."""
-from progdesc.onnx.rules_nn import standardize
+layer normalizations, FusedConv (a Conv with its activation, from onnxruntime's
+graph optimizer)."""
+from progdesc.onnx.rules_nn import conv, standardize
 from progdesc.onnx.table import RULES
 from progdesc.translate import Unsupported
 
@@ -77,3 +78,28 @@ def skip_simplified_layer_normalization(t, x, skip, gamma, bias=None, *, epsilon
     total = _skip_sum(t, x, skip, bias)
     y, inv = _rms(t, total, gamma, -1, epsilon)
     return y, None, inv, total
+
+
+def _activation(t, y, activation, params):
+    """y through FusedConv's `activation` with its `activation_params`."""
+    params = [float(p) for p in params or ()]
+    if activation in ("Relu", "Tanh", "Sigmoid") and not params:
+        return t.call(activation.lower(), y)
+    if activation == "LeakyRelu" and len(params) <= 1:
+        return t.call("leaky_relu", y, alpha=params[0] if params else 0.01)
+    if activation == "Clip" and len(params) == 2:
+        return t.call("clip", y, min=params[0], max=params[1])
+    if activation == "HardSigmoid" and len(params) == 2:
+        return t.call("hard_sigmoid", y, slope=params[0], offset=params[1])
+    raise Unsupported(f"activation={activation!r} with activation_params={params}")
+
+
+@RULES.rule(_MS + "FusedConv")
+def fused_conv(t, x, w, b=None, z=None, *, activation=None, activation_params=None,
+               auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None, pads=None,
+               strides=None):
+    y = conv(t, x, w, b, auto_pad=auto_pad, dilations=dilations, group=group,
+             kernel_shape=kernel_shape, pads=pads, strides=strides)
+    if z is not None:
+        y = t.call("add", y, z)
+    return y if activation is None else _activation(t, y, activation, activation_params)
