@@ -128,7 +128,7 @@ def _plan(t, x, roi, scales, sizes, axes, keep_aspect_ratio_policy, crop):
     given = scale_values if scale_values is not None else size_values
     if len(given) != len(axes):
         raise Unsupported(f"{len(given)} scales or sizes for {len(axes)} axes")
-    roi_values = _floats(t, roi, "roi")
+    roi_values = _floats(t, roi, "roi") if crop else None
     rois = [(0.0, 1.0)] * len(axes)
     if roi_values is not None:
         n = len(roi_values) // 2
