@@ -454,3 +454,20 @@ def test_resize_and_pooling_keep_a_symbolic_batch():
                                           scope=scope)
         np.testing.assert_allclose(np.asarray(ours), _theirs(model, [x])[0], rtol=1e-4,
                                    atol=1e-4)
+
+
+def test_half_precision_normalizations_keep_float32_statistics():
+    """stash_type 1: a float16 input's statistics are computed in float32 (a large mean
+    and a small spread, which float16 statistics would lose)."""
+    x = (1000 + _x(2, 4, 16)).astype(np.float16)
+    s, b = np.ones(16, np.float16), np.zeros(16, np.float16)
+    x32 = x.astype(np.float32)
+    want = (x32 - x32.mean(-1, keepdims=True)) / np.sqrt(x32.var(-1, keepdims=True) + 1e-5)
+    for op, inits, ref in (("LayerNormalization", [("s", s), ("b", b)], want),
+                           ("RMSNormalization", [("s", s)],
+                            x32 / np.sqrt(np.mean(x32 ** 2, -1, keepdims=True) + 1e-5))):
+        model = _model(op, [("x", x)], [("y", 3)], inits=inits, opset=23)
+        model.graph.output[0].type.tensor_type.elem_type = TensorProto.FLOAT16
+        (y,), _, _ = _ours(model, [x])
+        assert y.dtype == np.float16
+        np.testing.assert_allclose(y.astype(np.float32), ref, atol=2e-2)

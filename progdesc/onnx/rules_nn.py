@@ -352,6 +352,15 @@ def mean_variance_normalization(t, x, *, axes=(0, 2, 3)):
     return y
 
 
+def _stashed(t, x, stash_type):
+    """x in the precision its statistics are computed in (stash_type 1: float32, for a
+    half-precision x), and the function casting a result back to x's dtype."""
+    dtype = _dtype(t, x)
+    if int(stash_type) == 1 and dtype in ("float16", "bfloat16"):
+        return t.call("cast", x, dtype="float32"), lambda y: t.call("cast", y, dtype=dtype)
+    return x, lambda y: y
+
+
 @RULES.rule("LayerNormalization")
 def layer_normalization(t, x, scale, b=None, *, axis=-1, epsilon=1e-5, stash_type=1):
     dims = t.var(x)[0]
@@ -362,12 +371,13 @@ def layer_normalization(t, x, scale, b=None, *, axis=-1, epsilon=1e-5, stash_typ
     outputs = t.node_proto.output
     stats_read = len(outputs) > 1 and any(outputs[1:])
     full = [list(t.var(v)[0]) == list(dims[axis:]) for v in (scale, b) if v is not None]
-    if not stats_read and all(full) and -1 not in dims[axis:]:   # our layer_norm op
+    stashed, back = _stashed(t, x, stash_type)
+    if stashed == x and not stats_read and all(full) and -1 not in dims[axis:]:   # our op
         flat = [v if v is None or rank - axis == 1 else t.call("reshape", v, shape=[-1])
                 for v in (scale, b)]
         return t.call("layer_norm", x, *flat, begin_norm_axis=axis, epsilon=float(epsilon))[0]
-    y, mean, inv_std = standardize(t, x, list(range(axis, rank)), epsilon)
-    y = t.call("mul", y, scale)
+    y, mean, inv_std = standardize(t, stashed, list(range(axis, rank)), epsilon)
+    y = t.call("mul", back(y), scale)
     if b is not None:
         y = t.call("add", y, b)
     return y, mean, inv_std
@@ -379,9 +389,10 @@ def rms_normalization(t, x, scale, *, axis=-1, epsilon=1e-5, stash_type=1):
     if not -rank <= axis < rank:
         raise Unsupported(f"axis={axis} for a {rank}-D input")
     axes = list(range(axis % rank, rank))
-    ms = t.call("reduce_mean", t.call("square", x), axis=axes, keep_dim=True)
-    y = t.call("mul", x, t.call("rsqrt", t.call("scale", ms, bias=float(epsilon))))
-    return t.call("mul", y, scale)
+    stashed, back = _stashed(t, x, stash_type)
+    ms = t.call("reduce_mean", t.call("square", stashed), axis=axes, keep_dim=True)
+    y = t.call("mul", stashed, t.call("rsqrt", t.call("scale", ms, bias=float(epsilon))))
+    return t.call("mul", back(y), scale)
 
 
 @RULES.rule("GroupNormalization")
@@ -390,8 +401,10 @@ def group_normalization(t, x, scale, b, *, epsilon=1e-5, num_groups=None, stash_
         raise Unsupported("no attribute 'num_groups'")
     rank = _rank(t, x)
     groups = int(num_groups)
-    grouped = t.call("reshape", x, shape=[0, groups, -1])
+    stashed, back = _stashed(t, x, stash_type)
+    grouped = t.call("reshape", stashed, shape=[0, groups, -1])
     y, _, _ = standardize(t, grouped, [2], epsilon)
+    y = back(y)
     if t.version < 21:   # scale and bias per group
         y = t.call("add", t.call("mul", y, t.call("unsqueeze", scale, axes=[1])),
                    t.call("unsqueeze", b, axes=[1]))
