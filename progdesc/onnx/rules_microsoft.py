@@ -2,7 +2,7 @@
 commonly emit: the GELU family, FusedMatMul, BiasAdd and the fused (skip, simplified)
 layer normalizations, FusedConv (a Conv with its activation, from onnxruntime's
 graph optimizer)."""
-from progdesc.onnx.rules_nn import conv, standardize
+from progdesc.onnx.rules_nn import conv, standardize, stashed
 from progdesc.onnx.table import RULES
 from progdesc.translate import Unsupported
 
@@ -52,20 +52,23 @@ def _skip_sum(t, x, skip, bias):
 @RULES.rule(_MS + "SkipLayerNormalization")
 def skip_layer_normalization(t, x, skip, gamma, beta=None, bias=None, *, epsilon=1e-12):
     total = _skip_sum(t, x, skip, bias)
-    y, mean, inv_std = standardize(t, total, [-1], epsilon)
-    y = t.call("mul", y, gamma)
+    total32, back = stashed(t, total, 1)
+    y, mean, inv_std = standardize(t, total32, [-1], epsilon)
+    y = t.call("mul", back(y), gamma)
     if beta is not None:
         y = t.call("add", y, beta)
     return y, mean, inv_std, total
 
 
 def _rms(t, x, scale, axis, epsilon):
-    """x / sqrt(mean(x^2 over the dims from `axis` on) + eps) * scale, and the inverse."""
+    """x / sqrt(mean(x^2 over the dims from `axis` on) + eps) * scale, and the inverse
+    (computed in float32 for a half-precision x)."""
     rank = len(t.var(x)[0])
     axes = list(range(int(axis) % rank, rank))
-    ms = t.call("reduce_mean", t.call("square", x), axis=axes, keep_dim=True)
+    x32, back = stashed(t, x, 1)
+    ms = t.call("reduce_mean", t.call("square", x32), axis=axes, keep_dim=True)
     inv = t.call("rsqrt", t.call("scale", ms, bias=float(epsilon)))
-    return t.call("mul", t.call("mul", x, inv), scale), inv
+    return t.call("mul", back(t.call("mul", x32, inv)), scale), inv
 
 
 @RULES.rule(_MS + "SimplifiedLayerNormalization")

@@ -352,7 +352,7 @@ def mean_variance_normalization(t, x, *, axes=(0, 2, 3)):
     return y
 
 
-def _stashed(t, x, stash_type):
+def stashed(t, x, stash_type):
     """x in the precision its statistics are computed in (stash_type 1: float32, for a
     half-precision x), and the function casting a result back to x's dtype."""
     dtype = _dtype(t, x)
@@ -371,12 +371,12 @@ def layer_normalization(t, x, scale, b=None, *, axis=-1, epsilon=1e-5, stash_typ
     outputs = t.node_proto.output
     stats_read = len(outputs) > 1 and any(outputs[1:])
     full = [list(t.var(v)[0]) == list(dims[axis:]) for v in (scale, b) if v is not None]
-    stashed, back = _stashed(t, x, stash_type)
-    if stashed == x and not stats_read and all(full) and -1 not in dims[axis:]:   # our op
+    stashed_x, back = stashed(t, x, stash_type)
+    if stashed_x == x and not stats_read and all(full) and -1 not in dims[axis:]:   # our op
         flat = [v if v is None or rank - axis == 1 else t.call("reshape", v, shape=[-1])
                 for v in (scale, b)]
         return t.call("layer_norm", x, *flat, begin_norm_axis=axis, epsilon=float(epsilon))[0]
-    y, mean, inv_std = standardize(t, stashed, list(range(axis, rank)), epsilon)
+    y, mean, inv_std = standardize(t, stashed_x, list(range(axis, rank)), epsilon)
     y = t.call("mul", back(y), scale)
     if b is not None:
         y = t.call("add", y, b)
@@ -389,9 +389,9 @@ def rms_normalization(t, x, scale, *, axis=-1, epsilon=1e-5, stash_type=1):
     if not -rank <= axis < rank:
         raise Unsupported(f"axis={axis} for a {rank}-D input")
     axes = list(range(axis % rank, rank))
-    stashed, back = _stashed(t, x, stash_type)
-    ms = t.call("reduce_mean", t.call("square", stashed), axis=axes, keep_dim=True)
-    y = t.call("mul", stashed, t.call("rsqrt", t.call("scale", ms, bias=float(epsilon))))
+    stashed_x, back = stashed(t, x, stash_type)
+    ms = t.call("reduce_mean", t.call("square", stashed_x), axis=axes, keep_dim=True)
+    y = t.call("mul", stashed_x, t.call("rsqrt", t.call("scale", ms, bias=float(epsilon))))
     return t.call("mul", back(y), scale)
 
 
@@ -401,8 +401,8 @@ def group_normalization(t, x, scale, b, *, epsilon=1e-5, num_groups=None, stash_
         raise Unsupported("no attribute 'num_groups'")
     rank = _rank(t, x)
     groups = int(num_groups)
-    stashed, back = _stashed(t, x, stash_type)
-    grouped = t.call("reshape", stashed, shape=[0, groups, -1])
+    stashed_x, back = stashed(t, x, stash_type)
+    grouped = t.call("reshape", stashed_x, shape=[0, groups, -1])
     y, _, _ = standardize(t, grouped, [2], epsilon)
     y = back(y)
     if t.version < 21:   # scale and bias per group
