@@ -56,6 +56,7 @@ def _check(op, inputs, outputs, attrs=None, *, inits=(), opset=17, domain="", to
     feed = [a for _, a in inputs]
     ours, _, _ = _ours(model, feed)
     theirs = reference(model, feed) if reference else _theirs(model, feed)
+    assert len(ours) == len(theirs)
     for a, b in zip(ours, theirs):
         assert a.shape == np.asarray(b).shape
         np.testing.assert_allclose(a, b, rtol=tol, atol=tol)
