@@ -288,6 +288,30 @@ def test_attention_matches_the_reference(attrs, mask, v_head, past):
     np.testing.assert_allclose(ours[0], _onnx_reference(model, feed)[0], rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("mask", [False, True])
+def test_causal_attention_over_dynamic_lengths(mask):
+    """A causal Attention whose query, key and past lengths are symbolic: one program runs
+    at two lengths (fused without a mask, composed with one)."""
+    names = ["q", "k", "v", "mask" if mask else "", "past_k", "past_v"]
+    node = helper.make_node("Attention", names, ["y"], name="att", is_causal=1)
+    info = [helper.make_tensor_value_info(n, F32, [2, h, s, 8]) for n, h, s in (
+        ("q", 4, "T"), ("k", 2, "T"), ("v", 2, "T"), ("past_k", 2, "P"), ("past_v", 2, "P"))]
+    if mask:
+        info.append(helper.make_tensor_value_info("mask", TensorProto.BOOL, ["T", "S"]))
+    graph = helper.make_graph([node], "g", info, [helper.make_tensor_value_info("y", F32, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23)], ir_version=10)
+    scope = progdesc.Scope()
+    program, feeds, fetches = ponnx.load(model, scope)
+    for length, past in ((3, 2), (5, 4)):
+        values = {"q": _x(2, 4, length, 8), "k": _x(2, 2, length, 8), "v": _x(2, 2, length, 8),
+                  "past_k": _x(2, 2, past, 8), "past_v": _x(2, 2, past, 8),
+                  "mask": RNG.uniform(size=(length, length + past)) > 0.3}
+        (ours,) = progdesc.Executor().run(program, feed={n: values[n] for n in feeds},
+                                          fetch_list=fetches, scope=scope)
+        theirs = _onnx_reference(model, [values[i.name] for i in model.graph.input])[0]
+        np.testing.assert_allclose(np.asarray(ours), theirs, rtol=1e-5, atol=1e-5)
+
+
 def test_rotary_embedding_matches_the_reference():
     x = _x(2, 3, 4, 8)
     pos = np.asarray([[0, 2, 1, 5], [3, 3, 0, 1]], np.int64)

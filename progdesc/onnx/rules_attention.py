@@ -48,52 +48,57 @@ def _mask_bias(t, mask, kv_len, dtype):
     return mask
 
 
-def _allowed(t, causal, left, right, q_len, kv_len, past, nonpad):
+def _positions(t, x, axis):
+    """0, 1, ... along `axis` (2 or 3) of [1, 1, n, 1] or [1, 1, 1, n] float32, n being
+    the length of dim 2 of the [B, N, n, H] x (known at run time)."""
+    first = t.call("slice", x, axes=[0, 1, 3], starts=[0, 0, 0], ends=[1, 1, 1])
+    ones = t.call("scale", t.call("cast", t.call("fill_zeros_like", first), dtype="float32"),
+                  bias=1.0)
+    index = t.call("scale", t.call("cumsum", ones, axis=2), bias=-1.0)
+    return index if axis == 2 else t.call("transpose", index, perm=[0, 1, 3, 2])
+
+
+def _allowed(t, q, k, causal, left, right, past_key, nonpad):
     """Where query i may attend key j (None: everywhere), from the causal mask, the
     sliding window (`left` / `right` keys before / after the query's position, -1: no
-    bound) and the keys each batch holds (`nonpad`, [B], known at run time): the query's
-    position is i + past, or i + nonpad[b] - q_len with `nonpad`."""
+    bound) and the keys each batch holds (`nonpad`, [B]): the query's position is i plus
+    the number of past keys, or i + nonpad[b] - q_len with `nonpad`. q [B, N, T, H] and
+    k [B, N, S, H] (past keys included) give the lengths, at run time."""
     if not (causal or left >= 0 or right >= 0 or nonpad is not None):
         return None
-    if q_len < 0 or kv_len < 0:
-        raise Unsupported("a causal or windowed mask over sequences of lengths unknown at "
-                          "import")
-    # how far key j is after query i's position, but for the offset
-    ahead = np.arange(kv_len)[None, :] - np.arange(q_len)[:, None]
-    if nonpad is None:
-        diff = past - ahead   # query position - key position
-        allowed = np.ones(diff.shape, bool)
-        if causal:
-            allowed &= diff >= 0
-        if left >= 0:
-            allowed &= diff <= left
-        if right >= 0:
-            allowed &= -diff <= right
-        return t.constant(allowed)
-    # per batch: diff = nonpad[b] - (ahead + q_len)
-    count = t.call("cast", nonpad, dtype="int32")
-    count = t.call("reshape", count, shape=[-1, 1, 1, 1])
-    shifted = t.constant((ahead + q_len).astype(np.int32))
-    keys = t.constant(np.arange(kv_len, dtype=np.int32))
-    allowed = t.call("less_than", keys, count)   # [B, 1, 1, kv]: the keys it holds
-    parts = [allowed]
+    position = _positions(t, q, 2)   # [1, 1, T, 1]
+    key = _positions(t, k, 3)        # [1, 1, 1, S]
+    if nonpad is not None:
+        count = t.call("reshape", t.call("cast", nonpad, dtype="float32"), shape=[-1, 1, 1, 1])
+        offset = t.call("sub", count, t.call("dim_size", q, axis=2, dtype="float32"))
+        position = t.call("add", position, offset)
+    elif past_key is not None:
+        position = t.call("add", position, t.call("dim_size", past_key, axis=2,
+                                                  dtype="float32"))
+    diff = t.call("sub", position, key)   # query position - key position
+    zero = t.constant(np.zeros((), np.float32))
+    parts = []
+    if nonpad is not None:
+        parts.append(t.call("less_than", key, count))
     if causal:
-        parts.append(t.call("less_equal", shifted, count))
+        parts.append(t.call("greater_equal", diff, zero))
     if left >= 0:
-        parts.append(t.call("greater_equal", t.call("scale", shifted, bias=float(left)), count))
+        parts.append(t.call("less_equal", diff, t.constant(np.asarray(left, np.float32))))
     if right >= 0:
-        parts.append(t.call("less_equal", t.call("scale", shifted, bias=-float(right)), count))
+        parts.append(t.call("greater_equal", diff, t.constant(np.asarray(-right, np.float32))))
+    allowed = parts[0]
     for part in parts[1:]:
         allowed = t.call("logical_and", allowed, part)
     return allowed
 
 
-def _fused(t, q, k, v, causal, has_past, scale, q_len, kv_len, past):
+def _fused(t, q, k, v, causal, past_key, scale):
     """scaled_dot_product_attention of [B, N, S, H] q, k, v: [B, T, N, H]. A causal mask
     after past keys is a bias (the op's own is aligned at the first key)."""
     bias = None
+    has_past = past_key is not None
     if causal and has_past:
-        allowed = _allowed(t, True, -1, -1, q_len, kv_len, past, None)
+        allowed = _allowed(t, q, k, True, -1, -1, past_key, None)
         dtype = t.var(q)[1]
         bias = t.call("where", allowed, t.constant(np.zeros((), dtype)), _neg_inf(t, dtype))
     q, k, v = (t.call("transpose", a, perm=[0, 2, 1, 3]) for a in (q, k, v))
@@ -118,7 +123,7 @@ def attention(t, q, k, v, attn_mask=None, past_key=None, past_value=None,
         k = t.call("concat", [past_key, k], axis=2)
         v = t.call("concat", [past_value, v], axis=2)
     present_key, present_value = k, v
-    _, q_heads, q_len, head = _dims(t, q)
+    _, q_heads, _, head = _dims(t, q)
     _, kv_heads, kv_len, _ = _dims(t, k)
     if scale is None:
         if head < 0:
@@ -136,8 +141,7 @@ def attention(t, q, k, v, attn_mask=None, past_key=None, past_value=None,
              and left_window_size < 0 and right_window_size < 0
              and dtype in ("float32", "float64") and _dims(t, v)[3] == head >= 0)
     if plain:   # no row can be all masked: our fused attention op
-        y = _fused(t, q, k, v, bool(is_causal), past_key is not None, float(scale),
-                   q_len, kv_len, _dims(t, past_key)[2] if past_key is not None else 0)
+        y = _fused(t, q, k, v, bool(is_causal), past_key, float(scale))
         if three:
             y = t.call("reshape", y, shape=[0, 0, -1])
         else:
@@ -149,9 +153,8 @@ def attention(t, q, k, v, attn_mask=None, past_key=None, past_value=None,
         bias = _mask_bias(t, attn_mask, kv_len, dtype)
     if nonpad_kv_seqlen is not None and past_key is not None:
         raise Unsupported("nonpad_kv_seqlen with past_key")
-    past = _dims(t, past_key)[2] if past_key is not None else 0
-    allowed = _allowed(t, bool(is_causal), int(left_window_size), int(right_window_size),
-                       q_len, kv_len, past, nonpad_kv_seqlen)
+    allowed = _allowed(t, q, k, bool(is_causal), int(left_window_size),
+                       int(right_window_size), past_key, nonpad_kv_seqlen)
     if allowed is not None:
         structure = t.call("where", allowed, t.constant(np.zeros((), dtype)), _neg_inf(t, dtype))
         bias = structure if bias is None else t.call("add", bias, structure)
