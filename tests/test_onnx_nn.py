@@ -62,8 +62,8 @@ def _check(op, inputs, outputs, attrs=None, *, inits=(), opset=17, domain="", to
         np.testing.assert_allclose(a, b, rtol=tol, atol=tol)
 
 
-def _x(*shape):
-    return RNG.standard_normal(shape).astype(np.float32)
+def _x(*shape, rng=RNG):
+    return rng.standard_normal(shape).astype(np.float32)
 
 
 def _onnx_reference(model, feed):
@@ -498,7 +498,7 @@ def test_half_precision_normalizations_keep_float32_statistics():
         np.testing.assert_allclose(y.astype(np.float32), ref, atol=2e-2)
 
 
-def _directional_check(nodes, x, params, consts=(), *, eps=1e-2, opset=23):
+def _directional_check(nodes, x, params, consts=(), *, eps=1e-3, opset=23):
     """<seed, d f / d p> against central differences of f along a random direction, for
     each initializer p in `params` of the graph `nodes` (input 'x', output 'y'; `consts`:
     initializers not differentiated)."""
@@ -512,7 +512,8 @@ def _directional_check(nodes, x, params, consts=(), *, eps=1e-2, opset=23):
     program, _, (y,) = ponnx.load(model, scope)
     exe = progdesc.Executor()
     (out,) = exe.run(program, feed={"x": x}, fetch_list=[y], scope=scope)
-    seed = _x(*np.shape(out))
+    rng = np.random.default_rng(1)   # the same checks whatever ran before
+    seed = _x(*np.shape(out), rng=rng)
     block = program.global_block()
     with progdesc.program_guard(program):
         s = progdesc.data("seed", list(seed.shape))
@@ -520,7 +521,7 @@ def _directional_check(nodes, x, params, consts=(), *, eps=1e-2, opset=23):
     got = exe.run(program, feed={"x": x, "seed": seed}, fetch_list=grads, scope=scope)
     forward = program.clone(for_test=True)
     for (name, value), grad in zip(params.items(), got):
-        direction = _x(*value.shape)
+        direction = _x(*value.shape, rng=rng)
         ends = []
         for sign in (1, -1):
             scope.set(name, (value + sign * eps * direction).astype(np.float32))
@@ -533,6 +534,7 @@ def _directional_check(nodes, x, params, consts=(), *, eps=1e-2, opset=23):
 
 
 def test_gradients_through_pooling_resize_and_normalization():
+    rng = np.random.default_rng(2)
     nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
              helper.make_node("MaxPool", ["c"], ["m"], kernel_shape=[2, 2], strides=[2, 2],
                               ceil_mode=1),
@@ -540,14 +542,15 @@ def test_gradients_through_pooling_resize_and_normalization():
              helper.make_node("AveragePool", ["r"], ["a"], kernel_shape=[3, 3],
                               pads=[1, 1, 1, 1]),
              helper.make_node("LayerNormalization", ["a", "g"], ["y"], axis=1)]
-    _directional_check(nodes, _x(2, 2, 5, 5),
-                       {"w": _x(3, 2, 3, 3), "g": 1 + _x(3, 4, 6)},
+    _directional_check(nodes, _x(2, 2, 5, 5, rng=rng),
+                       {"w": _x(3, 2, 3, 3, rng=rng), "g": 1 + _x(3, 4, 6, rng=rng)},
                        {"scales": np.asarray([1, 1, 1.5, 2], np.float32)})
 
 
 def test_gradients_through_masked_attention():
+    rng = np.random.default_rng(3)
     nodes = [helper.make_node("Attention", ["x", "k", "v", "mask"], ["y"], is_causal=1,
                               softcap=3.0)]
-    _directional_check(nodes, _x(1, 2, 3, 4),
-                       {"k": _x(1, 2, 5, 4), "v": _x(1, 2, 5, 4)},
-                       {"mask": np.asarray(RNG.uniform(size=(3, 5)) > 0.2)})
+    _directional_check(nodes, _x(1, 2, 3, 4, rng=rng),
+                       {"k": _x(1, 2, 5, 4, rng=rng), "v": _x(1, 2, 5, 4, rng=rng)},
+                       {"mask": np.asarray(rng.uniform(size=(3, 5)) > 0.2)})
