@@ -5,6 +5,7 @@ import math
 
 import numpy as np
 
+from progdesc.onnx import rules_attention, rules_resize  # noqa: F401  (their rows)
 from progdesc.onnx.table import RULES
 from progdesc.translate import Unsupported
 
@@ -493,5 +494,3 @@ def dropout(t, x, ratio=None, training_mode=None, *, seed=None):
         mask = t.call("dropout", x, dropout_prob=0.0, is_test=True)[1]
     return out, t.call("cast", mask, dtype="bool")
 
-
-from progdesc.onnx import rules_attention, rules_resize  # noqa: E402,F401 - their rows
