@@ -493,4 +493,3 @@ def dropout(t, x, ratio=None, training_mode=None, *, seed=None):
     if mask is None:
         mask = t.call("dropout", x, dropout_prob=0.0, is_test=True)[1]
     return out, t.call("cast", mask, dtype="bool")
-
