@@ -5,6 +5,7 @@ import math
 
 import numpy as np
 
+from progdesc.onnx.model import dtype_name
 from progdesc.onnx.table import RULES
 from progdesc.translate import Unsupported
 
@@ -172,7 +173,6 @@ def attention(t, q, k, v, attn_mask=None, past_key=None, past_value=None,
         blocked = t.call("equal", row_max, _neg_inf(t, dtype))
         logits = t.call("where", blocked, t.constant(np.zeros((), dtype)), logits)
     if softmax_precision is not None:
-        from progdesc.onnx.model import dtype_name
         precision = dtype_name(int(softmax_precision))
         weights = t.call("cast", t.call("softmax", t.call("cast", logits, dtype=precision),
                                         axis=-1), dtype=dtype)
