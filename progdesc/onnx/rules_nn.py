@@ -199,7 +199,7 @@ def _max_indices(t, x, kernel, strides, dilations, pads, storage_order):
     stacked as slices of the padded x; their argmax picks among constant index patches."""
     dims, dtype = t.var(x)
     dims = list(dims)
-    if any(d < 0 for d in dims):
+    if any(d < 0 for d in dims[1:]):
         raise Unsupported(f"Indices of an input of dims unknown at import ({list(dims)})")
     if not dtype.startswith("float"):
         raise Unsupported(f"Indices of {dtype} values")
@@ -225,8 +225,18 @@ def _max_indices(t, x, kernel, strides, dilations, pads, storage_order):
     hot = t.call("one_hot", which, depth=len(slices), dtype="int64")
     patch = t.constant(np.stack(patches, axis=-1).astype(np.int64))
     index = t.call("reduce_sum", t.call("mul", hot, patch), axis=[len(dims)])
-    base = np.arange(dims[0] * dims[1], dtype=np.int64).reshape(dims[:2] + [1] * len(spatial))
-    return t.call("add", index, t.constant(base * size))
+    rest = [1] * len(spatial)
+    channel = np.arange(dims[1], dtype=np.int64).reshape([1, -1] + rest) * size
+    index = t.call("add", index, t.constant(channel))
+    # + n * C * size for the sample n (the batch may be symbolic: n counted at run time)
+    first = t.call("slice", x, axes=list(range(1, len(dims))), starts=[0] * (len(dims) - 1),
+                   ends=[1] * (len(dims) - 1))
+    ones = t.call("cast", t.call("scale", t.call("fill_zeros_like", first), bias=1.0),
+                  dtype="int64")
+    count = t.call("cumsum", ones, axis=0)   # n + 1, in integers (exact past 2 ** 24)
+    stride = t.constant(np.asarray(dims[1] * size, np.int64))
+    sample = t.call("mul", t.call("sub", count, ones), stride)
+    return t.call("add", index, sample)
 
 
 def _window_counts(sizes, kernel, strides, dilations, pads, counted):
