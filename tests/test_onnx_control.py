@@ -96,10 +96,12 @@ def _check_grads(model, wrt, feeds, reference):
 def _if_model():
     """y = tanh(x @ W) if c else x - x @ W, both branches reading x and W by name."""
     then = helper.make_graph(
-        [helper.make_node("MatMul", ["x", "W"], ["t0"]), helper.make_node("Tanh", ["t0"], ["t1"])],
+        [helper.make_node("MatMul", ["x", "W"], ["t0"]),
+         helper.make_node("Tanh", ["t0"], ["t1"])],
         "then", [], [_info("t1", FLOAT, ["N", 3])])
     other = helper.make_graph(
-        [helper.make_node("MatMul", ["x", "W"], ["e0"]), helper.make_node("Sub", ["x", "e0"], ["e1"])],
+        [helper.make_node("MatMul", ["x", "W"], ["e0"]),
+         helper.make_node("Sub", ["x", "e0"], ["e1"])],
         "else", [], [_info("e1", FLOAT, ["N", 3])])
     node = helper.make_node("If", ["c"], ["y"], name="the_if", then_branch=then,
                             else_branch=other)

@@ -223,8 +223,10 @@ def _to_layout(feed, layout):
 
 
 def _ref_outputs(kind, cfg, params, feed, ref=None):
-    y, yh, yc = (ref or partial(reference, np))(kind, cfg, feed["X"], params["W"], params["R"], params["B"],
-                          feed.get("seq"), feed.get("h0"), feed.get("c0"), params.get("P"))
+    """The node's outputs by `reference` (NumPy; or `ref`), in the model's layout."""
+    ref = ref or partial(reference, np)
+    y, yh, yc = ref(kind, cfg, feed["X"], params["W"], params["R"], params["B"],
+                    feed.get("seq"), feed.get("h0"), feed.get("c0"), params.get("P"))
     outs = [y, yh, yc][:3 if kind == "LSTM" else 2]
     if cfg.get("layout", 0):
         outs = [outs[0].transpose(2, 0, 1, 3)] + [o.transpose(1, 0, 2) for o in outs[1:]]
@@ -281,11 +283,12 @@ GRAD_CASES = [
 @pytest.mark.parametrize("kind,cfg,with_seq,with_init,with_peep", GRAD_CASES,
                          ids=[c[0] for c in GRAD_CASES])
 def test_gradients_match_jax_vjp_of_the_reference(kind, cfg, with_seq, with_init, with_peep):
+    """Gradients w.r.t. the weights, X and the initial states."""
     model, params = _model(kind, cfg, with_seq, with_init, with_peep)
     scope = pd.Scope()
     program, feeds, fetches = ponnx.load(model, scope)
     block = program.global_block()
-    wrt = sorted(params)
+    wrt = sorted(params) + [n for n in ("X", "h0", "c0") if n in feeds]
     with pd.program_guard(program):
         seeds = [pd.data(f"seed{k}", list(v.shape), "float32") for k, v in enumerate(fetches)]
         grads = pd.gradients(fetches, [block.var(n) for n in wrt], target_gradients=seeds)
@@ -299,20 +302,25 @@ def test_gradients_match_jax_vjp_of_the_reference(kind, cfg, with_seq, with_init
         fed.update({f"seed{k}": c for k, c in enumerate(cotangents)})
         got = pd.Executor(precision="highest").run(program, feed=fed, fetch_list=grads,
                                                    scope=scope)
+        values = dict(params, **feed)
 
-        def f(*values):
-            return _ref_outputs(kind, cfg, dict(zip(wrt, values)),
-                                {k: jnp.asarray(v) if v.dtype.kind == "f" else v
-                                 for k, v in feed.items()}, ref=jax_reference)
+        def f(*diffed):
+            both = dict(values, **dict(zip(wrt, diffed)))
+            return _ref_outputs(kind, cfg, both, both, ref=jax_reference)
 
-        @jax.jit   # one compilation of the unrolled reference, not one per operation
-        def pullback(values, cts):
-            return jax.vjp(f, *values)[1](cts)
+        @jax.jit   # one compilation of the reference and its pullback
+        def pullback(diffed, cts):
+            outs, vjp = jax.vjp(f, *diffed)
+            return outs, vjp(cts)
 
         with jax.default_matmul_precision("highest"):
-            want = pullback([jnp.asarray(params[n]) for n in wrt],
-                            [jnp.asarray(c) for c in cotangents])
+            outs, want = pullback([jnp.asarray(values[n]) for n in wrt],
+                                  [jnp.asarray(c) for c in cotangents])
+        for out, ref in zip(outs, ref_outs):   # the JAX reference agrees with NumPy's
+            np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)
         for name, g, ref in zip(wrt, got, want):
+            if layout and name in ("X", "h0", "c0"):
+                ref = np.asarray(ref).transpose(1, 0, 2)
             np.testing.assert_allclose(g, ref, rtol=1e-4, atol=1e-5, err_msg=name)
 
 
