@@ -143,6 +143,19 @@ def test_if_with_a_known_condition_inlines_the_branch_taken():
     np.testing.assert_allclose(ours[0], theirs[0])
 
 
+def test_if_whose_branches_disagree_is_refused_with_the_node():
+    then = helper.make_graph([helper.make_node("Relu", ["x"], ["t"])], "then", [],
+                             [_info("t", FLOAT, ["N", 3])])
+    other = helper.make_graph([_const("e", np.zeros(2, np.float32))], "else", [],
+                              [_info("e", FLOAT, [2])])
+    node = helper.make_node("If", ["c"], ["y"], name="the_if", then_branch=then,
+                            else_branch=other)
+    model = _model([node], [_info("x", FLOAT, ["N", 3]), _info("c", BOOL, [])],
+                   [_info("y", FLOAT, ["N", 3])])
+    with pytest.raises(UnsupportedOpError, match=r"the_if.*different shapes"):
+        ponnx.load(model, pd.Scope())
+
+
 # --- Loop ---
 
 def _loop_body(cond_out_node, scan_out=True):
@@ -215,6 +228,28 @@ def test_loop_stopped_by_its_condition_within_a_known_bound():
         np.testing.assert_allclose(ours[0], reference(feed, W)[0], rtol=1e-5, atol=1e-6)
         np.testing.assert_allclose(ours[0], theirs[0], rtol=1e-5, atol=1e-6)
     _check_grads(model, {"W": W}, feeds[:2], reference)
+
+
+def test_loop_of_int64_max_trips_runs_while_its_condition_holds():
+    """INT64_MAX, as exporters write a while loop's trip count, bounds nothing (and does
+    not overflow the int32 iteration number)."""
+    body = _loop_body(helper.make_node("Identity", ["keep"], ["cond_out"]), scan_out=False)
+    nodes = [_const("M", np.array(np.iinfo(np.int64).max, np.int64)),
+             helper.make_node("Loop", ["M", "go", "h0"], ["h_final"], body=body)]
+    model = _model(nodes, [_info("x", FLOAT, ["N", 3]), _info("h0", FLOAT, ["N", 3]),
+                           _info("go", BOOL, []), _info("keep", BOOL, [])],
+                   [_info("h_final", FLOAT, ["N", 3])], [("W", W)])
+    program, _, _ = _loaded(model)
+    loops = [op for op in program.global_block().ops if op.type == "while"]
+    assert len(loops) == 1 and loops[0].attr("max_iters") == -1
+    for go, steps in ((True, 1), (False, 0)):   # keep is false: one iteration at most
+        feed = {"x": RNG.normal(size=(2, 3)).astype(np.float32),
+                "h0": RNG.normal(size=(2, 3)).astype(np.float32),
+                "go": np.array(go), "keep": np.array(False)}
+        ours, theirs = _run_both(model, feed)
+        want = _loop_reference(lambda feed: steps, scanned=False)(feed, W)[0]
+        np.testing.assert_allclose(ours[0], want, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(ours[0], theirs[0], rtol=1e-5, atol=1e-6)
 
 
 def _runtime_loop(scan_out):

@@ -8,8 +8,9 @@ name (the translator's environments); what it reads becomes the op's captured in
   (no condition, or a true one the body passes on unchanged): its scan outputs are
   stacked. Otherwise a `while` carrying the iteration number and the condition: bounded
   by M when M is known at import (differentiable, as a scan of M masked steps), unbounded
-  when M is a run-time value (our while then has no gradient). Scan outputs of a loop
-  whose number of iterations is known only at run time have no static shape: refused.
+  when M is a run-time value or INT64_MAX, as exporters write a while loop's (our while
+  then has no gradient). Scan outputs of a loop whose number of iterations is known only
+  at run time have no static shape: refused.
 - Scan (opset 9 form): a `scan` over axis 0 of the scan inputs, each moved there from its
   scan_input_axes and reversed where its direction is 1; scan outputs are reversed and
   moved to their scan_output_axes likewise.
@@ -74,6 +75,25 @@ def _passes_condition_on(body):
     return True
 
 
+def _known_scalar(t, name):
+    """The int value of a one-element int or bool variable known at import (a constant,
+    a folded computation), else None."""
+    if name is None:
+        return None
+    value = t.value_of(name)
+    if value is not None:
+        return int(np.asarray(value).reshape(-1)[0]) if np.size(value) == 1 else None
+    sizes = t.sizes_of(name)
+    if sizes and len(sizes) == 1 and isinstance(sizes[0], (int, np.integer)):
+        return int(sizes[0])
+    return None
+
+
+_UNBOUNDED = 2 ** 31 - 1
+"""A trip count from here up (INT64_MAX, as exporters write a while loop's) bounds nothing:
+the loop runs while its condition holds (the iteration number computes as int32)."""
+
+
 @RULES.rule("Loop")
 def loop(t, trip_count, cond, *initial, body):
     """ONNX Loop (see the module's text): the final loop-carried values, then the scan
@@ -84,23 +104,23 @@ def loop(t, trip_count, cond, *initial, body):
     if len(body.input) != 2 + carried or scanned < 0:
         raise Unsupported(f"its body takes {len(body.input)} inputs and gives "
                           f"{len(body.output)} outputs for {carried} loop-carried values")
-    trips = t.value_of(trip_count)
-    trips = None if trips is None else int(np.asarray(trips).reshape(-1)[0])
-    start = t.value_of(cond)
-    runs_out = cond is None or (start is not None and bool(np.asarray(start).reshape(-1)[0])
+    trips, start = _known_scalar(t, trip_count), _known_scalar(t, cond)
+    if trips is not None and trips >= _UNBOUNDED:   # exporters' "no trip count"
+        trip_count = trips = None
+    runs_out = cond is None or (start is not None and bool(start)
                                 and _passes_condition_on(body))
-    step_type = np.int64
-    counter = t.constant(np.asarray(0, step_type))
-    init = [t.block.var(counter)] + [t.block.var(v) for v in initial]
+    init = [t.block.var(t.constant(np.asarray(0, np.int64)))] + [t.block.var(v)
+                                                                 for v in initial]
     try:
         if trips is not None and runs_out:
-            return _loop_as_scan(t, body, init, trips, carried)
+            return _loop_as_scan(t, body, init, max(trips, 0), carried)
         if scanned:
             raise Unsupported("it has scan outputs and its number of iterations is known "
                               "only at run time (a trip count or condition computed at run "
                               "time): their shape is not static")
         if trip_count is None and cond is None:
-            raise Unsupported("neither a trip count nor a condition: it never ends")
+            raise Unsupported("neither a trip count nor a condition (or a trip count of "
+                              f"{_UNBOUNDED} or more): it never ends")
         return _loop_as_while(t, body, init, trip_count, trips, cond)
     except ProgramError as e:
         raise Unsupported(f"its body does not keep its loop-carried values' shapes and "
