@@ -39,6 +39,20 @@ def _names(result):
     return [v.name for v in (result if isinstance(result, (tuple, list)) else (result,))]
 
 
+def _known_scalar(t, name):
+    """The int value of a one-element int or bool variable known at import (a constant,
+    a folded computation), else None."""
+    if name is None:
+        return None
+    value = t.value_of(name)
+    if value is not None:
+        return int(np.asarray(value).reshape(-1)[0]) if np.size(value) == 1 else None
+    sizes = t.sizes_of(name)
+    if sizes and len(sizes) == 1 and isinstance(sizes[0], (int, np.integer)):
+        return int(sizes[0])
+    return None
+
+
 @RULES.rule("If")
 def if_(t, cond, *, then_branch, else_branch):
     """ONNX If: `cond` of the two branches (both sub-graphs without inputs)."""
@@ -46,9 +60,9 @@ def if_(t, cond, *, then_branch, else_branch):
     if len(branches[0].output) != len(branches[1].output):
         raise Unsupported(f"its branches have {len(branches[0].output)} and "
                           f"{len(branches[1].output)} outputs")
-    known = t.value_of(cond)
-    if known is not None and known.size == 1:
-        return t.inline(branches[0] if bool(known.reshape(())) else branches[1], [])
+    known = _known_scalar(t, cond)
+    if known is not None:
+        return t.inline(branches[0] if known else branches[1], [])
     pred = t.block.var(_scalar(t, cond))
     try:
         result = control_flow.cond(pred, lambda: t.sub_block(branches[0], []),
@@ -73,20 +87,6 @@ def _passes_condition_on(body):
             return False
         name = node.input[0]
     return True
-
-
-def _known_scalar(t, name):
-    """The int value of a one-element int or bool variable known at import (a constant,
-    a folded computation), else None."""
-    if name is None:
-        return None
-    value = t.value_of(name)
-    if value is not None:
-        return int(np.asarray(value).reshape(-1)[0]) if np.size(value) == 1 else None
-    sizes = t.sizes_of(name)
-    if sizes and len(sizes) == 1 and isinstance(sizes[0], (int, np.integer)):
-        return int(sizes[0])
-    return None
 
 
 _UNBOUNDED = 2 ** 31 - 1

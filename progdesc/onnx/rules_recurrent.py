@@ -91,6 +91,9 @@ def _cell(t, kind, hidden, r, p, rb_h, acts, clip, *, input_forget=0,
           linear_before_reset=0):
     """The step of one direction: (state, gates_x) -> (new state, output), our names;
     gates_x is x W^T + the biases the step does not need apart."""
+    if kind == "GRU":   # the recurrence weights of z and r, and of h~, sliced once
+        r_zr, r_h = _rows(t, r, 0, 2 * hidden), _rows(t, r, 2 * hidden, 3 * hidden)
+
     def act(x, k):
         if clip is not None:
             x = t.call("clip", x, min=-float(clip), max=float(clip))
@@ -114,11 +117,9 @@ def _cell(t, kind, hidden, r, p, rb_h, acts, clip, *, input_forget=0,
     def gru(state, gates_x):
         h, = state
         xz, xr, xh = t.call("split", gates_x, num=3, axis=1)
-        hz, hr = t.call("split", t.call("matmul", h, _rows(t, r, 0, 2 * hidden),
-                                        transpose_y=True), num=2, axis=1)
+        hz, hr = t.call("split", t.call("matmul", h, r_zr, transpose_y=True), num=2, axis=1)
         z = act(t.call("add", xz, hz), 0)
         rg = act(t.call("add", xr, hr), 0)
-        r_h = _rows(t, r, 2 * hidden, 3 * hidden)
         if linear_before_reset:
             hh = t.call("matmul", h, r_h, transpose_y=True)
             if rb_h is not None:
