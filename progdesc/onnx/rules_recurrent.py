@@ -155,6 +155,23 @@ def _check_dims(t, kind, w, r, b, p, directions, hidden):
     return w_dims[2]
 
 
+def _input_gates(t, kind, x, w, b, d, hidden, linear_before_reset):
+    """(x W^T + the biases outside the recurrence [T, B, gates], and GRU's Rbh where
+    linear_before_reset puts it inside the reset gate, else None) of direction d."""
+    gates_x = t.call("matmul", x, recurrent.index(t, w, d), transpose_y=True)
+    if b is None:
+        return gates_x, None
+    gates = _GATES[kind] * hidden
+    bias = recurrent.index(t, b, d)
+    wb, rb = _rows(t, bias, 0, gates), _rows(t, bias, gates, 2 * gates)
+    rb_h = None
+    if kind == "GRU" and linear_before_reset:
+        rb_h = _rows(t, rb, 2 * hidden, gates)
+        rb = t.call("concat", [_rows(t, rb, 0, 2 * hidden), t.call("fill_zeros_like", rb_h)],
+                    axis=0)
+    return t.call("add", gates_x, t.call("add", wb, rb)), rb_h
+
+
 def _recurrent(t, kind, x, w, r, b, seq_lens, init_h, init_c=None, p=None, *,
                hidden_size=None, direction="forward", layout=0, activations=None,
                activation_alpha=None, activation_beta=None, clip=None, input_forget=0,
@@ -176,20 +193,10 @@ def _recurrent(t, kind, x, w, r, b, seq_lens, init_h, init_c=None, p=None, *,
         init_h, init_c = (None if s is None else t.call("transpose", s, perm=[1, 0, 2])
                           for s in (init_h, init_c))
     mask = None if seq_lens is None else recurrent.time_mask(t, x, seq_lens)
-    gates = _GATES[kind] * hidden
     count = len(_DEFAULTS[kind])
     ys, finals = [], []
     for d in range(directions):
-        gates_x = t.call("matmul", x, recurrent.index(t, w, d), transpose_y=True)
-        rb_h = None
-        if b is not None:
-            bias = recurrent.index(t, b, d)
-            wb, rb = _rows(t, bias, 0, gates), _rows(t, bias, gates, 2 * gates)
-            if kind == "GRU" and linear_before_reset:   # Rbh goes inside the reset gate
-                rb_h = _rows(t, rb, 2 * hidden, gates)
-                rb = t.call("concat", [_rows(t, rb, 0, 2 * hidden),
-                                       t.call("fill_zeros_like", rb_h)], axis=0)
-            gates_x = t.call("add", gates_x, t.call("add", wb, rb))
+        gates_x, rb_h = _input_gates(t, kind, x, w, b, d, hidden, linear_before_reset)
         peep = None
         if p is not None:
             p_d = recurrent.index(t, p, d)
