@@ -19,28 +19,12 @@ The rnn op's meaning, as Paddle's CPU kernel computes it (read, not copied):
 """
 import numpy as np
 
-from progdesc import control_flow
 from progdesc.paddle import rules_control
 from progdesc.paddle.rule_args import dtype_name, numpy_dtype, parse_number
 from progdesc.paddle.rules import RULES
-from progdesc.translate import Unsupported
+from progdesc.translate import Unsupported, recurrent
 
 _GATES = {"LSTM": 4, "GRU": 3, "RNN_TANH": 1, "RNN_RELU": 1}
-
-
-def _index(t, x, k):
-    """x[k] of a stacked [N, ...] variable."""
-    return t.call("squeeze", t.call("slice", x, axes=[0], starts=[k], ends=[k + 1]), axes=[0])
-
-
-def _time_mask(t, x, seq_len):
-    """Bool [T, B, 1]: whether step t lies within sequence b's length."""
-    first = t.call("slice", x, axes=[2], starts=[0], ends=[1])
-    ones = t.call("scale", t.call("fill_zeros_like", first), scale=1.0, bias=1.0)
-    steps = t.call("cumsum", ones, axis=0)   # 1, 2, ..., T along time
-    dtype = t.var(x)[1]
-    lengths = t.call("reshape", t.call("cast", seq_len, dtype=dtype), shape=[1, -1, 1])
-    return t.call("less_equal", steps, lengths)
 
 
 def _cell(t, mode, w_hh, b_hh):
@@ -83,21 +67,8 @@ def _direction(t, x, mode, weights, init, mask, reverse):
     gates_x = t.call("add", t.call("matmul", x, w_ih, transpose_y=True), b_ih)
     if mode != "GRU":
         gates_x = t.call("add", gates_x, b_hh)
-    cell = _cell(t, mode, w_hh, b_hh)
-
-    def step(state, xs):
-        state = tuple(v.name for v in state)
-        new, h = cell(state, xs[0].name)
-        if mask is not None:   # past a sequence's end: keep the state, output zeros
-            keep = xs[1].name
-            new = tuple(t.call("where", keep, n, s) for n, s in zip(new, state))
-            h = t.call("where", keep, h, t.call("fill_zeros_like", h))
-        return tuple(t.block.var(n) for n in new), t.block.var(h)
-
-    seqs = (t.block.var(gates_x),) + (() if mask is None else (t.block.var(mask),))
-    carry, ys = control_flow.scan(step, tuple(t.block.var(n) for n in init), seqs,
-                                  reverse=reverse)
-    return ys.name, [v.name for v in carry]
+    return recurrent.scan_time(t, _cell(t, mode, w_hh, b_hh), gates_x, init, mask,
+                               reverse=reverse)
 
 
 def rnn_layers(t, x, pre_state, weights, seq_len, *, mode, num_layers, is_bidirec,
@@ -105,7 +76,7 @@ def rnn_layers(t, x, pre_state, weights, seq_len, *, mode, num_layers, is_bidire
     """Append the ops computing Paddle's rnn op; returns (Out, [last h, last c])."""
     directions = 2 if is_bidirec else 1
     cells = num_layers * directions
-    mask = None if seq_len is None else _time_mask(t, x, seq_len)
+    mask = None if seq_len is None else recurrent.time_mask(t, x, seq_len)
     finals = [[] for _ in pre_state]
     for layer in range(num_layers):
         if layer > 0 and dropout_prob > 0:
@@ -116,7 +87,7 @@ def rnn_layers(t, x, pre_state, weights, seq_len, *, mode, num_layers, is_bidire
             k = layer * directions + d
             cell_weights = (weights[2 * k], weights[2 * k + 1],
                             weights[2 * cells + 2 * k], weights[2 * cells + 2 * k + 1])
-            init = [_index(t, s, k) for s in pre_state]
+            init = [recurrent.index(t, s, k) for s in pre_state]
             out, final = _direction(t, x, mode, cell_weights, init, mask, reverse=d == 1)
             outs.append(out)
             for acc, f in zip(finals, final):
