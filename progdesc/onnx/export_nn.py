@@ -1,0 +1,162 @@
+"""Export rows: matmul, convolution, pooling, normalizations, dropout, attention, embeddings."""
+import math
+
+import numpy as np
+
+from progdesc.onnx.export_table import EXPORT
+from progdesc.translate import Unsupported
+
+
+def _swap_last_two(e, x, rank):
+    perm = list(range(rank))
+    perm[-2:] = perm[-1], perm[-2]
+    return e.node("Transpose", [x], perm=perm)
+
+
+@EXPORT.rule("matmul")
+def matmul(e, X, Y, *, transpose_x, transpose_y, alpha, in_types):
+    (x_dims, dtype), (y_dims, _) = in_types
+    if transpose_x and len(x_dims) >= 2:
+        X = _swap_last_two(e, X, len(x_dims))
+    if transpose_y and len(y_dims) >= 2:
+        Y = _swap_last_two(e, Y, len(y_dims))
+    out = e.node("MatMul", [X, Y])
+    return out if alpha == 1.0 else e.node("Mul", [out, e.scalar(alpha, dtype)])
+
+
+def _pads(paddings):
+    """ONNX pads (begins then ends) of (pad_h, pad_w) or (top, bottom, left, right)."""
+    p = list(paddings)
+    if len(p) == 2:
+        return [p[0], p[1], p[0], p[1]]
+    if len(p) == 4:
+        return [p[0], p[2], p[1], p[3]]
+    raise Unsupported(f"paddings {p} (2 or 4 values)")
+
+
+@EXPORT.rule("conv2d")
+def conv2d(e, Input, Filter, *, strides, paddings, dilations, groups, padding_algorithm,
+           in_types):
+    kernel = list(in_types[1][0][2:])
+    common = dict(strides=list(strides), group=int(groups), kernel_shape=kernel)
+    if padding_algorithm == "SAME":   # dilations are ignored, as our op does
+        return e.node("Conv", [Input, Filter], auto_pad="SAME_UPPER", dilations=[1, 1], **common)
+    pads = [0, 0, 0, 0] if padding_algorithm == "VALID" else _pads(paddings)
+    return e.node("Conv", [Input, Filter], pads=pads, dilations=list(dilations), **common)
+
+
+@EXPORT.rule("pool2d")
+def pool2d(e, X, *, pooling_type, ksize, strides, paddings, global_pooling, exclusive,
+           ceil_mode):
+    if global_pooling:
+        return e.node("GlobalMaxPool" if pooling_type == "max" else "GlobalAveragePool", [X])
+    common = dict(kernel_shape=list(ksize), strides=list(strides), pads=_pads(paddings),
+                  ceil_mode=int(bool(ceil_mode)))
+    if pooling_type == "max":
+        return e.node("MaxPool", [X], **common)
+    if ceil_mode and not exclusive:
+        raise Unsupported("average pooling with ceil_mode that counts the padding")
+    return e.node("AveragePool", [X], count_include_pad=int(not exclusive), **common)
+
+
+@EXPORT.rule("batch_norm")
+def batch_norm(e, X, Scale, Bias, Mean, Variance, *, epsilon, is_test, data_layout, in_types):
+    if not is_test:
+        raise Unsupported("batch_norm in training mode (export a program cloned for test)")
+    rank = len(in_types[0][0])
+    if data_layout == "NHWC" and rank > 2:
+        to_first = [0, rank - 1] + list(range(1, rank - 1))
+        X = e.node("Transpose", [X], perm=to_first)
+    y = e.node("BatchNormalization", [X, Scale, Bias, Mean, Variance], epsilon=float(epsilon))
+    if data_layout == "NHWC" and rank > 2:
+        y = e.node("Transpose", [y], perm=[0] + list(range(2, rank)) + [1])
+    return (y, None, None, None, None)
+
+
+@EXPORT.rule("layer_norm")
+def layer_norm(e, X, Scale=None, Bias=None, *, begin_norm_axis, epsilon, in_types):
+    dims, dtype = in_types[0]
+    axis = begin_norm_axis % len(dims)
+    trailing = list(dims[axis:])
+    if -1 in trailing:
+        raise Unsupported("layer_norm over dims of unknown size")
+
+    def shaped(v):   # our [width] scale or bias -> the normalized dims
+        return v if len(trailing) == 1 else e.node("Reshape", [v, e.ints(trailing)])
+
+    if e.opset >= 17:
+        scale = shaped(Scale) if Scale is not None else e.const(np.ones(trailing), dtype)
+        y = e.node("LayerNormalization", [X, scale, shaped(Bias) if Bias is not None else None],
+                   axis=axis, epsilon=float(epsilon))
+        return (y, None, None)
+    axes = list(range(axis, len(dims)))
+    centered = e.node("Sub", [X, e.reduce("ReduceMean", X, axes, True)])
+    var = e.reduce("ReduceMean", e.node("Mul", [centered, centered]), axes, True)
+    std = e.node("Sqrt", [e.node("Add", [var, e.scalar(epsilon, dtype)])])
+    y = e.node("Div", [centered, std])
+    if Scale is not None:
+        y = e.node("Mul", [y, shaped(Scale)])
+    if Bias is not None:
+        y = e.node("Add", [y, shaped(Bias)])
+    return (y, None, None)
+
+
+@EXPORT.rule("dropout")
+def dropout(e, X, *, dropout_prob, is_test, dropout_implementation, in_types):
+    if not is_test:
+        raise Unsupported("dropout in training mode (export a program cloned for test)")
+    if dropout_implementation == "downgrade_in_infer":
+        return (e.node("Mul", [X, e.scalar(1.0 - dropout_prob, in_types[0][1])]), None)
+    return (e.node("Identity", [X]), None)
+
+
+@EXPORT.rule("mode_select")
+def mode_select(e, Train, Eval, *, is_test):
+    return e.node("Identity", [Eval if is_test else Train])
+
+
+@EXPORT.rule("lookup_table")
+def lookup_table(e, W, Ids, *, padding_idx, in_types):
+    rows = e.node("Gather", [W, Ids], axis=0)
+    if padding_idx == -1:
+        return rows
+    (vocab, _), dtype = in_types[0]
+    pad = padding_idx % vocab if padding_idx < 0 else padding_idx
+    is_pad = e.unsqueeze(e.node("Equal", [Ids, e.scalar(pad, in_types[1][1])]), [-1])
+    return e.node("Where", [is_pad, e.scalar(0, dtype), rows])
+
+
+@EXPORT.rule("one_hot")
+def one_hot(e, X, *, depth, dtype):
+    values = e.const(np.asarray([0, 1]), dtype)
+    return e.node("OneHot", [X, e.ints([depth]), values], axis=-1)
+
+
+@EXPORT.rule("scaled_dot_product_attention")
+def scaled_dot_product_attention(e, Q, K, V, Bias=None, Mask=None, *, is_causal, scale,
+                                 in_types):
+    """softmax(scale Q K^T + Bias, masked) V, heads [B, T, N, H] -> [B, N, T, H] and back."""
+    q_dims, dtype = in_types[0]
+    if not scale:
+        if q_dims[-1] == -1:
+            raise Unsupported("attention with the default scale and an unknown head size")
+        scale = 1.0 / math.sqrt(q_dims[-1])
+    q = e.node("Transpose", [Q], perm=[0, 2, 1, 3])
+    k_t = e.node("Transpose", [K], perm=[0, 2, 3, 1])
+    v = e.node("Transpose", [V], perm=[0, 2, 1, 3])
+    logits = e.node("Mul", [e.node("MatMul", [q, k_t]), e.scalar(scale, dtype)])
+    if Bias is not None:
+        logits = e.node("Add", [logits, Bias])
+    keep = Mask
+    if is_causal:   # query t sees keys s <= t
+        t = e.node("Range", [e.const(np.int64(0)), e.squeeze(e.dim(Q, 1), [0]),
+                             e.const(np.int64(1))])
+        s = e.node("Range", [e.const(np.int64(0)), e.squeeze(e.dim(K, 1), [0]),
+                             e.const(np.int64(1))])
+        causal = e.node("LessOrEqual", [s, e.unsqueeze(t, [1])])
+        keep = causal if keep is None else e.node("And", [keep, causal])
+    if keep is not None:
+        lowest = e.scalar(np.finfo(np.dtype(dtype)).min, dtype)
+        logits = e.node("Where", [keep, logits, lowest])
+    weights = e.node("Softmax", [logits], axis=-1)
+    return e.node("Transpose", [e.node("MatMul", [weights, v])], perm=[0, 2, 1, 3])

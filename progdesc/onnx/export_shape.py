@@ -1,0 +1,160 @@
+"""Export rows: reshapes, slices, gathers, broadcasts, concatenation, splits and constants."""
+import numpy as np
+
+from lowering import dtypes
+from progdesc.onnx.export_table import EXPORT
+from progdesc.translate import Unsupported
+
+
+@EXPORT.rule("reshape")
+def reshape(e, X, *, shape):   # 0 copies the input dim and -1 is inferred, as in ONNX
+    return e.node("Reshape", [X, e.ints(shape)])
+
+
+@EXPORT.rule("reshape_as")
+def reshape_as(e, X, Target):
+    return e.node("Reshape", [X, e.node("Shape", [Target])])
+
+
+@EXPORT.rule("expand_as")
+def expand_as(e, X, Target):
+    return e.node("Expand", [X, e.node("Shape", [Target])])
+
+
+@EXPORT.rule("expand")
+def expand(e, X, *, shape):   # a -1 keeps X's dim: a 1 in ONNX's two-way broadcast
+    return e.node("Expand", [X, e.ints([1 if d == -1 else d for d in shape])])
+
+
+@EXPORT.rule("transpose")
+def transpose(e, X, *, perm, in_types):
+    rank = len(in_types[0][0])
+    return e.node("Transpose", [X], perm=[p % rank for p in perm])
+
+
+@EXPORT.rule("concat")
+def concat(e, X, *, axis):
+    return e.node("Concat", list(X), axis=axis)
+
+
+@EXPORT.rule("stack")
+def stack(e, X, *, axis):
+    return e.node("Concat", [e.unsqueeze(x, [axis]) for x in X], axis=axis)
+
+
+@EXPORT.rule("split")
+def split(e, X, *, num, sections, axis, in_types):
+    dim = in_types[0][0][axis]
+    if num:
+        return list(e.split(X, axis, parts=num))
+    sections = list(sections)
+    if -1 in sections:
+        if dim == -1:
+            raise Unsupported(f"split sections {sections} with -1 of a dim of unknown size")
+        sections[sections.index(-1)] = dim - sum(s for s in sections if s != -1)
+    out = e.split(X, axis, sizes=sections)
+    return [out] if len(sections) == 1 else list(out)
+
+
+@EXPORT.rule("slice")
+def slice_(e, X, *, axes, starts, ends, strides):
+    inputs = [X, e.ints(starts), e.ints(ends), e.ints(axes)]
+    if strides:
+        inputs.append(e.ints(strides))
+    return e.node("Slice", inputs)
+
+
+@EXPORT.rule("squeeze")
+def squeeze(e, X, *, axes, in_types):
+    if not axes:
+        axes = [i for i, d in enumerate(in_types[0][0]) if d == 1]
+    return e.squeeze(X, axes) if axes else e.node("Identity", [X])
+
+
+@EXPORT.rule("unsqueeze")
+def unsqueeze(e, X, *, axes):
+    return e.unsqueeze(X, axes)
+
+
+@EXPORT.rule("tile")
+def tile(e, X, *, reps):
+    return e.node("Tile", [X, e.ints(reps)])
+
+
+@EXPORT.rule("gather")
+def gather(e, X, Index, *, axis):
+    return e.node("Gather", [X, Index], axis=axis)
+
+
+@EXPORT.rule("take_along_axis")
+def take_along_axis(e, X, Indices, *, axis):
+    return e.node("GatherElements", [X, Indices], axis=axis)
+
+
+@EXPORT.rule("broadcast_in_dim")
+def broadcast_in_dim(e, X, Like=None, *, shape, broadcast_dimensions, like_axis, in_types):
+    """X's dims moved to `broadcast_dimensions` (the others size 1), then expanded; a -1
+    no dim of X maps to takes Like's dim `like_axis`."""
+    x_dims = in_types[0][0]
+    dims = list(broadcast_dimensions)
+    order = sorted(range(len(dims)), key=dims.__getitem__)
+    if order != list(range(len(dims))):
+        X = e.node("Transpose", [X], perm=order)
+        dims = sorted(dims)
+    new = [i for i in range(len(shape)) if i not in dims]
+    out = e.unsqueeze(X, new) if new else X
+    mapped = dict(zip(broadcast_dimensions, x_dims))
+    if all(d != -1 or i in mapped for i, d in enumerate(shape)):
+        target = [1 if d == -1 else d for d in shape]
+        return e.node("Expand", [out, e.ints(target)])
+    if Like is None:
+        raise Unsupported("broadcast_in_dim to a -1 dim with no Like")
+    parts = [e.dim(Like, like_axis) if d == -1 and i not in mapped
+             else e.ints([1 if d == -1 else d]) for i, d in enumerate(shape)]
+    return e.node("Expand", [out, e.node("Concat", parts, axis=0)])
+
+
+def _triangle_rule(upper):
+    def rule(e, X, *, diagonal):
+        if e.opset < 14:
+            raise Unsupported("Trilu needs opset 14")
+        return e.node("Trilu", [X, e.const(np.int64(diagonal))], upper=int(upper))
+    rule.__name__ = rule.__qualname__ = "triu" if upper else "tril"
+    return rule
+
+
+EXPORT.rule("tril")(_triangle_rule(False))
+EXPORT.rule("triu")(_triangle_rule(True))
+
+
+# --- values the program makes ---
+
+@EXPORT.rule("fill_constant")
+def fill_constant(e, *, shape, dtype, value):
+    if -1 in shape:
+        raise Unsupported(f"fill_constant of shape {list(shape)}")
+    from onnx import numpy_helper
+    fill = numpy_helper.from_array(np.asarray([value], dtype=dtypes.to_numpy(dtype)))
+    return e.node("ConstantOfShape", [e.ints(shape)], value=fill)
+
+
+@EXPORT.rule("assign_value")
+def assign_value(e, *, shape, dtype, values, int_values):
+    source = (values, np.float64) if dtypes.kind_of(dtype) == "float" else (int_values, np.int64)
+    array = np.asarray(source[0], dtype=source[1]).astype(dtypes.to_numpy(dtype))
+    return e.node("Identity", [e.const(array.reshape(shape))])
+
+
+@EXPORT.rule("iota")
+def iota(e, *, shape, dtype, dimension):
+    count = np.arange(shape[dimension]).reshape([-1] + [1] * (len(shape) - dimension - 1))
+    array = np.broadcast_to(count, shape).astype(dtypes.to_numpy(dtype))
+    return e.node("Identity", [e.const(np.ascontiguousarray(array))])
+
+
+@EXPORT.rule("dim_size")
+def dim_size(e, X, *, axis, multiplier, dtype):
+    size = e.squeeze(e.dim(X, axis), [0])
+    if multiplier != 1:
+        size = e.node("Mul", [size, e.const(np.int64(multiplier))])
+    return size if dtype == "int64" else e.cast(size, dtype)
