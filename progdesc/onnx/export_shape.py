@@ -115,10 +115,18 @@ def broadcast_in_dim(e, X, Like=None, *, shape, broadcast_dimensions, like_axis,
 
 
 def _triangle_rule(upper):
-    def rule(e, X, *, diagonal):
-        if e.opset < 14:
-            raise Unsupported("Trilu needs opset 14")
-        return e.node("Trilu", [X, e.const(np.int64(diagonal))], upper=int(upper))
+    def rule(e, X, *, diagonal, in_types):
+        if e.opset >= 14:
+            return e.node("Trilu", [X, e.const(np.int64(diagonal))], upper=int(upper))
+        rank, dtype = len(in_types[0][0]), in_types[0][1]   # opset 13: keep where col - row <= k
+
+        def count(axis):
+            return e.node("Range", [e.const(np.int64(0)), e.squeeze(e.dim(X, axis), [0]),
+                                    e.const(np.int64(1))])
+        offset = e.node("Sub", [count(rank - 1), e.unsqueeze(count(rank - 2), [1])])
+        keep = e.node("GreaterOrEqual" if upper else "LessOrEqual",
+                      [offset, e.const(np.int64(diagonal))])
+        return e.node("Where", [keep, X, e.scalar(0, dtype)])
     rule.__name__ = rule.__qualname__ = "triu" if upper else "tril"
     return rule
 
