@@ -150,14 +150,14 @@ def fill_constant(e, *, shape, dtype, value):
 def assign_value(e, *, shape, dtype, values, int_values):
     source = (values, np.float64) if dtypes.kind_of(dtype) == "float" else (int_values, np.int64)
     array = np.asarray(source[0], dtype=source[1]).astype(dtypes.to_numpy(dtype))
-    return e.node("Identity", [e.const(array.reshape(shape))])
+    return e.const(array.reshape(shape))
 
 
 @EXPORT.rule("iota")
 def iota(e, *, shape, dtype, dimension):
     count = np.arange(shape[dimension]).reshape([-1] + [1] * (len(shape) - dimension - 1))
     array = np.broadcast_to(count, shape).astype(dtypes.to_numpy(dtype))
-    return e.node("Identity", [e.const(np.ascontiguousarray(array))])
+    return e.const(np.ascontiguousarray(array))
 
 
 @EXPORT.rule("dim_size")
