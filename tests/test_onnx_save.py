@@ -1,0 +1,312 @@
+"""progdesc.onnx.save: programs written as ONNX models run in onnxruntime to our Executor's
+outputs, at two sizes of their symbolic dims from one file; ops with no ONNX form are all
+named in one error and nothing is written."""
+import os
+
+import numpy as np
+import pytest
+
+import progdesc as pd
+import progdesc.onnx
+from lowering.errors import FeedError, UnsupportedOpError
+from progdesc import layers, ops
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+
+
+def _session(path_or_model):
+    data = path_or_model.SerializeToString() if hasattr(path_or_model, "SerializeToString") \
+        else os.fspath(path_or_model)
+    return ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+
+
+def _reference(exe, scope, program, feeds_at_sizes, fetches):
+    """Our Executor's outputs of `program` in test mode for each feed dict."""
+    test = program.clone(for_test=True)
+    return [exe.run(test, feed=feed, fetch_list=fetches, scope=scope) for feed in feeds_at_sizes]
+
+
+def _check_file(path, feeds_at_sizes, references, tol=2e-5):
+    """ORT on the model file `path` gives the `references` for every feed dict."""
+    session = _session(path)
+    names = [i.name for i in session.get_inputs()]
+    for feed, ours in zip(feeds_at_sizes, references):
+        theirs = session.run(None, {n: feed[n] for n in names})
+        assert len(theirs) == len(ours)
+        for a, b in zip(ours, theirs):
+            assert np.asarray(a).shape == b.shape
+            np.testing.assert_allclose(np.asarray(b, np.float64), np.asarray(a, np.float64),
+                                       rtol=tol, atol=tol)
+
+
+def _dims(value_info):
+    return [d.dim_param or d.dim_value for d in value_info.type.tensor_type.shape.dim]
+
+
+@pytest.fixture(scope="module")
+def exe():
+    return pd.Executor()
+
+
+@pytest.fixture(scope="module")
+def mlp(exe):
+    """A trained MLP: (program, scope, x data, output)."""
+    main, startup = pd.Program(), pd.Program()
+    with pd.program_guard(main, startup):
+        x = pd.data("x", [None, 4])
+        y = pd.data("y", [None, 1])
+        out = layers.fc(layers.fc(layers.fc(x, 16, act="tanh"), 8, act="relu"), 1)
+        loss = layers.mse_loss(out, y)
+        pd.optimizer.Adam(0.01).minimize(loss)
+    scope = pd.Scope()
+    exe.run(startup, scope=scope)
+    data = np.random.default_rng(0).normal(size=(32, 4)).astype("float32")
+    for _ in range(5):
+        exe.run(main, feed={"x": data, "y": data.sum(1, keepdims=True)}, fetch_list=[loss],
+                scope=scope)
+    return main, scope, data, out
+
+
+def test_trained_mlp_runs_in_onnxruntime_at_two_batch_sizes(tmp_path, exe, mlp):
+    main, scope, data, out = mlp
+    feeds = [{"x": data[:3], "y": data[:3, :1]}, {"x": data[:11], "y": data[:11, :1]}]
+    references = _reference(exe, scope, main, feeds, [out])
+    for opset in (13, 17, 21):
+        path = tmp_path / f"mlp{opset}.onnx"
+        model = progdesc.onnx.save(main, path, ["x"], [out], opset=opset, scope=scope)
+        assert model.opset_import[0].version == opset
+        assert _dims(model.graph.input[0]) == ["batch", 4]
+        assert [o.name for o in model.graph.output] == [out.name]
+        # forward only: no optimizer state, no gradient ops; the trained weights themselves
+        weights = {t.name: onnx.numpy_helper.to_array(t) for t in model.graph.initializer}
+        assert sorted(weights) == sorted(p.name for p in main.all_parameters())
+        for name, value in weights.items():
+            np.testing.assert_array_equal(value, np.asarray(scope.get(name)))
+        _check_file(path, feeds, references)
+
+
+def test_cnn_with_batch_norm_runs_with_its_running_statistics(tmp_path, exe):
+    main, startup = pd.Program(), pd.Program()
+    with pd.program_guard(main, startup):
+        img = pd.data("img", [None, 3, 10, 10])
+        label = pd.data("label", [None, 1], dtype="int64")
+        h = layers.batch_norm(layers.conv2d(img, 8, 3, padding=1), act="relu")
+        h = layers.pool2d(h, 2, "max")
+        h = layers.conv2d(h, 8, 3, stride=2, padding=1, groups=2, act="relu")
+        h = layers.dropout(layers.pool2d(h, 3, "avg", pool_stride=1, pool_padding=1), 0.3)
+        g = layers.pool2d(h, global_pooling=True, pool_type="avg")
+        flat = ops.concat([ops.reshape(h, shape=[0, -1]), ops.reshape(g, shape=[0, -1])], axis=1)
+        logits = layers.fc(flat, 5)
+        prob = ops.softmax(logits)
+        loss = ops.mean(layers.softmax_with_cross_entropy(logits, label))
+        pd.optimizer.Adam(0.01).minimize(loss)
+    scope = pd.Scope()
+    exe.run(startup, scope=scope)
+    rng = np.random.default_rng(1)
+    images = (rng.normal(size=(16, 3, 10, 10)) * 2 + 1).astype("float32")
+    labels = rng.integers(0, 5, size=(16, 1))
+    exe.run(main, feed={"img": images, "label": labels}, fetch_list=[loss], scope=scope)
+    running_mean = next(o for o in main.global_block().ops if o.type == "batch_norm").input("Mean")[0]
+    assert np.abs(np.asarray(scope.get(running_mean))).max() > 0.01   # trained statistics
+    path = tmp_path / "cnn.onnx"
+    model = progdesc.onnx.save(main, path, ["img"], [prob], scope=scope)
+    kinds = {n.op_type for n in model.graph.node}
+    assert {"Conv", "BatchNormalization", "MaxPool", "AveragePool", "GlobalAveragePool"} <= kinds
+    assert "Dropout" not in kinds
+    feeds = [{"img": images[:1], "label": labels[:1]}, {"img": images[:6], "label": labels[:6]}]
+    _check_file(path, feeds, _reference(exe, scope, main, feeds, [prob]))
+
+
+def test_transformer_encoder_with_dynamic_batch_and_sequence(tmp_path, exe):
+    main, startup = pd.Program(), pd.Program()
+    with pd.program_guard(main, startup):
+        tokens = pd.data("tok", [None, None], dtype="int64")
+        h = layers.embedding(tokens, size=[20, 16], padding_idx=0)
+        h = layers.transformer_encoder_layer(h, num_heads=2, dim_feedforward=32, causal=True)
+        h = layers.transformer_encoder_layer(h, num_heads=4, dim_feedforward=32,
+                                             normalize_before=True, activation="relu")
+        out = layers.fc(ops.reduce_mean(h, axis=[1]), 3)
+    scope = pd.Scope()
+    exe.run(startup, scope=scope)
+    rng = np.random.default_rng(2)
+    feeds = [{"tok": rng.integers(0, 20, size=(2, 5))}, {"tok": rng.integers(0, 20, size=(3, 9))}]
+    references = _reference(exe, scope, main, feeds, [out])
+    for opset in (13, 17, 20):
+        path = tmp_path / f"encoder{opset}.onnx"
+        model = progdesc.onnx.save(main, path, ["tok"], [out], opset=opset, scope=scope,
+                                   dim_names={"tok": ("batch", "seq")})
+        assert _dims(model.graph.input[0]) == ["batch", "seq"]
+        kinds = {n.op_type for n in model.graph.node}
+        assert ("LayerNormalization" in kinds) == (opset >= 17)
+        assert ("Gelu" in kinds) == (opset >= 20)
+        assert ("Trilu" in kinds) == (opset >= 14)
+        _check_file(path, feeds, references)
+
+
+def test_fused_attention_with_causal_and_padding_masks(tmp_path, exe):
+    main, startup = pd.Program(), pd.Program()
+    with pd.program_guard(main, startup):
+        x = pd.data("x", [None, None, 8])
+        keep = pd.data("keep", [None, None])
+        h = layers.transformer_encoder_layer(x, num_heads=2, dim_feedforward=16,
+                                             dropout_rate=0.0, causal=True,
+                                             key_padding_mask=keep)
+    assert "scaled_dot_product_attention" in [o.type for o in main.global_block().ops]
+    scope = pd.Scope()
+    exe.run(startup, scope=scope)
+    rng = np.random.default_rng(3)
+    feeds = []
+    for b, t in ((2, 3), (3, 6)):
+        mask = (rng.random((b, t)) > 0.3).astype("float32")
+        mask[:, 0] = 1
+        feeds.append({"x": rng.normal(size=(b, t, 8)).astype("float32"), "keep": mask})
+    references = _reference(exe, scope, main, feeds, [h])
+    for opset in (13, 18):
+        path = tmp_path / f"attention{opset}.onnx"
+        progdesc.onnx.save(main, path, ["x", "keep"], [h], opset=opset, scope=scope)
+        _check_file(path, feeds, references)
+
+
+def test_shape_and_elementwise_ops(tmp_path, exe):
+    main, startup = pd.Program(), pd.Program()
+    with pd.program_guard(main, startup):
+        x = pd.data("x", [None, 6, 4])
+        ids = pd.data("ids", [None, 6], dtype="int64")
+        p, q = ops.split(x, num=2, axis=2)
+        r1, r2, r3 = ops.split(x, sections=[1, -1, 2], axis=1)
+        c = ops.concat([p, q, x], axis=2)
+        u = ops.squeeze(ops.unsqueeze(ops.transpose(c, perm=[0, 2, 1]), axes=[1]), axes=[1])
+        e = ops.expand(ops.reduce_mean(x, axis=[1], keep_dim=True), shape=[-1, 6, 4])
+        w = ops.where(ops.greater_than(x, e), ops.gelu(x, approximate=True), ops.silu(x))
+        picked = ops.gather(x, ops.assign_value(shape=[2], dtype="int64", int_values=[0, 3]),
+                            axis=1)
+        count = ops.dim_size(x, axis=0, dtype="float32")
+        outs = [
+            ops.slice(x, axes=[1, 2], starts=[1, 0], ends=[2 ** 31 - 1, 3]),
+            ops.slice(x, axes=[1], starts=[-1], ends=[-2 ** 31], strides=[-2]),
+            r1, r2, r3, u, w, picked,
+            ops.scale(ops.clip(w, min=-0.5, max=0.7), scale=2.0, bias=1.0),
+            ops.scale(x, scale=3.0, bias=1.0, bias_after_scale=False),
+            ops.div(ops.reduce_sum(x, axis=[0]), count),
+            ops.add(ops.reshape_as(ops.reshape(x, shape=[0, -1]), x),
+                    ops.fill_constant(shape=[4], dtype="float32", value=0.25)),
+            ops.softmax(ops.log_softmax(layers.embedding(ids, size=[10, 4]), axis=-1), axis=1),
+            ops.maximum(ops.reduce_max(x, axis=[2]), ops.reduce_min(x, axis=[2])),
+            ops.add(ops.cast(ops.iota(shape=[6, 4], dtype="int32", dimension=1),
+                             dtype="float32"), x),
+            ops.stack([p, q], axis=1),
+            ops.tril(x, diagonal=1), ops.triu(x),
+            ops.cast(ops.argmax(x, axis=1), dtype="float32"),
+            ops.cast(ops.reduce_any(ops.greater_than(x, e), axis=[2]), dtype="float32"),
+            ops.hard_swish(x), ops.leaky_relu(x), ops.relu6(ops.scale(x, scale=5.0)),
+            ops.softplus(x, beta=2.0), ops.mish(x), ops.rsqrt(ops.exp(x)),
+            ops.cumsum(x, axis=1, reverse=True), ops.reduce_prod(x, axis=[1, 2]),
+            ops.tile(p, reps=[1, 2, 1]), ops.expand_as(r1, x),
+        ]
+    scope = pd.Scope()
+    exe.run(startup, scope=scope)
+    rng = np.random.default_rng(4)
+    feeds = [{"x": rng.normal(size=(b, 6, 4)).astype("float32"),
+              "ids": rng.integers(0, 10, size=(b, 6))} for b in (2, 5)]
+    references = _reference(exe, scope, main, feeds, outs)
+    for opset in (13, 17, 18, 21):
+        path = tmp_path / f"ops{opset}.onnx"
+        progdesc.onnx.save(main, path, ["x", "ids"], outs, opset=opset, scope=scope)
+        _check_file(path, feeds, references)
+
+
+def test_round_trip_onnx_to_progdesc_to_onnx(tmp_path):
+    """A model made with onnx.helper, loaded and saved again, computes what it computed."""
+    from onnx import TensorProto, helper, numpy_helper
+    rng = np.random.default_rng(5)
+    inits = [numpy_helper.from_array(rng.normal(size=(8, 4)).astype("float32"), "W1"),
+             numpy_helper.from_array(rng.normal(size=(8,)).astype("float32"), "b1"),
+             numpy_helper.from_array(rng.normal(size=(8, 3)).astype("float32"), "W2")]
+    constant = numpy_helper.from_array(np.float32([0.1, 0.2, 0.3]))
+    nodes = [helper.make_node("Gemm", ["x", "W1", "b1"], ["g"], transB=1, alpha=0.5, beta=2.0),
+             helper.make_node("Relu", ["g"], ["r"]),
+             helper.make_node("Constant", [], ["c"], value=constant),
+             helper.make_node("MatMul", ["r", "W2"], ["m"]),
+             helper.make_node("Add", ["m", "c"], ["a"]),
+             helper.make_node("Tanh", ["a"], ["t"]), helper.make_node("Sigmoid", ["a"], ["s"]),
+             helper.make_node("Mul", ["t", "s"], ["p"]), helper.make_node("Sub", ["p", "c"], ["q"]),
+             helper.make_node("Div", ["q", "s"], ["y"]), helper.make_node("Identity", ["y"], ["out"])]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, ["N", 3])], initializer=inits)
+    original = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    scope = pd.Scope()
+    program, feeds, fetches = progdesc.onnx.load(original, scope)
+    path = tmp_path / "again.onnx"
+    again = progdesc.onnx.save(program, path, feeds, fetches, scope=scope)
+    assert _dims(again.graph.input[0]) == ["batch", 4]
+    before, after = _session(original), _session(path)
+    for batch in (1, 6):
+        x = rng.normal(size=(batch, 4)).astype("float32")
+        np.testing.assert_allclose(after.run(None, {feeds[0]: x})[0],
+                                   before.run(None, {"x": x})[0], rtol=1e-5, atol=1e-6)
+
+
+def _program_with_unexportable_ops():
+    main, startup = pd.Program(), pd.Program()
+    with pd.program_guard(main, startup):
+        x = pd.data("x", [None, 5, 4])
+        a = ops.lgamma(ops.exp(x))
+        h = layers.lstm(x, 6)[0]
+        out = ops.add(ops.atan2(a, x), ops.reduce_sum(h))
+    scope = pd.Scope()
+    pd.Executor().run(startup, scope=scope)
+    return main, scope, out
+
+
+def test_ops_with_no_onnx_form_are_named_in_one_error_and_nothing_is_written(tmp_path):
+    main, scope, out = _program_with_unexportable_ops()
+    types = [o.type for o in main.global_block().ops]
+    path = tmp_path / "model.onnx"
+    with pytest.raises(UnsupportedOpError) as err:
+        progdesc.onnx.save(main, path, ["x"], [out], scope=scope)
+    found = [(t, i) for t, _, i, _, _ in err.value.places]
+    assert found == [("lgamma", types.index("lgamma")), ("scan", types.index("scan")),
+                     ("atan2", types.index("atan2"))]
+    for t, i in found:
+        assert f"#{i} '{t}'" in str(err.value)
+    assert not path.exists() and os.listdir(tmp_path) == []
+    path.write_bytes(b"previous")        # a failed save leaves the previous file as it was
+    with pytest.raises(UnsupportedOpError):
+        progdesc.onnx.save(main, path, ["x"], [out], scope=scope)
+    assert path.read_bytes() == b"previous" and os.listdir(tmp_path) == ["model.onnx"]
+
+
+def test_training_mode_ops_are_pruned_and_other_fetches_work(tmp_path, mlp):
+    main, scope, _, out = mlp
+    hidden = next(v for v in main.global_block().vars.values() if v.name.endswith("tanh_0.out")
+                  or v.name.startswith("fc_0") and v.name.endswith(".out"))
+    model = progdesc.onnx.to_onnx(main, ["x"], [hidden, out], scope=scope)
+    assert [o.name for o in model.graph.output] == [hidden.name, out.name]
+    assert len(model.graph.initializer) == 6
+
+
+def test_dim_names(mlp):
+    main, startup = pd.Program(), pd.Program()
+    with pd.program_guard(main, startup):
+        a = pd.data("a", [None, 3])
+        b = pd.data("b", [2, None])
+        out = ops.add(ops.reduce_sum(a), ops.reduce_sum(b))
+    model = progdesc.onnx.to_onnx(main, ["a", "b"], [out])
+    assert [_dims(i) for i in model.graph.input] == [["a_dim0", 3], [2, "b_dim1"]]
+    model = progdesc.onnx.to_onnx(main, ["a", "b"], [out], dim_names={"b": (None, "n")})
+    assert [_dims(i) for i in model.graph.input] == [["a_dim0", 3], [2, "n"]]
+    for bad in ({"c": ("n",)}, {"a": ("n",)}, {"a": ("n", "m")}, {"a": (3, None)}):
+        with pytest.raises(FeedError):
+            progdesc.onnx.to_onnx(main, ["a", "b"], [out], dim_names=bad)
+
+
+def test_bad_arguments(mlp):
+    main, scope, _, out = mlp
+    with pytest.raises(ValueError, match="opset"):
+        progdesc.onnx.to_onnx(main, ["x"], [out], opset=12, scope=scope)
+    with pytest.raises(FeedError, match="nope"):
+        progdesc.onnx.to_onnx(main, ["nope"], [out], scope=scope)
+    with pytest.raises(FeedError, match="neither fed nor computed"):
+        progdesc.onnx.to_onnx(main, [], [out], scope=scope)
