@@ -53,8 +53,9 @@ def onnx_dtype(dtype):
 class Emitter:
     """Appends ONNX nodes and initializers for the rules, with fresh value names."""
 
-    def __init__(self, opset, reserved=()):
+    def __init__(self, opset, reserved=(), subgraph=None):
         self.opset = opset
+        self._subgraph = subgraph
         self.nodes = []
         self.initializers = {}      # name -> TensorProto
         self._used = set(reserved)
@@ -106,6 +107,12 @@ class Emitter:
         self._used.add(name)
         self.initializers[name] = numpy_helper.from_array(np.ascontiguousarray(value), name)
         return name
+
+    def subgraph(self, block_idx, inputs, outputs):
+        """The ONNX GraphProto of our sub-block `block_idx` (a step, a branch), with its
+        variables `inputs` as graph inputs and the values of `outputs` as graph outputs;
+        it reads the enclosing graphs' values by name."""
+        return self._subgraph(block_idx, inputs, outputs)
 
     # --- forms that differ by opset ---
     def reduce(self, op_type, x, axes, keepdims):

@@ -15,6 +15,7 @@ What becomes what:
   attributes a row refuses, are all named in one UnsupportedOpError (type, index in the
   program, source line), and nothing is written.
 """
+import collections
 import os
 
 import numpy as np
@@ -35,6 +36,17 @@ __all__ = ["save", "to_onnx"]
 
 _SKIPPED = ("feed", "fetch")
 _FAILED = object()
+
+
+class _NotWritten:
+    """What an output the op's ONNX form does not compute is bound to."""
+
+    def __init__(self, op_type, index):
+        self.why = f"op #{index} '{op_type}' writes it only where ONNX does not need it"
+
+
+class _BodyFailed(Exception):
+    """A sub-block holds ops that could not be written (they are noted already)."""
 
 
 def save(program, path, feed_names, fetch_vars, opset=17, scope=None, *, dim_names=None):
@@ -95,8 +107,8 @@ class _GraphWriter:
         self.block = program.global_block()
         self.scope = scope
         names = {n for b in program.blocks for n in b.vars}
-        self.e = Emitter(opset, reserved=names)
-        self.env = {}          # our variable -> ONNX value name
+        self.e = Emitter(opset, reserved=names, subgraph=self.subgraph)
+        self.env = collections.ChainMap()   # our variable -> ONNX name (a map per graph)
         self.taken = set()     # our names already given to an ONNX value
         self.unsupported = []  # (op type, index, callsite, why)
 
@@ -110,10 +122,43 @@ class _GraphWriter:
         if self.unsupported:
             raise self.error()
 
+    def subgraph(self, block_idx, inputs, outputs):
+        """The ONNX graph of our sub-block `block_idx` (a loop step, a branch): its
+        variables `inputs` are the graph's inputs, the values of `outputs` its outputs;
+        values of the enclosing graphs are read by name, as ONNX sub-graphs do."""
+        from onnx import helper
+        saved = self.e.nodes, self.block, self.env, len(self.unsupported)
+        self.e.nodes, self.block = [], self.program.block(block_idx)
+        self.env = self.env.new_child()
+        try:
+            graph_inputs = []
+            for var in inputs:
+                self.env[var] = self.e.fresh(var)
+                graph_inputs.append(_value_info(self.env[var], *self.block.var_type(var), None))
+            for idx, op_desc in enumerate(self.block.desc.ops):
+                self.apply(op_desc, idx)
+            if len(self.unsupported) > saved[3]:
+                raise _BodyFailed()
+            graph_outputs = []
+            for var in outputs:
+                value = self.read(var, _FetchDesc, -1)
+                if value is _FAILED:
+                    raise _BodyFailed()
+                out = self.e.fresh(var)
+                self.e.nodes.append(_identity(value, out))
+                graph_outputs.append(_value_info(out, *self.block.var_type(var), None))
+            return helper.make_graph(self.e.nodes, self.e.fresh(f"block{block_idx}"),
+                                     graph_inputs, graph_outputs)
+        finally:
+            self.e.nodes, self.block, self.env = saved[:3]
+
     def read(self, name, op_desc, index):
         """The ONNX name of our variable `name`: bound already, or a parameter."""
         if name in self.env:
-            return self.env[name]
+            value = self.env[name]
+            if isinstance(value, _NotWritten):
+                raise Unsupported(f"it reads '{name}', which {value.why}")
+            return value
         var = self.block.find_var(name)
         if var is None or not var.persistable:
             raise FeedError(f"is read by op #{index} '{op_desc.type}' but neither fed nor "
@@ -123,7 +168,7 @@ class _GraphWriter:
                              "load a checkpoint)", var=name)
         dims, dtype = self.block.var_type(name)
         value = np.asarray(self.scope.get(name)).astype(dtypes.to_numpy(dtype), copy=False)
-        self.env[name] = self.e.initializer(name, value)
+        self.env.maps[-1][name] = self.e.initializer(name, value)
         self.taken.add(name)
         return name
 
@@ -133,19 +178,23 @@ class _GraphWriter:
         if entry is None:
             self.note(op_desc, index, "no ONNX form")
             return self.fail(op_desc)
-        ins, in_types = self._slots(opdef.inputs, op_desc.inputs, op_desc, index)
-        _, out_types = self._slots(opdef.outputs, op_desc.outputs, op_desc, index, read=False)
-        if any(x is _FAILED or isinstance(x, list) and _FAILED in x for x in ins):
-            return self.fail(op_desc)
         first = len(self.e.nodes)
         try:
+            ins, in_types = self._slots(opdef.inputs, op_desc.inputs, op_desc, index)
+            _, out_types = self._slots(opdef.outputs, op_desc.outputs, op_desc, index,
+                                       read=False)
+            if any(x is _FAILED or isinstance(x, list) and _FAILED in x for x in ins):
+                return self.fail(op_desc)
             kwargs = entry.arguments(read_attrs(opdef, op_desc), in_types, out_types)
             result = entry.fn(self.e, *ins, **kwargs)
         except Unsupported as err:
             del self.e.nodes[first:]
             self.note(op_desc, index, str(err))
             return self.fail(op_desc)
-        self.bind(opdef, op_desc, result, first)
+        except _BodyFailed:
+            del self.e.nodes[first:]
+            return self.fail(op_desc)
+        self.bind(opdef, op_desc, result, first, index)
 
     def _slots(self, slots, bound, op_desc, index, read=True):
         by_slot = {s.parameter: list(s.arguments) for s in bound}
@@ -163,7 +212,7 @@ class _GraphWriter:
                 types.append(None)
         return values, types
 
-    def bind(self, opdef, op_desc, result, first):
+    def bind(self, opdef, op_desc, result, first, index):
         """Bind the op's outputs to what the rule returned, naming each new ONNX value
         after the variable it becomes where that name is still free."""
         if len(opdef.outputs) == 1:
@@ -172,11 +221,16 @@ class _GraphWriter:
             result = (result,) + (None,) * (len(opdef.outputs) - 1)
         by_slot = {s.parameter: list(s.arguments) for s in op_desc.outputs}
         made = {o for node in self.e.nodes[first:] for o in node.output}
-        for slot, value in zip(opdef.outputs, result):
+        for slot, value in zip(opdef.outputs, result + (None,) * len(opdef.outputs)):
             names = by_slot.get(slot.name, [])
-            values = list(value) if slot.many else [value] * bool(names)
+            if value is None:
+                values = [None] * len(names)
+            else:
+                values = list(value) if slot.many else [value] * bool(names)
             for var, onnx_name in zip(names, values):
                 if onnx_name is None:
+                    if var not in self.env:
+                        self.env[var] = _NotWritten(op_desc.type, index)
                     continue
                 if onnx_name in made and var not in self.taken:
                     self._rename(first, onnx_name, var)
@@ -198,29 +252,37 @@ class _GraphWriter:
                 self.env[n] = _FAILED
 
     def note(self, op_desc, index, why):
-        self.unsupported.append((op_desc.type, index, op_desc.callsite, why))
+        self.unsupported.append((op_desc.type, self.block.idx, index, op_desc.callsite, why))
 
     def error(self):
-        parts = [f"#{i} '{t}'" + (f" at {line}" if line else "") + f" ({why})"
-                 for t, i, line, why in self.unsupported]
+        parts = [f"#{i} '{t}'" + (f" in block {b}" if b else "")
+                 + (f" at {line}" if line else "") + f" ({why})"
+                 for t, b, i, line, why in self.unsupported]
         return UnsupportedOpError(
             f"cannot write {len(parts)} op(s) as ONNX (opset {self.e.opset}): "
             + "; ".join(parts),
-            unsupported=[(t, line, why) for t, _, line, why in self.unsupported],
-            places=[(t, 0, i, line, why) for t, i, line, why in self.unsupported])
+            unsupported=[(t, line, why) for t, _, _, line, why in self.unsupported],
+            places=list(self.unsupported))
 
     def output(self, name):
         """The graph output `name`: the value bound to the fetch target of that name."""
-        value = self.env.get(name)
-        if value is None:
-            value = self.read(name, _FetchDesc, -1)
+        value = self.read(name, _FetchDesc, -1)
         if value != name:
             self.e.nodes.append(_identity(value, name))
         return _value_info(name, *self.block.var_type(name), None)
 
     def used_initializers(self):
-        used = {i for node in self.e.nodes for i in node.input}
+        used = set(_names_read(self.e.nodes))
         return [t for n, t in self.e.initializers.items() if n in used]
+
+
+def _names_read(nodes):
+    """The value names `nodes` read, in their sub-graphs too."""
+    for node in nodes:
+        yield from node.input
+        for attr in node.attribute:
+            for graph in [attr.g] * attr.HasField("g") + list(attr.graphs):
+                yield from _names_read(graph.node)
 
 
 class _FetchDesc:
