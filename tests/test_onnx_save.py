@@ -9,6 +9,7 @@ import pytest
 import progdesc as pd
 import progdesc.onnx
 from lowering.errors import FeedError, UnsupportedOpError
+from progdesc import control_flow as cf
 from progdesc import layers, ops
 
 onnx = pytest.importorskip("onnx")
@@ -253,8 +254,11 @@ def _program_with_unexportable_ops():
     with pd.program_guard(main, startup):
         x = pd.data("x", [None, 5, 4])
         a = ops.lgamma(ops.exp(x))
-        h = layers.lstm(x, 6)[0]
-        out = ops.add(ops.atan2(a, x), ops.reduce_sum(h))
+        which = cf.switch(ops.fill_constant(shape=[], dtype="int32", value=1),
+                          [lambda: x, lambda: ops.scale(x, scale=-1.0)])
+        _, ys = cf.scan(lambda h, x_t: (ops.tanh(h), ops.atan2(x_t, h)),
+                        ops.reduce_sum(x, axis=[1]), ops.transpose(x, perm=[1, 0, 2]))
+        out = ops.add(ops.add(a, which), ops.transpose(ys, perm=[1, 0, 2]))
     scope = pd.Scope()
     pd.Executor().run(startup, scope=scope)
     return main, scope, out
@@ -263,19 +267,70 @@ def _program_with_unexportable_ops():
 def test_ops_with_no_onnx_form_are_named_in_one_error_and_nothing_is_written(tmp_path):
     main, scope, out = _program_with_unexportable_ops()
     types = [o.type for o in main.global_block().ops]
+    scan = next(o for o in main.global_block().ops if o.type == "scan")
+    step = main.block(scan.attr("block"))
     path = tmp_path / "model.onnx"
     with pytest.raises(UnsupportedOpError) as err:
         progdesc.onnx.save(main, path, ["x"], [out], scope=scope)
-    found = [(t, i) for t, _, i, _, _ in err.value.places]
-    assert found == [("lgamma", types.index("lgamma")), ("scan", types.index("scan")),
-                     ("atan2", types.index("atan2"))]
-    for t, i in found:
-        assert f"#{i} '{t}'" in str(err.value)
+    found = [(t, b, i) for t, b, i, _, _ in err.value.places]
+    assert found == [("lgamma", 0, types.index("lgamma")), ("switch", 0, types.index("switch")),
+                     ("atan2", step.idx, [o.type for o in step.ops].index("atan2"))]
+    for t, b, i in found:
+        assert f"#{i} '{t}'" + (f" in block {b}" if b else "") in str(err.value)
     assert not path.exists() and os.listdir(tmp_path) == []
     path.write_bytes(b"previous")        # a failed save leaves the previous file as it was
     with pytest.raises(UnsupportedOpError):
         progdesc.onnx.save(main, path, ["x"], [out], scope=scope)
     assert path.read_bytes() == b"previous" and os.listdir(tmp_path) == ["model.onnx"]
+
+
+def test_lstm_and_gru_classifier_as_onnx_scan(tmp_path, exe):
+    main, startup = pd.Program(), pd.Program()
+    with pd.program_guard(main, startup):
+        seq = pd.data("seq", [None, None, 4])
+        lstm_out, (lstm_h, _) = layers.lstm(seq, 6)
+        gru_out, gru_h = layers.gru(seq, 5, reverse=True)
+        logits = layers.fc(ops.concat([lstm_h, gru_h, ops.reduce_mean(gru_out, axis=[1])],
+                                      axis=1), 3)
+    scope = pd.Scope()
+    exe.run(startup, scope=scope)
+    rng = np.random.default_rng(6)
+    feeds = [{"seq": rng.normal(size=(b, t, 4)).astype("float32")} for b, t in ((1, 3), (4, 6))]
+    references = _reference(exe, scope, main, feeds, [logits, lstm_out])
+    path = tmp_path / "rnn.onnx"
+    model = progdesc.onnx.save(main, path, ["seq"], [logits, lstm_out], scope=scope)
+    assert [n.op_type for n in model.graph.node].count("Scan") == 2
+    assert _dims(model.graph.input[0]) == ["batch", "seq_dim1", 4]
+    _check_file(path, feeds, references)
+
+
+def test_cond_and_while_as_onnx_if_and_loop(tmp_path, exe):
+    main, startup = pd.Program(), pd.Program()
+    with pd.program_guard(main, startup):
+        x = pd.data("x", [None, 3])
+        positive = ops.greater_than(ops.reduce_sum(x), ops.fill_constant(shape=[], value=0.0))
+        branch = cf.cond(positive, lambda: ops.tanh(x) * 2.0, lambda: x * x)
+        a = ops.abs(x) + 1.0
+        tol = ops.fill_constant(shape=[], value=1e-6)
+
+        def far(r):
+            return ops.greater_than(ops.reduce_max(ops.abs(r * r - a)), tol)
+
+        root = cf.while_loop(far, lambda r: (r + a / r) * 0.5, a * 0.5 + 0.5)
+        three_steps = cf.while_loop(far, lambda r: (r + a / r) * 0.5, a * 0.5 + 0.5,
+                                    max_iters=3)
+        outs = [branch, root, three_steps]
+    scope = pd.Scope()
+    exe.run(startup, scope=scope)
+    rng = np.random.default_rng(7)
+    feeds = [{"x": np.abs(rng.normal(size=(2, 3))).astype("float32")},
+             {"x": -np.abs(rng.normal(size=(5, 3))).astype("float32")}]
+    references = _reference(exe, scope, main, feeds, outs)
+    np.testing.assert_allclose(references[0][1] ** 2, np.abs(feeds[0]["x"]) + 1, rtol=1e-5)
+    path = tmp_path / "control.onnx"
+    model = progdesc.onnx.save(main, path, ["x"], outs, opset=13, scope=scope)
+    assert {"If", "Loop"} <= {n.op_type for n in model.graph.node}
+    _check_file(path, feeds, references)
 
 
 def test_training_mode_ops_are_pruned_and_other_fetches_work(tmp_path, mlp):

@@ -1,5 +1,7 @@
 """The rows of the ONNX export table (`EXPORT`), one module per family of our ops; see
 `progdesc.onnx.export_table` for how a row is written."""
+import numpy as np
+
 from progdesc.onnx import export_math, export_nn, export_shape  # noqa: F401
 from progdesc.onnx.export_table import EXPORT
 from progdesc.translate import Unsupported
@@ -23,7 +25,39 @@ def scan(e, Init, X, Input, *, block, carry_in, x_in, carry_out, y_out, reverse)
     return (outs[:n_carry], outs[n_carry:], None, None)
 
 
-@EXPORT.rule("while", "cond", "switch")
-def control_flow(e, *args, **_):
-    """Our control flow (sub-blocks) has no export yet: named, never dropped."""
-    raise Unsupported("control flow with sub-blocks is not written as ONNX Loop/Scan/If yet")
+@EXPORT.rule("cond")
+def cond(e, Cond, Input, *, true_block, false_block, true_outputs, false_outputs):
+    """ONNX If, each branch a sub-graph with no inputs."""
+    branches = [e.subgraph(true_block, [], list(true_outputs)),
+                e.subgraph(false_block, [], list(false_outputs))]
+    holds = e.node("Reshape", [Cond, e.ints([])])
+    out = e.node("If", [holds], outputs=len(true_outputs), then_branch=branches[0],
+                 else_branch=branches[1])
+    return [out] if len(true_outputs) == 1 else out
+
+
+@EXPORT.rule("while")
+def while_(e, Init, Input, *, block, carry_in, carry_out, cond, max_iters, in_types):
+    """ONNX Loop (at most `max_iters` trips where given). Each trip computes the condition
+    from the loop variables and replaces them only where it holds; the trip where it
+    first fails changes nothing and ends the loop."""
+    types = in_types[0]
+
+    def finish(values):
+        holds = e.node("Reshape", [values[0], e.ints([])])
+        kept = [e.node("Where", [holds, new, old]) for new, old in
+                zip(values[1:1 + len(carry_in)], values[1 + len(carry_in):])]
+        return [(holds, ((), "bool"))] + list(zip(kept, types))
+
+    body = e.subgraph(block, [((), "int64"), ((), "bool")] + list(carry_in),
+                      [cond] + list(carry_out) + list(carry_in), finish)
+    trips = e.const(np.int64(max_iters)) if max_iters >= 0 else None
+    out = e.node("Loop", [trips, e.const(np.bool_(True))] + list(Init),
+                 outputs=len(carry_in), body=body)
+    return ([out] if len(carry_in) == 1 else out, None)
+
+
+@EXPORT.rule("switch")
+def switch(e, *args, **_):
+    """No ONNX form yet (nested If): named in the error, never dropped."""
+    raise Unsupported("switch is not written as ONNX yet (a chain of If)")

@@ -53,9 +53,9 @@ def onnx_dtype(dtype):
 class Emitter:
     """Appends ONNX nodes and initializers for the rules, with fresh value names."""
 
-    def __init__(self, opset, reserved=(), subgraph=None):
+    def __init__(self, opset, reserved=(), writer=None):
         self.opset = opset
-        self._subgraph = subgraph
+        self._writer = writer   # what walks our blocks (progdesc.onnx.save)
         self.nodes = []
         self.initializers = {}      # name -> TensorProto
         self._used = set(reserved)
@@ -108,11 +108,14 @@ class Emitter:
         self.initializers[name] = numpy_helper.from_array(np.ascontiguousarray(value), name)
         return name
 
-    def subgraph(self, block_idx, inputs, outputs):
-        """The ONNX GraphProto of our sub-block `block_idx` (a step, a branch), with its
-        variables `inputs` as graph inputs and the values of `outputs` as graph outputs;
-        it reads the enclosing graphs' values by name."""
-        return self._subgraph(block_idx, inputs, outputs)
+    def subgraph(self, block_idx, inputs, outputs, finish=None):
+        """The ONNX GraphProto of our sub-block `block_idx` (a step, a branch): its
+        variables `inputs` are the graph's inputs (an entry (dims, dtype) is an input no
+        variable stands for), the values of its variables `outputs` the graph's outputs;
+        it reads the enclosing graphs' values by name, as ONNX sub-graphs do. `finish`,
+        given the outputs' ONNX names, may emit more nodes into the sub-graph and return
+        its outputs instead, as [(name, (dims, dtype))]."""
+        return self._writer.subgraph(block_idx, inputs, outputs, finish)
 
     # --- forms that differ by opset ---
     def reduce(self, op_type, x, axes, keepdims):

@@ -107,7 +107,7 @@ class _GraphWriter:
         self.block = program.global_block()
         self.scope = scope
         names = {n for b in program.blocks for n in b.vars}
-        self.e = Emitter(opset, reserved=names, subgraph=self.subgraph)
+        self.e = Emitter(opset, reserved=names, writer=self)
         self.env = collections.ChainMap()   # our variable -> ONNX name (a map per graph)
         self.taken = set()     # our names already given to an ONNX value
         self.unsupported = []  # (op type, index, callsite, why)
@@ -122,10 +122,8 @@ class _GraphWriter:
         if self.unsupported:
             raise self.error()
 
-    def subgraph(self, block_idx, inputs, outputs):
-        """The ONNX graph of our sub-block `block_idx` (a loop step, a branch): its
-        variables `inputs` are the graph's inputs, the values of `outputs` its outputs;
-        values of the enclosing graphs are read by name, as ONNX sub-graphs do."""
+    def subgraph(self, block_idx, inputs, outputs, finish=None):
+        """The ONNX graph of our sub-block `block_idx` (see `Emitter.subgraph`)."""
         from onnx import helper
         saved = self.e.nodes, self.block, self.env, len(self.unsupported)
         self.e.nodes, self.block = [], self.program.block(block_idx)
@@ -133,20 +131,26 @@ class _GraphWriter:
         try:
             graph_inputs = []
             for var in inputs:
-                self.env[var] = self.e.fresh(var)
-                graph_inputs.append(_value_info(self.env[var], *self.block.var_type(var), None))
+                if isinstance(var, str):
+                    self.env[var] = self.e.fresh(var)
+                    graph_inputs.append(_value_info(self.env[var], *self.block.var_type(var),
+                                                    None))
+                else:   # (dims, dtype) of an input no variable of ours stands for
+                    graph_inputs.append(_value_info(self.e.fresh("unused"), *var, None))
             for idx, op_desc in enumerate(self.block.desc.ops):
                 self.apply(op_desc, idx)
             if len(self.unsupported) > saved[3]:
                 raise _BodyFailed()
+            values = [self.read(var, _FetchDesc, -1) for var in outputs]
+            if _FAILED in values:
+                raise _BodyFailed()
+            results = finish(values) if finish else [
+                (v, self.block.var_type(var)) for v, var in zip(values, outputs)]
             graph_outputs = []
-            for var in outputs:
-                value = self.read(var, _FetchDesc, -1)
-                if value is _FAILED:
-                    raise _BodyFailed()
-                out = self.e.fresh(var)
+            for value, (dims, dtype) in results:
+                out = self.e.fresh("out")
                 self.e.nodes.append(_identity(value, out))
-                graph_outputs.append(_value_info(out, *self.block.var_type(var), None))
+                graph_outputs.append(_value_info(out, dims, dtype, None))
             return helper.make_graph(self.e.nodes, self.e.fresh(f"block{block_idx}"),
                                      graph_inputs, graph_outputs)
         finally:
