@@ -365,3 +365,59 @@ def test_bad_arguments(mlp):
         progdesc.onnx.to_onnx(main, ["nope"], [out], scope=scope)
     with pytest.raises(FeedError, match="neither fed nor computed"):
         progdesc.onnx.to_onnx(main, [], [out], scope=scope)
+
+
+def test_transposed_convolutions_top_k_padding_losses_and_products(tmp_path, exe):
+    main, startup = pd.Program(), pd.Program()
+    with pd.program_guard(main, startup):
+        img = pd.data("img", [None, 4, 5, 5])
+        x = pd.data("x", [None, 6, 4])
+        label = pd.data("label", [None, 6, 1], dtype="int64")
+        w = pd.data("w", [4, 3, 3, 3])
+        w2 = pd.data("w2", [4, 2, 2, 2])
+        k = pd.data("k", [None, 4, 5])
+        bits = pd.data("bits", [None, 3], dtype="int32")
+        probs, loss = ops.softmax_with_cross_entropy(
+            ops.transpose(x, perm=[0, 2, 1]), ops.transpose(label, perm=[0, 2, 1]),
+            ignore_index=2, axis=1)
+        outs = [
+            ops.conv2d_transpose(img, w, strides=[2, 2], paddings=[1, 0, 1, 1],
+                                 output_padding=[1, 0]),
+            ops.conv2d_transpose(img, w2, strides=[2, 1], groups=2, dilations=[1, 2],
+                                 paddings=[1, 1]),
+            ops.conv2d_transpose(img, w, strides=[2, 2], paddings=[1, 1], output_size=[10, 10]),
+            ops.conv2d_transpose(img, w, strides=[2, 2], padding_algorithm="SAME"),
+            ops.top_k(x, k=2, axis=1)[0],
+            ops.cast(ops.top_k(x, k=3, largest=False)[1], dtype="float32"),
+            ops.rev(x, dimensions=[1, 2]),
+            ops.pad(x, ops.fill_constant(shape=[], value=0.5),
+                    padding_config=[0, 0, 0, 1, -1, 0, 2, 1, 0]),
+            ops.border_pad(x, paddings=[0, 0, 2, 1, 1, 3], mode="reflect"),
+            ops.border_pad(x, paddings=[0, 0, 2, 1, 1, 3], mode="replicate"),
+            ops.cast(ops.bitwise_and(bits, ops.bitwise_not(ops.scale(bits, scale=3))),
+                     dtype="float32"),
+            ops.cbrt(x),
+            ops.dot_general(x, k, lhs_contracting=[2], rhs_contracting=[1], lhs_batch=[0],
+                            rhs_batch=[0]),
+            ops.reduce_as(x, ops.fill_constant(shape=[6, 1], value=0.0)),
+            probs, loss,
+            ops.softmax_with_cross_entropy(x, ops.softmax(x * 2.0), soft_label=True)[1],
+        ]
+    scope = pd.Scope()
+    exe.run(startup, scope=scope)
+    rng = np.random.default_rng(8)
+    feeds = [{"img": rng.normal(size=(b, 4, 5, 5)).astype("float32"),
+              "x": rng.normal(size=(b, 6, 4)).astype("float32"),
+              "label": rng.integers(0, 4, size=(b, 6, 1)),
+              "w": rng.normal(size=(4, 3, 3, 3)).astype("float32"),
+              "w2": rng.normal(size=(4, 2, 2, 2)).astype("float32"),
+              "k": rng.normal(size=(b, 4, 5)).astype("float32"),
+              "bits": rng.integers(-50, 50, size=(b, 3)).astype("int32")} for b in (1, 3)]
+    assert any((f["label"] == 2).any() for f in feeds)   # ignored labels are in the data
+    references = _reference(exe, scope, main, feeds, outs)
+    path = tmp_path / "more.onnx"
+    progdesc.onnx.save(main, path, list(feeds[0]), outs, opset=18, scope=scope)
+    _check_file(path, feeds, references)
+    with pytest.raises(UnsupportedOpError, match="bitwise_not.*needs opset 18"):
+        progdesc.onnx.save(main, tmp_path / "old.onnx", list(feeds[0]), outs, opset=17,
+                           scope=scope)

@@ -268,3 +268,54 @@ EXPORT.rule("argmin")(_arg_rule("ArgMin"))
 @EXPORT.rule("cumsum")
 def cumsum(e, X, *, axis, reverse):
     return e.node("CumSum", [X, e.const(np.int64(axis))], reverse=int(bool(reverse)))
+
+
+def _bitwise(onnx_type):
+    def rule(e, *ins):
+        if e.opset < 18:
+            raise Unsupported(f"{onnx_type} needs opset 18")
+        return e.node(onnx_type, list(ins))
+    rule.__name__ = rule.__qualname__ = onnx_type
+    return rule
+
+
+for _ours, _onnx in (("bitwise_and", "BitwiseAnd"), ("bitwise_or", "BitwiseOr"),
+                     ("bitwise_xor", "BitwiseXor"), ("bitwise_not", "BitwiseNot")):
+    EXPORT.rule(_ours)(_bitwise(_onnx))
+
+
+@EXPORT.rule("cbrt")
+def cbrt(e, X, *, in_types):
+    third = e.scalar(1 / 3, in_types[0][1])
+    return e.node("Mul", [e.node("Sign", [X]), e.node("Pow", [e.node("Abs", [X]), third])])
+
+
+@EXPORT.rule("dot_general")
+def dot_general(e, X, Y, *, lhs_contracting, rhs_contracting, lhs_batch, rhs_batch,
+                in_types):
+    """Einsum: batch dims, then X's free dims, then Y's, as lax.dot_general orders them."""
+    (x_dims, _), (y_dims, _) = in_types
+    letters = iter("abcdefghijklmnopqrstuvwxyz")
+    x_sub, y_sub = [None] * len(x_dims), [None] * len(y_dims)
+    for i, j in list(zip(lhs_batch, rhs_batch)) + list(zip(lhs_contracting, rhs_contracting)):
+        x_sub[i] = y_sub[j] = next(letters)
+    for sub in (x_sub, y_sub):
+        for i, s in enumerate(sub):
+            sub[i] = s or next(letters)
+    out = ([x_sub[i] for i in lhs_batch]
+           + [s for i, s in enumerate(x_sub) if i not in lhs_batch and i not in lhs_contracting]
+           + [s for i, s in enumerate(y_sub) if i not in rhs_batch and i not in rhs_contracting])
+    equation = f"{''.join(x_sub)},{''.join(y_sub)}->{''.join(out)}"
+    return e.node("Einsum", [X, Y], equation=equation)
+
+
+@EXPORT.rule("reduce_as")
+def reduce_as(e, X, Target, *, in_types):
+    (x_dims, _), (t_dims, _) = in_types
+    lead = len(x_dims) - len(t_dims)
+    inner = [lead + i for i, (x, t) in enumerate(zip(x_dims[lead:], t_dims)) if t == 1 and x != 1]
+    if any(t == -1 and x != -1 for x, t in zip(x_dims[lead:], t_dims)):
+        raise Unsupported("reduce_as to a shape with dims of unknown size")
+    out = e.reduce("ReduceSum", X, inner, True) if inner else X
+    out = e.reduce("ReduceSum", out, list(range(lead)), False) if lead else out
+    return out if out != X else e.node("Identity", [X])

@@ -160,3 +160,62 @@ def scaled_dot_product_attention(e, Q, K, V, Bias=None, Mask=None, *, is_causal,
         logits = e.node("Where", [keep, logits, lowest])
     weights = e.node("Softmax", [logits], axis=-1)
     return e.node("Transpose", [e.node("MatMul", [weights, v])], perm=[0, 2, 1, 3])
+
+
+def _transposed_conv_rule(n):
+    def rule(e, Input, Filter, *, strides, paddings, output_padding, output_size, dilations,
+             groups, padding_algorithm, data_format, in_types):
+        (x_dims, _), (w_dims, _) = in_types
+        last = data_format == "NHWC"
+        spatial = list(x_dims[1:-1] if last else x_dims[2:])
+        kernel = list(w_dims[2:])
+        if padding_algorithm == "VALID":
+            pairs = [(0, 0)] * n
+        elif padding_algorithm == "SAME":   # as a stride-`strides` convolution pads
+            if -1 in spatial:
+                raise Unsupported("padding_algorithm SAME with spatial dims of unknown size")
+            totals = [max((-(-m // s) - 1) * s + k - m, 0)
+                      for m, k, s in zip(spatial, kernel, strides)]
+            pairs, dilations = [(t // 2, t - t // 2) for t in totals], [1] * n
+        elif len(paddings) == n:
+            pairs = [(p, p) for p in paddings]
+        else:
+            pairs = list(zip(paddings[::2], paddings[1::2]))
+        extras = list(output_padding) or [0] * n
+        if output_size:
+            if -1 in spatial:
+                raise Unsupported("output_size with spatial dims of unknown size")
+            extras = [want - ((m - 1) * s - lo - hi + d * (k - 1) + 1)
+                      for want, m, s, (lo, hi), d, k in zip(output_size, spatial, strides,
+                                                             pairs, dilations, kernel)]
+        x = e.node("Transpose", [Input], perm=[0, n + 1] + list(range(1, n + 1))) \
+            if last else Input
+        y = e.node("ConvTranspose", [x, Filter], strides=list(strides),
+                   pads=[lo for lo, _ in pairs] + [hi for _, hi in pairs],
+                   dilations=list(dilations), group=int(groups), output_padding=extras,
+                   kernel_shape=kernel)
+        return e.node("Transpose", [y], perm=[0] + list(range(2, n + 2)) + [1]) if last else y
+    rule.__name__ = rule.__qualname__ = f"conv{n}d_transpose"
+    return rule
+
+
+EXPORT.rule("conv2d_transpose")(_transposed_conv_rule(2))
+EXPORT.rule("conv3d_transpose")(_transposed_conv_rule(3))
+
+
+@EXPORT.rule("softmax_with_cross_entropy")
+def softmax_with_cross_entropy(e, Logits, Label, *, soft_label, ignore_index, axis, in_types):
+    """Softmax, and the loss -sum(label * log_softmax) (soft) or -log_softmax at the label
+    (hard; 0 where the label is `ignore_index`), keeping `axis` as a dim of size 1."""
+    (dims, dtype), (_, label_dtype) = in_types
+    log_p = e.node("LogSoftmax", [Logits], axis=axis)
+    softmax = e.node("Softmax", [Logits], axis=axis)
+    if soft_label:
+        loss = e.node("Neg", [e.reduce("ReduceSum", e.node("Mul", [Label, log_p]), [axis],
+                                       True)])
+        return (softmax, loss)
+    index = Label if label_dtype == "int64" else e.cast(Label, "int64")
+    ignored = e.node("Equal", [index, e.const(np.int64(ignore_index))])
+    safe = e.node("Where", [ignored, e.const(np.int64(0)), index])
+    picked = e.node("Neg", [e.node("GatherElements", [log_p, safe], axis=axis)])
+    return (softmax, e.node("Where", [ignored, e.scalar(0, dtype), picked]))

@@ -166,3 +166,37 @@ def dim_size(e, X, *, axis, multiplier, dtype):
     if multiplier != 1:
         size = e.node("Mul", [size, e.const(np.int64(multiplier))])
     return size if dtype == "int64" else e.cast(size, dtype)
+
+
+@EXPORT.rule("top_k")
+def top_k(e, X, *, k, axis, largest):   # ties: the lower index first, in both
+    return tuple(e.node("TopK", [X, e.ints([k])], outputs=2, axis=axis,
+                        largest=int(bool(largest)), sorted=1))
+
+
+@EXPORT.rule("rev")
+def rev(e, X, *, dimensions):
+    n = len(dimensions)
+    return e.node("Slice", [X, e.ints([-1] * n), e.ints([-2 ** 63] * n), e.ints(dimensions),
+                            e.ints([-1] * n)])
+
+
+@EXPORT.rule("pad")
+def pad(e, X, PaddingValue, *, padding_config):
+    config = [padding_config[i:i + 3] for i in range(0, len(padding_config), 3)]
+    if any(c[2] for c in config):
+        raise Unsupported("interior padding (ONNX Pad pads the borders only)")
+    pads = [c[0] for c in config] + [c[1] for c in config]   # a negative one cuts, as ours
+    return e.node("Pad", [X, e.ints(pads), PaddingValue], mode="constant")
+
+
+@EXPORT.rule("border_pad")
+def border_pad(e, X, *, paddings, mode, in_types):
+    if mode == "circular":
+        dims = [d for d in in_types[0][0] for _ in (0, 1)]
+        if e.opset < 19 or any(p and (n == -1 or p > n) for p, n in zip(paddings, dims)):
+            raise Unsupported("circular padding needs opset 19 and paddings of known dims, "
+                              "at most their size")
+    onnx_mode = {"reflect": "reflect", "replicate": "edge", "circular": "wrap"}[mode]
+    return e.node("Pad", [X, e.ints(list(paddings[::2]) + list(paddings[1::2]))],
+                  mode=onnx_mode)
