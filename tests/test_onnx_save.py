@@ -421,3 +421,76 @@ def test_transposed_convolutions_top_k_padding_losses_and_products(tmp_path, exe
     with pytest.raises(UnsupportedOpError, match="bitwise_not.*needs opset 18"):
         progdesc.onnx.save(main, tmp_path / "old.onnx", list(feeds[0]), outs, opset=17,
                            scope=scope)
+
+
+def test_general_convolution_and_window_reductions(tmp_path, exe):
+    """conv_general_dilated and reduce_window (what imported convolutions and pools and
+    from_jax programs hold) in other layouts than NCHW."""
+    main, startup = pd.Program(), pd.Program()
+    with pd.program_guard(main, startup):
+        x = pd.data("x", [None, 7, 6, 3])                   # NHWC
+        w = pd.data("w", [3, 3, 3, 4])                      # HWIO
+        window = dict(window_dimensions=[1, 3, 2, 1], window_strides=[1, 2, 1, 1],
+                      padding=[0, 0, 1, 1, 0, 1, 0, 0])
+        outs = [
+            ops.conv_general_dilated(x, w, window_strides=[2, 1], padding=[1, 1, 0, 2],
+                                     rhs_dilation=[1, 2], lhs_spec=[0, 3, 1, 2],
+                                     rhs_spec=[3, 2, 0, 1], out_spec=[0, 3, 1, 2]),
+            ops.conv_general_dilated(ops.transpose(x, perm=[0, 3, 1, 2]),
+                                     ops.transpose(w, perm=[3, 2, 0, 1]), lhs_spec=[0, 1, 2, 3],
+                                     rhs_spec=[0, 1, 2, 3], out_spec=[0, 1, 2, 3]),
+            ops.reduce_window(x, computation="max", **window),
+            ops.reduce_window(x, computation="min", **window),
+            ops.reduce_window(x, computation="sum", **window),
+            ops.reduce_window(ops.transpose(x, perm=[0, 3, 1, 2]), computation="max",
+                              window_dimensions=[1, 1, 2, 2], window_strides=[1, 1, 2, 2]),
+        ]
+    scope = pd.Scope()
+    exe.run(startup, scope=scope)
+    rng = np.random.default_rng(9)
+    feeds = [{"x": rng.normal(size=(b, 7, 6, 3)).astype("float32"),
+              "w": rng.normal(size=(3, 3, 3, 4)).astype("float32")} for b in (1, 3)]
+    references = _reference(exe, scope, main, feeds, outs)
+    path = tmp_path / "general.onnx"
+    model = progdesc.onnx.save(main, path, ["x", "w"], outs, scope=scope)
+    assert {"Conv", "MaxPool", "AveragePool"} <= {n.op_type for n in model.graph.node}
+    _check_file(path, feeds, references)
+
+
+def test_round_trip_of_an_imported_cnn():
+    """Conv, BatchNormalization, MaxPool, Reshape, Gemm, Softmax: ONNX -> progdesc -> ONNX
+    computes what the original computes (needs the importer's rows for them)."""
+    from onnx import TensorProto, helper, numpy_helper
+    rng = np.random.default_rng(10)
+
+    def normal(*shape):
+        return rng.normal(size=shape).astype("float32")
+
+    inits = [numpy_helper.from_array(v, n) for n, v in [
+        ("W", normal(8, 3, 3, 3)), ("B", normal(8)), ("s", normal(8)), ("b", normal(8)),
+        ("m", normal(8)), ("v", np.abs(normal(8)) + 0.5), ("shape", np.int64([0, -1])),
+        ("G", normal(8 * 4 * 4, 5)), ("gb", normal(5))]]
+    nodes = [helper.make_node("Conv", ["x", "W", "B"], ["c"], pads=[1, 1, 1, 1], strides=[2, 2]),
+             helper.make_node("BatchNormalization", ["c", "s", "b", "m", "v"], ["n"],
+                              epsilon=1e-3),
+             helper.make_node("Relu", ["n"], ["r"]),
+             helper.make_node("MaxPool", ["r"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+             helper.make_node("Reshape", ["p", "shape"], ["f"]),
+             helper.make_node("Gemm", ["f", "G", "gb"], ["g"]),
+             helper.make_node("Softmax", ["g"], ["y"], axis=-1)]
+    graph = helper.make_graph(
+        nodes, "cnn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 16, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 5])], initializer=inits)
+    original = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    scope = pd.Scope()
+    try:
+        program, feeds, fetches = progdesc.onnx.load(original, scope)
+    except UnsupportedOpError as e:
+        pytest.skip(f"the importer lacks rows: {e}")
+    again = progdesc.onnx.to_onnx(program, feeds, fetches, scope=scope)
+    assert _dims(again.graph.input[0]) == ["batch", 3, 16, 16]
+    before, after = _session(original), _session(again)
+    for batch in (1, 5):
+        x = normal(batch, 3, 16, 16)
+        np.testing.assert_allclose(after.run(None, {feeds[0]: x})[0],
+                                   before.run(None, {"x": x})[0], rtol=1e-5, atol=1e-6)

@@ -219,3 +219,72 @@ def softmax_with_cross_entropy(e, Logits, Label, *, soft_label, ignore_index, ax
     safe = e.node("Where", [ignored, e.const(np.int64(0)), index])
     picked = e.node("Neg", [e.node("GatherElements", [log_p, safe], axis=axis)])
     return (softmax, e.node("Where", [ignored, e.scalar(0, dtype), picked]))
+
+
+def _argsort(values):
+    return sorted(range(len(values)), key=values.__getitem__)
+
+
+@EXPORT.rule("conv_general_dilated")
+def conv_general_dilated(e, Input, Filter, *, window_strides, padding, lhs_dilation,
+                         rhs_dilation, lhs_spec, rhs_spec, out_spec, feature_group_count,
+                         batch_group_count, in_types):
+    """Conv over the layouts the specs give: Input and Filter moved to NC... / OI...,
+    the result moved to `out_spec`'s order."""
+    n = len(lhs_spec) - 2
+    if any(d != 1 for d in lhs_dilation) or batch_group_count != 1:
+        raise Unsupported("input dilation or batch_group_count (no ONNX Conv form)")
+    if any(p < 0 for p in padding):
+        raise Unsupported(f"negative padding {list(padding)}")
+    pads = list(padding[::2]) + list(padding[1::2]) if padding else [0] * (2 * n)
+    w_dims = in_types[1][0]
+    x = Input if list(lhs_spec) == sorted(lhs_spec) else \
+        e.node("Transpose", [Input], perm=list(lhs_spec))
+    w = Filter if list(rhs_spec) == sorted(rhs_spec) else \
+        e.node("Transpose", [Filter], perm=list(rhs_spec))
+    y = e.node("Conv", [x, w], strides=list(window_strides) or [1] * n, pads=pads,
+               dilations=list(rhs_dilation) or [1] * n, group=int(feature_group_count),
+               kernel_shape=[w_dims[a] for a in rhs_spec[2:]])
+    back = _argsort(out_spec)
+    return y if back == sorted(back) else e.node("Transpose", [y], perm=back)
+
+
+@EXPORT.rule("reduce_window")
+def reduce_window(e, X, *, computation, window_dimensions, window_strides, padding,
+                  base_dilation, window_dilation, in_types):
+    """MaxPool (min: of -X; sum: AveragePool counting the padding, times the window size)
+    over the dims the window spans, two dims it leaves alone as N and C."""
+    dims, dtype = in_types[0]
+    rank = len(dims)
+    strides = list(window_strides) or [1] * rank
+    pairs = list(zip(padding[::2], padding[1::2])) or [(0, 0)] * rank
+    dilation = list(window_dilation) or [1] * rank
+    if any(d != 1 for d in base_dilation):
+        raise Unsupported("base dilation (no ONNX pooling form)")
+    if any(lo < 0 or hi < 0 for lo, hi in pairs):
+        raise Unsupported("negative padding")
+    trivial = [a for a in range(rank) if (window_dimensions[a], strides[a], pairs[a],
+                                          dilation[a]) == (1, 1, (0, 0), 1)]
+    if len(trivial) < 2 or len(trivial) == rank:
+        raise Unsupported("a window that leaves fewer than two dims alone (N, C) or none")
+    perm = trivial[:2] + [a for a in range(rank) if a not in trivial[:2]]
+    spatial = perm[2:]
+    x = X if perm == sorted(perm) else e.node("Transpose", [X], perm=perm)
+    if computation == "min":
+        x = e.node("Neg", [x])
+    common = dict(kernel_shape=[window_dimensions[a] for a in spatial],
+                  strides=[strides[a] for a in spatial],
+                  pads=[pairs[a][0] for a in spatial] + [pairs[a][1] for a in spatial])
+    dilations = [dilation[a] for a in spatial]
+    if computation == "sum":
+        if any(d != 1 for d in dilations) and e.opset < 19:
+            raise Unsupported("a dilated sum window needs opset 19 (AveragePool dilations)")
+        y = e.node("AveragePool", [x], count_include_pad=1,
+                   dilations=dilations if e.opset >= 19 else None, **common)
+        size = math.prod(common["kernel_shape"])
+        y = e.node("Mul", [y, e.scalar(size, dtype)])
+    else:
+        y = e.node("MaxPool", [x], dilations=dilations, **common)
+        if computation == "min":
+            y = e.node("Neg", [y])
+    return y if perm == sorted(perm) else e.node("Transpose", [y], perm=_argsort(perm))
