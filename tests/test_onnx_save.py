@@ -494,3 +494,18 @@ def test_round_trip_of_an_imported_cnn():
         x = normal(batch, 3, 16, 16)
         np.testing.assert_allclose(after.run(None, {feeds[0]: x})[0],
                                    before.run(None, {"x": x})[0], rtol=1e-5, atol=1e-6)
+
+
+def test_an_output_the_onnx_form_does_not_compute_is_refused_when_read(tmp_path):
+    main, startup = pd.Program(), pd.Program()
+    with pd.program_guard(main, startup):
+        x = pd.data("x", [None, 3])
+        out, mask = ops.dropout(x, dropout_prob=0.5, is_test=True)
+        used = ops.add(out, ops.cast(mask, dtype="float32"))
+    with pytest.raises(UnsupportedOpError, match="'dropout_0.mask'.*fetch target is output Mask"):
+        progdesc.onnx.to_onnx(main, ["x"], [mask])
+    with pytest.raises(UnsupportedOpError, match=r"#\d 'cast'.*output Mask"):
+        progdesc.onnx.to_onnx(main, ["x"], [used])
+    model = progdesc.onnx.to_onnx(main, ["x"], [out])     # the output ONNX does compute
+    x_value = np.random.default_rng(11).normal(size=(2, 3)).astype("float32")
+    np.testing.assert_array_equal(_session(model).run(None, {"x": x_value})[0], x_value)

@@ -319,3 +319,8 @@ def reduce_as(e, X, Target, *, in_types):
     out = e.reduce("ReduceSum", X, inner, True) if inner else X
     out = e.reduce("ReduceSum", out, list(range(lead)), False) if lead else out
     return out if out != X else e.node("Identity", [X])
+
+
+@EXPORT.rule("trunc_div")
+def trunc_div(e, X, Y):   # integers: ONNX Div truncates toward zero, as ours
+    return e.node("Div", [X, Y])

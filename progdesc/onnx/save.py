@@ -41,8 +41,9 @@ _FAILED = object()
 class _NotWritten:
     """What an output the op's ONNX form does not compute is bound to."""
 
-    def __init__(self, op_type, index):
-        self.why = f"op #{index} '{op_type}' writes it only where ONNX does not need it"
+    def __init__(self, op_type, index, slot):
+        self.why = (f"output {slot} of op #{index} '{op_type}', which the op's ONNX form "
+                    "does not compute")
 
 
 class _BodyFailed(Exception):
@@ -161,7 +162,7 @@ class _GraphWriter:
         if name in self.env:
             value = self.env[name]
             if isinstance(value, _NotWritten):
-                raise Unsupported(f"it reads '{name}', which {value.why}")
+                raise Unsupported(f"it reads '{name}', {value.why}")
             return value
         var = self.block.find_var(name)
         if var is None or not var.persistable:
@@ -234,7 +235,7 @@ class _GraphWriter:
             for var, onnx_name in zip(names, values):
                 if onnx_name is None:
                     if var not in self.env:
-                        self.env[var] = _NotWritten(op_desc.type, index)
+                        self.env[var] = _NotWritten(op_desc.type, index, slot.name)
                     continue
                 if onnx_name in made and var not in self.taken:
                     self._rename(first, onnx_name, var)
@@ -270,6 +271,9 @@ class _GraphWriter:
 
     def output(self, name):
         """The graph output `name`: the value bound to the fetch target of that name."""
+        value = self.env.get(name)
+        if isinstance(value, _NotWritten):
+            raise UnsupportedOpError(f"the fetch target is {value.why}", var=name)
         value = self.read(name, _FetchDesc, -1)
         if value != name:
             self.e.nodes.append(_identity(value, name))
