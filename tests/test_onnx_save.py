@@ -108,7 +108,8 @@ def test_cnn_with_batch_norm_runs_with_its_running_statistics(tmp_path, exe):
     images = (rng.normal(size=(16, 3, 10, 10)) * 2 + 1).astype("float32")
     labels = rng.integers(0, 5, size=(16, 1))
     exe.run(main, feed={"img": images, "label": labels}, fetch_list=[loss], scope=scope)
-    running_mean = next(o for o in main.global_block().ops if o.type == "batch_norm").input("Mean")[0]
+    norm = next(o for o in main.global_block().ops if o.type == "batch_norm")
+    running_mean = norm.input("Mean")[0]
     assert np.abs(np.asarray(scope.get(running_mean))).max() > 0.01   # trained statistics
     path = tmp_path / "cnn.onnx"
     model = progdesc.onnx.save(main, path, ["img"], [prob], scope=scope)
@@ -232,7 +233,8 @@ def test_round_trip_onnx_to_progdesc_to_onnx(tmp_path):
              helper.make_node("Add", ["m", "c"], ["a"]),
              helper.make_node("Tanh", ["a"], ["t"]), helper.make_node("Sigmoid", ["a"], ["s"]),
              helper.make_node("Mul", ["t", "s"], ["p"]), helper.make_node("Sub", ["p", "c"], ["q"]),
-             helper.make_node("Div", ["q", "s"], ["y"]), helper.make_node("Identity", ["y"], ["out"])]
+             helper.make_node("Div", ["q", "s"], ["y"]),
+             helper.make_node("Identity", ["y"], ["out"])]
     graph = helper.make_graph(
         nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
         [helper.make_tensor_value_info("out", TensorProto.FLOAT, ["N", 3])], initializer=inits)
