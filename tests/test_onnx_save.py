@@ -511,3 +511,32 @@ def test_an_output_the_onnx_form_does_not_compute_is_refused_when_read(tmp_path)
     model = progdesc.onnx.to_onnx(main, ["x"], [out])     # the output ONNX does compute
     x_value = np.random.default_rng(11).normal(size=(2, 3)).astype("float32")
     np.testing.assert_array_equal(_session(model).run(None, {"x": x_value})[0], x_value)
+
+
+def test_shapes_computed_from_other_arrays_dims(tmp_path, exe):
+    """reshape_dims, broadcast_dims and slice_dims (an imported model's run-time shapes)
+    keep their symbolic dims in ONNX."""
+    from lowering import registry
+    if not registry.is_registered("reshape_dims"):
+        pytest.skip("no reshape_dims op in this tree (lowering/ops/shape_dims.py)")
+    main, startup = pd.Program(), pd.Program()
+    with pd.program_guard(main, startup):
+        x = pd.data("x", [None, None, 8])
+        flat = ops.reshape(x, shape=[-1, 8])
+        outs = [
+            ops.reshape_dims(flat, [x], shape=[0, 0, 2, 4],
+                             dims=[0, 1, 1, 0, 0, 1, 1, 1, 0, 1]),       # [B, T, 2, 4]
+            ops.broadcast_dims(ops.reduce_sum(x, axis=[0, 1]), [x], shape=[0, -1],
+                               dims=[0, 2, 1, 0, 0]),                    # [2B, 8]
+            ops.slice_dims(x, [x], axes=[1, 2], starts=[1, 2], ends=[-1, 8],
+                           dims=[2, 1, 1, 0, 1]),                        # [:, 1:T-1, 2:]
+        ]
+    scope = pd.Scope()
+    exe.run(startup, scope=scope)
+    rng = np.random.default_rng(12)
+    feeds = [{"x": rng.normal(size=(b, t, 8)).astype("float32")} for b, t in ((1, 3), (3, 6))]
+    references = _reference(exe, scope, main, feeds, outs)
+    for opset in (13, 17):
+        path = tmp_path / f"dims{opset}.onnx"
+        progdesc.onnx.save(main, path, ["x"], outs, opset=opset, scope=scope)
+        _check_file(path, feeds, references)

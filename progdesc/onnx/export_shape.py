@@ -200,3 +200,75 @@ def border_pad(e, X, *, paddings, mode, in_types):
     onnx_mode = {"reflect": "reflect", "replicate": "edge", "circular": "wrap"}[mode]
     return e.node("Pad", [X, e.ints(list(paddings[::2]) + list(paddings[1::2]))],
                   mode=onnx_mode)
+
+
+# --- shapes computed from other arrays' dims (lowering/ops/shape_dims.py) ---
+
+def _computed(e, values, dims, likes):
+    """The 1-D int64 tensor of `values` in which each position the `dims` terms name adds
+    coef times the product of the Like dims they list (see `reshape_dims`)."""
+    terms, i = {}, 0
+    while i < len(dims):
+        pos, coef, n = dims[i:i + 3]
+        term = e.ints([coef])
+        for k in range(n):
+            index, axis = dims[i + 3 + 2 * k:i + 5 + 2 * k]
+            term = e.node("Mul", [term, e.dim(likes[index], axis)])
+        terms.setdefault(pos, []).append(term)
+        i += 3 + 2 * n
+    if not terms:
+        return e.ints(values)
+    parts, run = [], []
+    for pos, value in enumerate(values):
+        if pos not in terms:
+            run.append(value)
+            continue
+        if run:
+            parts.append(e.ints(run))
+            run = []
+        part = e.ints([value])
+        for term in terms[pos]:
+            part = e.node("Add", [part, term])
+        parts.append(part)
+    if run:
+        parts.append(e.ints(run))
+    return e.node("Concat", parts, axis=0) if len(parts) > 1 else parts[0]
+
+
+def _positions(dims):
+    found, i = set(), 0
+    while i < len(dims):
+        found.add(dims[i])
+        i += 3 + 2 * dims[i + 2]
+    return found
+
+
+@EXPORT.rule("reshape_dims")
+def reshape_dims(e, X, Like=None, *, shape, dims):
+    literal_zero = any(d == 0 for i, d in enumerate(shape) if i not in _positions(dims))
+    if e.opset < 14 and literal_zero:
+        raise Unsupported("a dim of size 0 in the target needs opset 14 (Reshape allowzero)")
+    target = _computed(e, list(shape), list(dims), Like or [])
+    return e.node("Reshape", [X, target], allowzero=1 if e.opset >= 14 else None)
+
+
+@EXPORT.rule("broadcast_dims")
+def broadcast_dims(e, X, Like=None, *, shape, dims):   # a -1 left: 1, which keeps X's dim
+    computed = _positions(dims)
+    base = [1 if d == -1 and i not in computed else d for i, d in enumerate(shape)]
+    return e.node("Expand", [X, _computed(e, base, list(dims), Like or [])])
+
+
+@EXPORT.rule("slice_dims")
+def slice_dims(e, X, Like=None, *, axes, starts, ends, strides, dims):
+    """ONNX Slice, whose bounds are clamped into each dim as ours are."""
+    n = len(axes)
+    bounds = _computed(e, list(starts) + list(ends), list(dims), Like or [])
+    if _positions(dims):
+        begin, end = e.split(bounds, 0, sizes=[n, n])
+    else:
+        begin, end = e.ints(starts), e.ints(ends)
+    inputs = [X, begin, end, e.ints(axes)]
+    if strides:
+        inputs.append(e.ints(strides))
+    return e.node("Slice", inputs)
