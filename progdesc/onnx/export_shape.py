@@ -142,8 +142,10 @@ def fill_constant(e, *, shape, dtype, value):
     if -1 in shape:
         raise Unsupported(f"fill_constant of shape {list(shape)}")
     from onnx import numpy_helper
-    fill = numpy_helper.from_array(np.asarray([value], dtype=dtypes.to_numpy(dtype)))
-    return e.node("ConstantOfShape", [e.ints(shape)], value=fill)
+    array = np.asarray([value], dtype=dtypes.to_numpy(dtype))
+    if dtype == "bfloat16" and e.opset < 20:   # ConstantOfShape makes bfloat16 from 20
+        return e.const(np.broadcast_to(array.reshape(()), shape).copy())
+    return e.node("ConstantOfShape", [e.ints(shape)], value=numpy_helper.from_array(array))
 
 
 @EXPORT.rule("assign_value")
