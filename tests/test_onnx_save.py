@@ -205,6 +205,7 @@ def test_shape_and_elementwise_ops(tmp_path, exe):
             ops.softplus(x, beta=2.0), ops.mish(x), ops.rsqrt(ops.exp(x)),
             ops.cumsum(x, axis=1, reverse=True), ops.reduce_prod(x, axis=[1, 2]),
             ops.tile(p, reps=[1, 2, 1]), ops.expand_as(r1, x),
+            ops.cast(ops.scale(ids, scale=0.5, bias=-1.5), dtype="float32"),   # toward 0
         ]
     scope = pd.Scope()
     exe.run(startup, scope=scope)

@@ -3,6 +3,7 @@ import math
 
 import numpy as np
 
+from lowering import dtypes
 from progdesc.onnx.export_table import EXPORT
 from progdesc.translate import Unsupported
 
@@ -102,17 +103,26 @@ def increment(e, X, *, step, in_types):
     return e.node("Add", [X, e.scalar(step, in_types[0][1])])
 
 
+def _affine(e, x, factor, bias, bias_after_scale, dtype):
+    """factor * x + bias (or factor * (x + bias)) in `dtype`, skipping the no-ops."""
+    out = x
+    if not bias_after_scale and bias:
+        out = e.node("Add", [out, e.scalar(bias, dtype)])
+    if factor != 1.0:
+        out = e.node("Mul", [out, e.scalar(factor, dtype)])
+    if bias_after_scale and bias:
+        out = e.node("Add", [out, e.scalar(bias, dtype)])
+    return out if out != x else e.node("Identity", [x])
+
+
 @EXPORT.rule("scale")
 def scale(e, X, *, scale, bias, bias_after_scale, in_types):
     dtype = in_types[0][1]
-    out = X
-    if not bias_after_scale and bias:
-        out = e.node("Add", [out, e.scalar(bias, dtype)])
-    if scale != 1.0:
-        out = e.node("Mul", [out, e.scalar(scale, dtype)])
-    if bias_after_scale and bias:
-        out = e.node("Add", [out, e.scalar(bias, dtype)])
-    return out if out != X else e.node("Identity", [X])
+    if dtypes.kind_of(dtype) == "float" or all(float(v).is_integer() for v in (scale, bias)):
+        return _affine(e, X, scale, bias, bias_after_scale, dtype)
+    # fractions of integers: ours computes in float32 and casts back (toward zero), as Cast
+    out = _affine(e, e.cast(X, "float32"), scale, bias, bias_after_scale, "float32")
+    return e.cast(out, dtype)
 
 
 @EXPORT.rule("cast")

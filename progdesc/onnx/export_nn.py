@@ -24,6 +24,11 @@ def matmul(e, X, Y, *, transpose_x, transpose_y, alpha, in_types):
     return out if alpha == 1.0 else e.node("Mul", [out, e.scalar(alpha, dtype)])
 
 
+def _known(dims):
+    """`dims` as an attribute, or None (left out) where one is unknown."""
+    return None if -1 in dims else list(dims)
+
+
 def _pads(paddings):
     """ONNX pads (begins then ends) of (pad_h, pad_w) or (top, bottom, left, right)."""
     p = list(paddings)
@@ -37,8 +42,8 @@ def _pads(paddings):
 @EXPORT.rule("conv2d")
 def conv2d(e, Input, Filter, *, strides, paddings, dilations, groups, padding_algorithm,
            in_types):
-    kernel = list(in_types[1][0][2:])
-    common = dict(strides=list(strides), group=int(groups), kernel_shape=kernel)
+    common = dict(strides=list(strides), group=int(groups),
+                  kernel_shape=_known(in_types[1][0][2:]))
     if padding_algorithm == "SAME":   # dilations are ignored, as our op does
         return e.node("Conv", [Input, Filter], auto_pad="SAME_UPPER", dilations=[1, 1], **common)
     pads = [0, 0, 0, 0] if padding_algorithm == "VALID" else _pads(paddings)
@@ -193,7 +198,7 @@ def _transposed_conv_rule(n):
         y = e.node("ConvTranspose", [x, Filter], strides=list(strides),
                    pads=[lo for lo, _ in pairs] + [hi for _, hi in pairs],
                    dilations=list(dilations), group=int(groups), output_padding=extras,
-                   kernel_shape=kernel)
+                   kernel_shape=_known(kernel))
         return e.node("Transpose", [y], perm=[0] + list(range(2, n + 2)) + [1]) if last else y
     rule.__name__ = rule.__qualname__ = f"conv{n}d_transpose"
     return rule
@@ -244,7 +249,7 @@ def conv_general_dilated(e, Input, Filter, *, window_strides, padding, lhs_dilat
         e.node("Transpose", [Filter], perm=list(rhs_spec))
     y = e.node("Conv", [x, w], strides=list(window_strides) or [1] * n, pads=pads,
                dilations=list(rhs_dilation) or [1] * n, group=int(feature_group_count),
-               kernel_shape=[w_dims[a] for a in rhs_spec[2:]])
+               kernel_shape=_known([w_dims[a] for a in rhs_spec[2:]]))
     back = _argsort(out_spec)
     return y if back == sorted(back) else e.node("Transpose", [y], perm=back)
 
