@@ -5,6 +5,7 @@ as ONNX sub-graphs. Ops no row can write are collected into one UnsupportedOpErr
 import collections
 
 import numpy as np
+from onnx import helper
 
 from lowering import dtypes
 from lowering import registry
@@ -61,7 +62,6 @@ class GraphWriter:
 
     def subgraph(self, block_idx, inputs, outputs, finish=None):
         """The ONNX graph of our sub-block `block_idx` (see `Emitter.subgraph`)."""
-        from onnx import helper
         saved = self.e.nodes, self.block, self.env, len(self.unsupported)
         self.e.nodes, self.block = [], self.program.block(block_idx)
         self.env = self.env.new_child()
@@ -236,13 +236,11 @@ def _names_read(nodes):
 
 
 def identity(source, target):
-    from onnx import helper
     return helper.make_node("Identity", [source], [target])
 
 
 def value_info(name, dims, dtype, dim_params):
     """A graph input or output: -1 dims named by `dim_params` (unnamed where None)."""
-    from onnx import helper
     shape = [d if d >= 0 else (dim_params[i] if dim_params else None)
              for i, d in enumerate(dims)]
     return helper.make_tensor_value_info(name, onnx_dtype(dtype), shape)

@@ -1,5 +1,6 @@
 """Export rows: reshapes, slices, gathers, broadcasts, concatenation, splits and constants."""
 import numpy as np
+from onnx import numpy_helper
 
 from lowering import dtypes
 from progdesc.onnx.export_table import EXPORT
@@ -141,7 +142,6 @@ EXPORT.rule("triu")(_triangle_rule(True))
 def fill_constant(e, *, shape, dtype, value):
     if -1 in shape:
         raise Unsupported(f"fill_constant of shape {list(shape)}")
-    from onnx import numpy_helper
     array = np.asarray([value], dtype=dtypes.to_numpy(dtype))
     if dtype == "bfloat16" and e.opset < 20:   # ConstantOfShape makes bfloat16 from 20
         return e.const(np.broadcast_to(array.reshape(()), shape).copy())

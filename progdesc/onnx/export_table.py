@@ -22,7 +22,9 @@ def conv2d(e, Input, Filter, *, strides, paddings, dilations, groups, padding_al
   error listing them all.
 """
 import numpy as np
+from onnx import helper, numpy_helper
 
+from lowering import dtypes
 from progdesc.translate import RuleTable
 
 MIN_OPSET, MAX_OPSET = 13, 21
@@ -45,8 +47,6 @@ EXPORT = ExportTable()
 
 def onnx_dtype(dtype):
     """The ONNX TensorProto element type of one of our dtype names."""
-    from onnx import helper
-    from lowering import dtypes
     return helper.np_dtype_to_tensor_dtype(dtypes.to_numpy(dtype))
 
 
@@ -75,7 +75,6 @@ class Emitter:
         """Append an ONNX node of the default domain; returns its output name (a list when
         `outputs` > 1). None in `inputs` is an absent optional input; None attributes are
         left out."""
-        from onnx import helper
         names = [self.fresh(op_type) for _ in range(outputs)]
         attrs = {k: v for k, v in attrs.items() if v is not None}
         self.nodes.append(helper.make_node(op_type, ["" if i is None else i for i in inputs],
@@ -84,7 +83,6 @@ class Emitter:
 
     def const(self, value, dtype=None):
         """The name of an initializer holding `value` (made once per distinct value)."""
-        from onnx import numpy_helper
         array = np.asarray(value, dtype=None if dtype is None else _np(dtype))
         key = (array.dtype.str, array.shape, array.tobytes())
         name = self._consts.get(key)
@@ -103,7 +101,6 @@ class Emitter:
 
     def initializer(self, name, value):
         """Add `value` as the initializer `name` (a parameter read from the Scope)."""
-        from onnx import numpy_helper
         self._used.add(name)
         self.initializers[name] = numpy_helper.from_array(np.ascontiguousarray(value), name)
         return name
@@ -156,5 +153,4 @@ class Emitter:
 
 
 def _np(dtype):
-    from lowering import dtypes
     return dtypes.to_numpy(dtype)

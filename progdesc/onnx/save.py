@@ -17,6 +17,9 @@ What becomes what:
 """
 import os
 
+import onnx
+from onnx import helper
+
 from lowering.errors import FeedError, FormatError
 from progdesc.atomic import atomic_write
 from progdesc.framework import Variable
@@ -47,8 +50,6 @@ def save(program, path, feed_names, fetch_vars, opset=17, scope=None, *, dim_nam
 
 def to_onnx(program, feed_names, fetch_vars, opset=17, scope=None, *, dim_names=None):
     """The checked ONNX ModelProto `save` writes (nothing is written)."""
-    import onnx
-    from onnx import helper
     if not (isinstance(opset, int) and MIN_OPSET <= opset <= MAX_OPSET):
         raise ValueError(f"opset must be an int from {MIN_OPSET} to {MAX_OPSET}, got {opset!r}")
     feeds = [_name(v) for v in feed_names]
