@@ -1,5 +1,6 @@
 """The export table: op type of ours -> the rule that writes it as ONNX nodes, and the
-`Emitter` those rules write through.
+`Emitter` those rules write through. The rows are in `export_math`, `export_nn`,
+`export_shape` and `export_rules` (control flow), one family each.
 
 A row, the mirror of an import row (`progdesc.onnx.rules`):
 
@@ -16,6 +17,10 @@ def conv2d(e, Input, Filter, *, strides, paddings, dilations, groups, padding_al
   slot, None for an empty one).
 - Return the ONNX name of the op's output (one output slot), or a tuple with one entry
   per output slot (None for an output the rule does not write: reading it is an error).
+- A rule appends nodes with `e.node(type, inputs, outputs=1, **attributes)` and makes
+  constants with `e.const(array)`, `e.ints(values)`, `e.scalar(value, dtype)`; a
+  sub-block of ours (a loop step, a branch) becomes a graph attribute through
+  `e.subgraph(block, inputs, outputs)`.
 - `e.opset` is the opset being written: one rule covers every version, with the forms
   that differ (Reduce* axes, Split) picked by the emitter's helpers.
 - Raise `Unsupported("why")` for attributes with no ONNX form: the op is named in the
@@ -55,7 +60,7 @@ class Emitter:
 
     def __init__(self, opset, reserved=(), writer=None):
         self.opset = opset
-        self._writer = writer   # what walks our blocks (progdesc.onnx.save)
+        self._writer = writer   # what walks our blocks (export_graph.GraphWriter)
         self.nodes = []
         self.initializers = {}      # name -> TensorProto
         self._used = set(reserved)
