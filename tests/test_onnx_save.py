@@ -541,3 +541,20 @@ def test_shapes_computed_from_other_arrays_dims(tmp_path, exe):
         path = tmp_path / f"dims{opset}.onnx"
         progdesc.onnx.save(main, path, ["x"], outs, opset=opset, scope=scope)
         _check_file(path, feeds, references)
+
+
+def test_scalar_parameters_stay_scalars(tmp_path):
+    main, startup = pd.Program(), pd.Program()
+    with pd.program_guard(main, startup):
+        x = pd.data("x", [None, 4])
+        column = main.global_block().create_var("column", shape=(), dtype="int64",
+                                                persistable=True)
+        out = ops.gather(x, column, axis=1)
+    assert out.shape == (-1,)
+    scope = pd.Scope()
+    scope.set("column", np.int64(2))
+    model = progdesc.onnx.to_onnx(main, ["x"], [out], scope=scope)
+    column_init, = [t for t in model.graph.initializer if t.name == "column"]
+    assert list(column_init.dims) == []
+    x_value = np.arange(12, dtype="float32").reshape(3, 4)
+    np.testing.assert_array_equal(_session(model).run(None, {"x": x_value})[0], x_value[:, 2])

@@ -138,6 +138,15 @@ class GraphWriter:
             del self.e.nodes[first:]
             return self.fail(op_desc)
         self.bind(opdef, op_desc, result, first, index)
+        self._name_nodes(first, op_desc.type, index)
+
+    def _name_nodes(self, first, op_type, index):
+        """Name the nodes an op became after it: '<type>#<index>[.k]' ('b<block>.' before
+        it in a sub-block), so that ONNX tools point back to the op."""
+        new = self.e.nodes[first:]
+        where = f"b{self.block.idx}." if self.block.idx else ""
+        for k, node in enumerate(new):
+            node.name = f"{where}{op_type}#{index}" + (f".{k}" if len(new) > 1 else "")
 
     def _slots(self, slots, bound, reader):
         """The ONNX names (read by `reader`; None: not read) and our types of each slot."""

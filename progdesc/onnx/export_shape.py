@@ -159,7 +159,7 @@ def assign_value(e, *, shape, dtype, values, int_values):
 def iota(e, *, shape, dtype, dimension):
     count = np.arange(shape[dimension]).reshape([-1] + [1] * (len(shape) - dimension - 1))
     array = np.broadcast_to(count, shape).astype(dtypes.to_numpy(dtype))
-    return e.const(np.ascontiguousarray(array))
+    return e.const(np.asarray(array, order="C"))
 
 
 @EXPORT.rule("dim_size")

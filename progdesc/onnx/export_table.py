@@ -107,7 +107,7 @@ class Emitter:
     def initializer(self, name, value):
         """Add `value` as the initializer `name` (a parameter read from the Scope)."""
         self._used.add(name)
-        self.initializers[name] = numpy_helper.from_array(np.ascontiguousarray(value), name)
+        self.initializers[name] = numpy_helper.from_array(np.asarray(value, order="C"), name)
         return name
 
     def subgraph(self, block_idx, inputs, outputs, finish=None):
