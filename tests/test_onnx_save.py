@@ -257,8 +257,7 @@ def _program_with_unexportable_ops():
     with pd.program_guard(main, startup):
         x = pd.data("x", [None, 5, 4])
         a = ops.lgamma(ops.exp(x))
-        which = cf.switch(ops.fill_constant(shape=[], dtype="int32", value=1),
-                          [lambda: x, lambda: ops.scale(x, scale=-1.0)])
+        which = ops.digamma(x)
         _, ys = cf.scan(lambda h, x_t: (ops.tanh(h), ops.atan2(x_t, h)),
                         ops.reduce_sum(x, axis=[1]), ops.transpose(x, perm=[1, 0, 2]))
         out = ops.add(ops.add(a, which), ops.transpose(ys, perm=[1, 0, 2]))
@@ -276,7 +275,7 @@ def test_ops_with_no_onnx_form_are_named_in_one_error_and_nothing_is_written(tmp
     with pytest.raises(UnsupportedOpError) as err:
         progdesc.onnx.save(main, path, ["x"], [out], scope=scope)
     found = [(t, b, i) for t, b, i, _, _ in err.value.places]
-    assert found == [("lgamma", 0, types.index("lgamma")), ("switch", 0, types.index("switch")),
+    assert found == [("lgamma", 0, types.index("lgamma")), ("digamma", 0, types.index("digamma")),
                      ("atan2", step.idx, [o.type for o in step.ops].index("atan2"))]
     for t, b, i in found:
         assert f"#{i} '{t}'" + (f" in block {b}" if b else "") in str(err.value)
@@ -307,7 +306,7 @@ def test_lstm_and_gru_classifier_as_onnx_scan(tmp_path, exe):
     _check_file(path, feeds, references)
 
 
-def test_cond_and_while_as_onnx_if_and_loop(tmp_path, exe):
+def test_cond_switch_and_while_as_onnx_if_and_loop(tmp_path, exe):
     main, startup = pd.Program(), pd.Program()
     with pd.program_guard(main, startup):
         x = pd.data("x", [None, 3])
@@ -322,16 +321,20 @@ def test_cond_and_while_as_onnx_if_and_loop(tmp_path, exe):
         root = cf.while_loop(far, lambda r: (r + a / r) * 0.5, a * 0.5 + 0.5)
         three_steps = cf.while_loop(far, lambda r: (r + a / r) * 0.5, a * 0.5 + 0.5,
                                     max_iters=3)
-        outs = [branch, root, three_steps]
+        which = pd.data("which", [], dtype="int32")
+        chosen = cf.switch(which, [lambda: ops.exp(x), lambda: x * 3.0, lambda: ops.abs(x)])
+        outs = [branch, root, three_steps, chosen]
     scope = pd.Scope()
     exe.run(startup, scope=scope)
     rng = np.random.default_rng(7)
-    feeds = [{"x": np.abs(rng.normal(size=(2, 3))).astype("float32")},
-             {"x": -np.abs(rng.normal(size=(5, 3))).astype("float32")}]
+    feeds = [{"x": np.abs(rng.normal(size=(2, 3))).astype("float32"), "which": np.asarray(w, dtype="int32")}
+             for w in (-1, 1)]
+    feeds += [{"x": -np.abs(rng.normal(size=(5, 3))).astype("float32"), "which": np.asarray(w, dtype="int32")}
+              for w in (2, 7)]
     references = _reference(exe, scope, main, feeds, outs)
     np.testing.assert_allclose(references[0][1] ** 2, np.abs(feeds[0]["x"]) + 1, rtol=1e-5)
     path = tmp_path / "control.onnx"
-    model = progdesc.onnx.save(main, path, ["x"], outs, opset=13, scope=scope)
+    model = progdesc.onnx.save(main, path, ["x", "which"], outs, opset=13, scope=scope)
     assert {"If", "Loop"} <= {n.op_type for n in model.graph.node}
     _check_file(path, feeds, references)
 

@@ -12,7 +12,7 @@ from lowering import registry
 from lowering.desc import read_attrs
 from lowering.errors import FeedError, ScopeError, UnsupportedOpError
 from progdesc.onnx.export_rules import EXPORT
-from progdesc.onnx.export_table import Emitter, onnx_dtype
+from progdesc.onnx.export_table import Emitter, value_info
 from progdesc.translate import Unsupported
 
 _FAILED = object()
@@ -246,14 +246,6 @@ def _names_read(nodes):
 
 def identity(source, target):
     return helper.make_node("Identity", [source], [target])
-
-
-def value_info(name, dims, dtype, dim_params):
-    """A graph input or output: -1 dims named by `dim_params` (unnamed where None)."""
-    shape = [d if d >= 0 else (dim_params[i] if dim_params else None)
-             for i, d in enumerate(dims)]
-    return helper.make_tensor_value_info(name, onnx_dtype(dtype), shape)
-
 
 
 def original_indices(program, pruned):

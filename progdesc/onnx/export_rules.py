@@ -1,6 +1,7 @@
 """The rows of the ONNX export table (`EXPORT`), one module per family of our ops; see
 `progdesc.onnx.export_table` for how a row is written."""
 import numpy as np
+from onnx import helper
 
 from progdesc.onnx import export_math, export_nn, export_shape  # noqa: F401
 from progdesc.onnx.export_table import EXPORT
@@ -58,6 +59,22 @@ def while_(e, Init, Input, *, block, carry_in, carry_out, cond, max_iters, in_ty
 
 
 @EXPORT.rule("switch")
-def switch(e, *args, **_):
-    """No ONNX form yet (nested If): named in the error, never dropped."""
-    raise Unsupported("switch is not written as ONNX yet (a chain of If)")
+def switch(e, Index, Input, *, blocks, branch_outputs, in_types, out_types):
+    """A chain of ONNX If: branch k where Index <= k, the last one else (an index out of
+    range is clamped, as ours)."""
+    per = len(branch_outputs) // len(blocks)
+    graphs = [e.subgraph(b, [], list(branch_outputs[k * per:(k + 1) * per]))
+              for k, b in enumerate(blocks)]
+    index = e.node("Reshape", [Index, e.ints([])])
+    dtype = in_types[0][1]
+    if len(graphs) == 1:
+        graphs.append(graphs[0])
+    below = [e.node("LessOrEqual", [index, e.scalar(k, dtype)]) for k in range(len(graphs) - 1)]
+    rest = graphs[-1]
+    for k in range(len(graphs) - 2, 0, -1):   # the else branch of k - 1 chooses k or later
+        outs = [e.fresh("switch") for _ in range(per)]
+        node = helper.make_node("If", [below[k]], outs, then_branch=graphs[k],
+                                else_branch=rest)
+        rest = e.graph([node], list(zip(outs, out_types[0])))
+    out = e.node("If", [below[0]], outputs=per, then_branch=graphs[0], else_branch=rest)
+    return [out] if per == 1 else out

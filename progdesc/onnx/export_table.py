@@ -119,6 +119,13 @@ class Emitter:
         its outputs instead, as [(name, (dims, dtype))]."""
         return self._writer.subgraph(block_idx, inputs, outputs, finish)
 
+    def graph(self, nodes, outputs):
+        """A GraphProto of `nodes` with no inputs (a branch reading the enclosing graphs'
+        values) and the outputs [(name, (dims, dtype))]."""
+        return helper.make_graph(nodes, self.fresh("branch"), [],
+                                 [value_info(n, dims, dtype, None) for n, (dims, dtype)
+                                  in outputs])
+
     # --- forms that differ by opset ---
     def reduce(self, op_type, x, axes, keepdims):
         """ReduceX of `x` over `axes` (all when empty): axes as an input for ReduceSum from
@@ -159,3 +166,10 @@ class Emitter:
 
 def _np(dtype):
     return dtypes.to_numpy(dtype)
+
+
+def value_info(name, dims, dtype, dim_params):
+    """A graph input or output: -1 dims named by `dim_params` (unnamed where None)."""
+    shape = [d if d >= 0 else (dim_params[i] if dim_params else None)
+             for i, d in enumerate(dims)]
+    return helper.make_tensor_value_info(name, onnx_dtype(dtype), shape)

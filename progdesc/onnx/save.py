@@ -23,8 +23,8 @@ from onnx import helper
 from lowering.errors import FeedError, FormatError
 from progdesc.atomic import atomic_write
 from progdesc.framework import Variable
-from progdesc.onnx.export_graph import GraphWriter, original_indices, value_info
-from progdesc.onnx.export_table import MAX_OPSET, MIN_OPSET
+from progdesc.onnx.export_graph import GraphWriter, original_indices
+from progdesc.onnx.export_table import MAX_OPSET, MIN_OPSET, value_info
 from progdesc.prune import prune
 from progdesc.scope import global_scope
 
