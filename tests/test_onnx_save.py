@@ -327,10 +327,9 @@ def test_cond_switch_and_while_as_onnx_if_and_loop(tmp_path, exe):
     scope = pd.Scope()
     exe.run(startup, scope=scope)
     rng = np.random.default_rng(7)
-    feeds = [{"x": np.abs(rng.normal(size=(2, 3))).astype("float32"), "which": np.asarray(w, dtype="int32")}
-             for w in (-1, 1)]
-    feeds += [{"x": -np.abs(rng.normal(size=(5, 3))).astype("float32"), "which": np.asarray(w, dtype="int32")}
-              for w in (2, 7)]
+    feeds = [{"x": (sign * np.abs(rng.normal(size=(n, 3)))).astype("float32"),
+              "which": np.asarray(w, dtype="int32")}   # -1 and 7: clamped to the ends
+             for sign, n, w in ((1, 2, -1), (1, 2, 1), (-1, 5, 2), (-1, 5, 7))]
     references = _reference(exe, scope, main, feeds, outs)
     np.testing.assert_allclose(references[0][1] ** 2, np.abs(feeds[0]["x"]) + 1, rtol=1e-5)
     path = tmp_path / "control.onnx"
