@@ -7,14 +7,20 @@ runs through the Executor, `minimize` trains it, `progdesc.export` compiles it. 
 
     program, feed_names, fetch_targets = progdesc.onnx.load("model.onnx")
     out, = exe.run(program, feed={feed_names[0]: images}, fetch_list=fetch_targets)
+
+`save` writes the forward part of a program back as an ONNX model
+(`progdesc.onnx.save`: one export rule per op of ours, `progdesc.onnx.export_rules`):
+
+    progdesc.onnx.save(main, "model.onnx", ["x"], [logits], scope=scope)
 """
 import os
 
 from progdesc import io
 from progdesc.onnx.model import read_model
+from progdesc.onnx.save import save, to_onnx
 from progdesc.onnx.translate import translate
 
-__all__ = ["is_onnx_model", "load"]
+__all__ = ["is_onnx_model", "load", "save", "to_onnx"]
 
 
 def is_onnx_model(path):
