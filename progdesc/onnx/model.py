@@ -32,27 +32,34 @@ def read_model(source):
     """The ModelProto of `source`: a path to a `.onnx` file, its bytes, or a ModelProto
     (used as it is). External data is read into the tensors (see the module's text);
     FormatError for anything that is not an ONNX model."""
-    if isinstance(source, onnx.ModelProto):
-        model, base = source, None
-    else:
-        if isinstance(source, (bytes, bytearray, memoryview)):
-            data, base = bytes(source), None
-        else:
-            path = os.fspath(source)
-            data, base = io.read_file(path, "ONNX model"), os.path.dirname(os.path.abspath(path))
-        model = onnx.ModelProto()
-        try:
-            model.ParseFromString(data)
-        except Exception as e:   # protobuf's DecodeError, or a message nested too deep
-            raise FormatError(f"not an ONNX model: {type(e).__name__}: {e}") from None
-        if not model.HasField("graph"):
-            raise FormatError("not an ONNX model: it has no graph")
+    model = parse_model(source)
+    base = None if isinstance(source, (onnx.ModelProto, bytes, bytearray, memoryview)) \
+        else os.path.dirname(os.path.abspath(os.fspath(source)))
     if _has_external_data(model):
         if base is None:
             raise FormatError("the model keeps tensors in external data files; load it from "
                               "its path (the files are found beside it)")
         model = _copy(model)
         _read_external_data(model, base)
+    return model
+
+
+def parse_model(source):
+    """The ModelProto of `source` (a path, bytes or a ModelProto, used as it is), its
+    external data not read; FormatError for anything that is not an ONNX model."""
+    if isinstance(source, onnx.ModelProto):
+        return source
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        data = bytes(source)
+    else:
+        data = io.read_file(os.fspath(source), "ONNX model")
+    model = onnx.ModelProto()
+    try:
+        model.ParseFromString(data)
+    except Exception as e:   # protobuf's DecodeError, or a message nested too deep
+        raise FormatError(f"not an ONNX model: {type(e).__name__}: {e}") from None
+    if not model.HasField("graph"):
+        raise FormatError("not an ONNX model: it has no graph")
     return model
 
 
