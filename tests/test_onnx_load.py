@@ -258,6 +258,50 @@ def test_input_dims_name_the_symbolic_dims_as_identifiers():
     assert dims == {"a": ("batch_size", "seq", 8), "c": ("c_0", "seq", 8)}
 
 
+def small(nodes, inputs, inits=()):
+    """A model of `nodes` on float [2] `inputs`, whose output is 'z'."""
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info(i, TensorProto.FLOAT, [2]) for i in inputs],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, [2])], list(inits))
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_onnx_names_shaped_like_ours_stay_separate_variables():
+    # our name for node 'a''s Relu output would be 'a.relu_0.out': an input and an
+    # initializer of that name must stay what the model says they are
+    x = np.array([-1.0, 2.0], np.float32)
+    other = np.array([10.0, 20.0], np.float32)
+    nodes = [helper.make_node("Relu", ["x"], ["y"], name="a"),
+             helper.make_node("Add", ["y", "a.relu_0.out"], ["z"], name="b")]
+    for model, feed in ((small(nodes, ["x", "a.relu_0.out"]), {"x": x, "a.relu_0.out": other}),
+                        (small(nodes, ["x"], [numpy_helper.from_array(other, "a.relu_0.out")]),
+                         {"x": x})):
+        scope = pd.Scope()
+        program, feeds, fetches = pd_onnx.load(model, scope)
+        out, = pd.Executor(device="cpu").run(program, feed=feed, fetch_list=fetches, scope=scope)
+        np.testing.assert_array_equal(out, np.maximum(x, 0) + other)
+
+
+def test_a_value_defined_twice_is_refused():
+    nodes = [helper.make_node("Relu", ["x"], ["z"], name="first"),
+             helper.make_node("Neg", ["x"], ["z"], name="second")]
+    with pytest.raises(FormatError, match="node 'second' writes 'z', which is defined before"):
+        pd_onnx.load(small(nodes, ["x"]), pd.Scope())
+    nodes = [helper.make_node("Relu", ["x"], ["x"], name="over_input")]
+    with pytest.raises(FormatError, match="'over_input' writes 'x'"):
+        pd_onnx.load(small(nodes, ["x"]), pd.Scope())
+
+
+def test_initializers_of_types_we_cannot_hold_are_named():
+    nodes = [helper.make_node("Relu", ["x"], ["z"], name="act")]
+    inits = [helper.make_tensor("words", TensorProto.STRING, [1], [b"hi"]),
+             numpy_helper.from_array(np.zeros(2, np.uint16), "halves")]
+    scope = pd.Scope()
+    with pytest.raises(UnsupportedOpError, match="'words' .*'halves'"):
+        pd_onnx.load(small(nodes, ["x"], inits), scope)
+    assert scope.local_var_names() == []
+
+
 # --- the progdesc command on .onnx files ---
 
 def progdesc(*args):
