@@ -1,8 +1,8 @@
 """Imported ONNX models (issue 26): import time of a 100-node model, and the inference step
 of an imported ResNet-18 and GPT-2 block against onnxruntime on the same CPU.
 
-The models are built here with onnx.helper (seeded random weights), not exported by
-PyTorch: the layouts PyTorch's exporter writes for these models, in the ops it writes.
+Two sets of models. Built here with onnx.helper (seeded random weights), larger, in the
+layouts and ops PyTorch's exporter writes for them:
 
 - mlp100: 50 blocks of Gemm + Relu (width 64) with a symbolic batch dim: 100 nodes, to
   time `progdesc.onnx.load` from the serialized bytes (fresh Scope each time);
@@ -15,6 +15,11 @@ PyTorch: the layouts PyTorch's exporter writes for these models, in the ops it w
   the causal mask sliced from a lower-triangular buffer by the sequence length
   (Shape -> Gather -> Unsqueeze -> Slice -> Where, as GPT-2's exporters write it), Softmax,
   the output projection, GELU in Erf form, residual Adds; batch 4, sequence 128.
+
+And the fixtures PyTorch itself exported (tests/fixtures/onnx/, both exporters: TorchScript
+at opset 17, dynamo at opset 18), where present: `resnet18_*` (widths 8-64, 32x32 images,
+batch norm unfolded in the dynamo file) at batch 8, `gpt2_block_*` (d=32, 4 heads, causal
+mask from Range/Greater) at batch 4, sequence 64.
 
 Per model: the imported program's `Executor.run` (NumPy feed, NumPy result) against an
 onnxruntime InferenceSession (all graph optimizations, intra-op threads = the cores this
@@ -167,7 +172,22 @@ def gpt2_block(d=256, heads=4, hidden=1024, max_len=512):
                   [helper.make_tensor_value_info("out", TensorProto.FLOAT, dims)], "gpt2_block")
 
 
+FIXTURES = os.path.join(ROOT, "tests", "fixtures", "onnx")
+
+
+def fixture(name):
+    """A model loader for the fixture file `name`.onnx."""
+    def load():
+        import onnx
+        return onnx.load(os.path.join(FIXTURES, name + ".onnx"))
+    return load
+
+
 MODELS = {"resnet18": (resnet18, (8, 3, 64, 64)), "gpt2_block": (gpt2_block, (4, 128, 256))}
+for _exporter in ("torchscript", "dynamo"):
+    for _name, _shape in (("resnet18", (8, 3, 32, 32)), ("gpt2_block", (4, 64, 32))):
+        if os.path.exists(os.path.join(FIXTURES, f"{_name}_{_exporter}.onnx")):
+            MODELS[f"{_name}_{_exporter}"] = (fixture(f"{_name}_{_exporter}"), _shape)
 
 
 def time_import(model, repeats=7):
