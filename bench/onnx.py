@@ -12,8 +12,8 @@ layouts and ops PyTorch's exporter writes for them:
   mode; batch 8;
 - gpt2_block: one GPT-2 decoder block (d=256, 4 heads, MLP 1024) with symbolic batch and
   sequence axes: LayerNormalization, Q/K/V MatMul + Add, Reshape/Transpose into heads,
-  the causal mask sliced from a lower-triangular buffer by the sequence length
-  (Shape -> Gather -> Unsqueeze -> Slice -> Where, as GPT-2's exporters write it), Softmax,
+  the causal mask made from the sequence length (Shape -> Gather -> Range -> Unsqueeze ->
+  Greater -> Where, as torch.onnx.export writes `torch.arange`'s mask), Softmax,
   the output projection, GELU in Erf form, residual Adds; batch 4, sequence 128.
 
 And the fixtures PyTorch itself exported (tests/fixtures/onnx/, both exporters: TorchScript
@@ -124,7 +124,7 @@ def resnet18(widths=(16, 32, 64, 128), classes=100, image=64):
                                                  ["batch", classes])], "resnet18")
 
 
-def gpt2_block(d=256, heads=4, hidden=1024, max_len=512):
+def gpt2_block(d=256, heads=4, hidden=1024):
     """One GPT-2 decoder block with symbolic batch and sequence axes (see the module)."""
     from onnx import TensorProto, helper
     node, init, nodes, inits, _ = _builder(3)
@@ -151,11 +151,10 @@ def gpt2_block(d=256, heads=4, hidden=1024, max_len=512):
     kt = node("Transpose", [k], perm=[0, 1, 3, 2])
     scores = node("Div", [node("MatMul", [q, kt]), const(np.float32(np.sqrt(dh)))])
     seq = node("Gather", [node("Shape", [x]), const(np.int64(1))], axis=0)
-    seq1 = node("Unsqueeze", [seq, const(np.array([0]))])
-    ends = node("Concat", [seq1, seq1], axis=0)
-    bias = const(np.tril(np.ones((max_len, max_len), bool))[None, None], name="causal_bias")
-    mask = node("Slice", [bias, const(np.array([0, 0])), ends, const(np.array([2, 3]))])
-    scores = node("Where", [mask, scores, const(np.float32(-1e4))])
+    steps = node("Range", [const(np.int64(0)), seq, const(np.int64(1))])
+    future = node("Greater", [node("Unsqueeze", [steps, const(np.array([0]))]),
+                              node("Unsqueeze", [steps, const(np.array([1]))])])
+    scores = node("Where", [future, const(np.float32(-1e4)), scores])
     att = node("MatMul", [node("Softmax", [scores], axis=-1), v])
     merged = node("Reshape", [node("Transpose", [att], perm=[0, 2, 1, 3]),
                               const(np.array([0, 0, d]))])
