@@ -24,7 +24,9 @@ mask from Range/Greater) at batch 4, sequence 64.
 Per model: the imported program's `Executor.run` (NumPy feed, NumPy result) against an
 onnxruntime InferenceSession (all graph optimizations, intra-op threads = the cores this
 process may use) on the same input, checked to agree within 1e-4, timed interleaved
-(median and min). Each runs in a subprocess on the CPU backend (JAX_PLATFORMS=cpu), on all
+(median and min); and, to tell the Executor's per-call cost from XLA's computation, the
+same program as a JAX function (`progdesc.as_jax`) under `jax.jit`, parameters as
+arguments. Each runs in a subprocess on the CPU backend (JAX_PLATFORMS=cpu), on all
 allowed cores.
 """
 import json
@@ -231,17 +233,26 @@ def measure(name, warmup, runs):
     def ort_step():
         return session.run(None, ort_feed)[0]
 
+    import jax
+    fn, params = pd.as_jax(program, feed=feeds, fetch=fetches[0], scope=scope)
+    jitted = jax.jit(fn)
+
+    def xla_step():   # the same computation called from JAX: no Executor, no Scope
+        return np.asarray(jitted(params, x))
+
     diff = float(np.max(np.abs(progdesc_step() - ort_step())))
     if not diff <= TOLERANCE:
         raise AssertionError(f"{name}: progdesc and onnxruntime differ by {diff:g} "
                              f"(> {TOLERANCE:g})")
-    res = interleaved({"progdesc": progdesc_step, "onnxruntime": ort_step}, steps=runs,
-                      warmup=warmup, block=10)
+    res = interleaved({"progdesc": progdesc_step, "onnxruntime": ort_step,
+                       "jax_jit": xla_step}, steps=runs, warmup=warmup, block=10)
     out = {"nodes": len(model.graph.node), "input": list(shape), "import_s": import_s,
            "import_first_s": import_first_s, "max_abs_diff": diff}
     for k, r in res.items():
         out[k] = {"median_s": r["median_s"], "min_s": r["min_s"], "n": r["n"]}
     out["ratio"] = out["progdesc"]["median_s"] / out["onnxruntime"]["median_s"]
+    out["ratio_min"] = out["progdesc"]["min_s"] / out["onnxruntime"]["min_s"]
+    out["ratio_jax_jit"] = out["jax_jit"]["median_s"] / out["onnxruntime"]["median_s"]
     return out
 
 
@@ -298,8 +309,9 @@ def run(log=print, quick=False, cores=0):
             f" ms; step progdesc {r['progdesc']['median_s'] * 1e3:.2f} ms (min "
             f"{r['progdesc']['min_s'] * 1e3:.2f}) vs onnxruntime "
             f"{r['onnxruntime']['median_s'] * 1e3:.2f} ms (min "
-            f"{r['onnxruntime']['min_s'] * 1e3:.2f}), x{r['ratio']:.3f}; max |diff| "
-            f"{r['max_abs_diff']:.1e}")
+            f"{r['onnxruntime']['min_s'] * 1e3:.2f}), x{r['ratio']:.3f} (of the minima "
+            f"x{r['ratio_min']:.3f}); as_jax under jax.jit {r['jax_jit']['median_s'] * 1e3:.2f}"
+            f" ms (x{r['ratio_jax_jit']:.3f}); max |diff| {r['max_abs_diff']:.1e}")
     with open("/proc/loadavg") as f:
         out["load_average_after"] = f.read().split()[:3]
     return out
