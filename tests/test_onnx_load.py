@@ -235,7 +235,7 @@ def test_a_scope_holding_other_values_is_refused_unless_overwrite():
 def test_symbolic_dims_become_minus_one_feeds(batch):
     scope = pd.Scope()
     program, feeds, fetches = pd_onnx.load(mlp(batch=batch), scope)
-    assert feeds == ["x"]
+    assert feeds == ["x"] and [v.name for v in fetches] == ["y"]   # the ONNX names
     assert list(program.global_block().var("x").shape) == [-1, 4]
     assert list(fetches[0].shape) == [-1, 3]
     for n in (1, 7):
@@ -280,6 +280,23 @@ def test_onnx_names_shaped_like_ours_stay_separate_variables():
         program, feeds, fetches = pd_onnx.load(model, scope)
         out, = pd.Executor(device="cpu").run(program, feed=feed, fetch_list=fetches, scope=scope)
         np.testing.assert_array_equal(out, np.maximum(x, 0) + other)
+
+
+def test_graph_outputs_keep_their_onnx_names():
+    x = np.array([-1.0, 2.0], np.float32)
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="act"),
+             helper.make_node("Tanh", ["r"], ["z"], name="squash")]
+    model = small(nodes, ["x"])
+    model.graph.output.extend([helper.make_tensor_value_info("r", TensorProto.FLOAT, [2]),
+                               helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])])
+    scope = pd.Scope()
+    program, feeds, fetches = pd_onnx.load(model, scope)
+    assert [v.name for v in fetches] == ["z", "r", "x"]
+    z, r, same = pd.Executor(device="cpu").run(program, feed={"x": x}, fetch_list=["z", "r", "x"],
+                                               scope=scope)
+    np.testing.assert_array_equal(r, np.maximum(x, 0))
+    np.testing.assert_allclose(z, np.tanh(np.maximum(x, 0)), rtol=1e-6)
+    np.testing.assert_array_equal(same, x)
 
 
 def test_a_value_defined_twice_is_refused():
@@ -341,13 +358,15 @@ def test_the_command_shows_runs_and_exports_an_onnx_model(tmp_path):
     done = progdesc("run", path, "--feed", f"a={tmp_path / 'a.npy'}", "--feed",
                     f"c={tmp_path / 'c.npy'}", "--out", tmp_path / "out")
     assert done.returncode == 0, done.stderr
-    (saved,) = os.listdir(tmp_path / "out")
+    assert os.listdir(tmp_path / "out") == ["y.npy"]   # fetched under its ONNX name
+    saved = "y.npy"
     reference = np.maximum(a + c, 0) @ w2
     np.testing.assert_allclose(np.load(tmp_path / "out" / saved), reference, rtol=1e-5,
                                atol=1e-5)
     done = progdesc("export", path, "-o", tmp_path / "two.pdx", "--platforms", "cpu")
     assert done.returncode == 0, done.stderr
-    assert "a: float32[batch, seq, 4]; c: float32[batch, seq, 4]" in done.stdout
+    assert "a: float32[batch, seq, 4]; c: float32[batch, seq, 4]; y: float32[batch, seq, 2]" \
+        in done.stdout
     compiled = pd.export.load_compiled(tmp_path / "two.pdx")
     for shape in ((1, 2, 4), (3, 5, 4)):
         a, c = (RNG.standard_normal(shape).astype(np.float32) for _ in range(2))

@@ -257,12 +257,28 @@ class OnnxTranslator(Translator):
                 except Unsupported as e:
                     self.note(Node("graph output", (), (), {},
                                    line=f"output '{onnx_model.shown(out.name)}'"), str(e))
-        self.check()
-        if any(f is FAILED for f in fetches):
-            raise FormatError("a graph output could not be computed")
+            self.check()
+            if any(f is FAILED for f in fetches):
+                raise FormatError("a graph output could not be computed")
+            fetches = [self._named_output(out.name, ours)
+                       for out, ours in zip(graph.output, fetches)]
         self._settle_initializers(state)
         state.update(self.values)
         return feeds, fetches, state
+
+    def _named_output(self, name, ours):
+        """Our variable `ours` of the graph output `name`, as a variable of that name (a
+        copy) where no variable has it yet: fetched and saved back under its ONNX name."""
+        block = self.program.global_block()
+        if ours == name or block.find_var(name) is not None:
+            return ours
+        dims, dtype = block.var_type(ours)
+        block.create_var(name, list(dims), dtype)
+        _reserve_stems(self.program, [name])
+        block.append_op("assign", {"X": ours}, {"Out": name})
+        if ours in self._dims:
+            self._dims[name] = self._dims[ours]
+        return name
 
     def _settle_initializers(self, state):
         """Initializers read at import are not trained; those no op reads are dropped."""
