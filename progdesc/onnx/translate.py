@@ -257,13 +257,12 @@ class OnnxTranslator(Translator):
                 except Unsupported as e:
                     self.note(Node("graph output", (), (), {},
                                    line=f"output '{onnx_model.shown(out.name)}'"), str(e))
-            self.check()
-            if any(f is FAILED for f in fetches):
-                raise FormatError("a graph output could not be computed")
-            fetches = [self._named_output(out.name, ours)
-                       for out, ours in zip(graph.output, fetches)]
+        self.check()
+        if any(f is FAILED for f in fetches):
+            raise FormatError("a graph output could not be computed")
         self._settle_initializers(state)
         state.update(self.values)
+        fetches = [self._named_output(out.name, ours) for out, ours in zip(graph.output, fetches)]
         return feeds, fetches, state
 
     def _named_output(self, name, ours):
