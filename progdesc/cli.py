@@ -45,9 +45,10 @@ def _parser():
                       help="save the trained model there as an inference model directory")
     show = sub.add_parser("show", help="print a program, checkpoint, model dir or artifact",
                           description="Print a program file (binary or text), a checkpoint's "
-                                      "variables, an inference model directory, or a compiled "
-                                      "artifact's header.")
-    show.add_argument("path", metavar="FILE", help="file or inference model directory")
+                                      "variables, an inference model directory, a PaddlePaddle or "
+                                      "ONNX model (translated), or a compiled artifact's header.")
+    show.add_argument("path", metavar="FILE",
+                      help="file, inference model directory, Paddle model or .onnx file")
     run = sub.add_parser("run", help="run an inference model on .npy inputs",
                          description="Run an inference model directory on NumPy .npy feeds; "
                                      "print the results or save them as .npy files.")

@@ -258,6 +258,22 @@ def test_input_dims_name_the_symbolic_dims_as_identifiers():
     assert dims == {"a": ("batch_size", "seq", 8), "c": ("c_0", "seq", 8)}
 
 
+@pytest.mark.parametrize("dim", ["max", "2batch", "_n", "batch-size"])
+def test_a_model_exports_whatever_its_dim_params_are_named(tmp_path, dim):
+    scope = pd.Scope()
+    model = mlp(batch=dim)
+    program, feeds, fetches = pd_onnx.load(model, scope)
+    named = pd_onnx.input_dims(model)["x"]
+    assert named[0].isidentifier() and named[1] == 4
+    header = pd.export.export_compiled(tmp_path / "m.pdx", program, feeds, fetches, scope,
+                                       platforms=("cpu",),
+                                       batch_polymorphic={"x": (named[0], None)})
+    assert header["feeds"][0]["shape"] == [named[0], 4]
+    x = RNG.standard_normal((3, 4)).astype(np.float32)
+    np.testing.assert_allclose(np.asarray(pd.export.load_compiled(tmp_path / "m.pdx")(x)[0]),
+                               expected(x), rtol=1e-5, atol=1e-5)
+
+
 def small(nodes, inputs, inits=()):
     """A model of `nodes` on float [2] `inputs`, whose output is 'z'."""
     graph = helper.make_graph(

@@ -72,6 +72,9 @@ def input_dims(source):
     return out
 
 
+_NOT_DIM_NAMES = {"max", "min", "mod", "floordiv"}   # jax.export's functions in shapes
+
+
 def _identifier(name):
     name = re.sub(r"\W", "_", name, flags=re.ASCII)
-    return name if name[:1].isalpha() else f"d_{name}"
+    return name if name[:1].isalpha() and name not in _NOT_DIM_NAMES else f"d_{name}"
