@@ -170,6 +170,24 @@ def test_garbage_and_truncated_files_are_format_errors(tmp_path):
     assert failed == len(range(1, len(whole), 7))   # no prefix of the file is a whole model
 
 
+def wire_field(number, payload):
+    """A length-delimited protobuf field, written by hand."""
+    out, n = bytearray([number << 3 | 2]), len(payload)
+    while True:
+        out.append((n & 0x7F) | (0x80 if n > 0x7F else 0))
+        n >>= 7
+        if not n:
+            return bytes(out) + payload
+
+
+def test_sub_graphs_nested_too_deep_are_a_format_error():
+    graph = b""
+    for _ in range(300):   # GraphProto.node > NodeProto.attribute > AttributeProto.g > ...
+        graph = wire_field(1, wire_field(5, wire_field(6, graph)))
+    with pytest.raises(FormatError, match="not an ONNX model"):
+        pd_onnx.load(wire_field(7, graph), pd.Scope())   # ModelProto.graph
+
+
 def test_a_missing_file_is_a_format_error_naming_it(tmp_path):
     with pytest.raises(FormatError, match="cannot read ONNX model .*missing.onnx"):
         pd_onnx.load(tmp_path / "missing.onnx", pd.Scope())
