@@ -188,6 +188,17 @@ def test_sub_graphs_nested_too_deep_are_a_format_error():
         pd_onnx.load(wire_field(7, graph), pd.Scope())   # ModelProto.graph
 
 
+@pytest.mark.parametrize("field, what", [(b"\x1a\x03act", "a node name"),   # NodeProto.name
+                                         (b"\x12\x05batch", "a dim name"),  # Dimension.dim_param
+                                         (b'"\x04Relu', "an op type")])     # NodeProto.op_type
+def test_names_that_are_not_utf8_are_a_format_error(field, what):
+    data = mlp().SerializeToString()
+    assert field in data
+    bad = data.replace(field, field[:-1] + b"\x83")   # the same length, no UTF-8 text
+    with pytest.raises(FormatError, match=f"{what} is not UTF-8 text"):
+        pd_onnx.load(bad, pd.Scope())
+
+
 def test_a_missing_file_is_a_format_error_naming_it(tmp_path):
     with pytest.raises(FormatError, match="cannot read ONNX model .*missing.onnx"):
         pd_onnx.load(tmp_path / "missing.onnx", pd.Scope())

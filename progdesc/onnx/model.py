@@ -60,7 +60,32 @@ def parse_model(source):
         raise FormatError(f"not an ONNX model: {type(e).__name__}: {e}") from None
     if not model.HasField("graph"):
         raise FormatError("not an ONNX model: it has no graph")
+    _check_names(model)
     return model
+
+
+def _check_names(model):
+    """FormatError if a name the importer uses is not UTF-8 text (protobuf then gives
+    bytes where a str is expected)."""
+    def texts():
+        for imp in model.opset_import:
+            yield "an opset domain", imp.domain
+        for graph in _graphs(model.graph):
+            for info in list(graph.input) + list(graph.output) + list(graph.value_info):
+                yield "a value name", info.name
+                for d in info.type.tensor_type.shape.dim:
+                    yield "a dim name", d.dim_param
+            for tensor in graph.initializer:
+                yield "an initializer name", tensor.name
+            for node in graph.node:
+                yield "a node name", node.name
+                yield "an op type", node.op_type
+                yield "an op domain", node.domain
+                yield from (("a value name", v) for v in list(node.input) + list(node.output))
+                yield from (("an attribute name", a.name) for a in node.attribute)
+    for what, text in texts():
+        if not isinstance(text, str):
+            raise FormatError(f"not an ONNX model: {what} is not UTF-8 text ({text[:40]!r})")
 
 
 def _copy(model):
