@@ -199,6 +199,24 @@ def test_names_that_are_not_utf8_are_a_format_error(field, what):
         pd_onnx.load(bad, pd.Scope())
 
 
+def test_flipped_bytes_load_or_raise_our_errors():
+    from lowering.errors import ProgdescError
+    data = mlp().SerializeToString()
+    rng = np.random.default_rng(7)
+    refused = 0
+    for _ in range(200):
+        bad = bytearray(data)
+        for i in rng.integers(len(bad), size=rng.integers(1, 4)):
+            bad[i] = rng.integers(256)
+        scope = pd.Scope()
+        try:
+            pd_onnx.load(bytes(bad), scope)
+        except ProgdescError:
+            refused += 1
+            assert scope.local_var_names() == []
+    assert refused > 50   # most flips break the model; the rest still make one
+
+
 def test_a_missing_file_is_a_format_error_naming_it(tmp_path):
     with pytest.raises(FormatError, match="cannot read ONNX model .*missing.onnx"):
         pd_onnx.load(tmp_path / "missing.onnx", pd.Scope())
