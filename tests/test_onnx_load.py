@@ -447,3 +447,18 @@ def test_the_command_reports_a_bad_onnx_model_in_one_line(tmp_path):
             assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
             assert why in done.stderr
     assert not (tmp_path / "x.pdx").exists()
+
+
+GPT2 = os.path.join(ROOT, "tests", "fixtures", "onnx", "gpt2_block_dynamo.onnx")
+
+
+@pytest.mark.skipif(not os.path.exists(GPT2), reason="the PyTorch fixtures are not here")
+def test_the_command_exports_pytorchs_gpt2_block_with_its_batch_and_sequence_dims(tmp_path):
+    reference = np.load(GPT2.replace("_dynamo.onnx", ".npz"), allow_pickle=False)
+    done = progdesc("export", GPT2, "-o", tmp_path / "gpt2.pdx", "--platforms", "cpu")
+    assert done.returncode == 0, done.stderr
+    assert "x: float32[batch, seq, 32]; output: float32[batch, seq, 32]" in done.stdout
+    compiled = pd.export.load_compiled(tmp_path / "gpt2.pdx")
+    for case in ("b2_t7", "b5_t12"):   # two batch sizes, two sequence lengths
+        np.testing.assert_allclose(np.asarray(compiled(reference[f"{case}_input_x"])[0]),
+                                   reference[f"{case}_output"], rtol=1e-5, atol=1e-5)
