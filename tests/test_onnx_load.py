@@ -440,12 +440,12 @@ def test_the_command_shows_runs_and_exports_an_onnx_model(tmp_path):
 def test_the_command_reports_a_bad_onnx_model_in_one_line(tmp_path):
     (tmp_path / "bad.onnx").write_bytes(b"\xff\x00garbage")
     onnx.save_model(mlp(opset=11), str(tmp_path / "old.onnx"))
-    for path, why in ((tmp_path / "bad.onnx", "not an ONNX model"),
-                      (tmp_path / "old.onnx", "opset is 11")):
-        for command in (("show", path), ("export", path, "-o", tmp_path / "x.pdx")):
-            done = progdesc(*command)
-            assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
-            assert why in done.stderr
+    for command, why in ((("show", tmp_path / "bad.onnx"), "not an ONNX model"),
+                         (("export", tmp_path / "old.onnx", "-o", tmp_path / "x.pdx"),
+                          "opset is 11")):
+        done = progdesc(*command)
+        assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+        assert why in done.stderr
     assert not (tmp_path / "x.pdx").exists()
 
 
