@@ -289,8 +289,13 @@ def _run_child(cores, warmup, runs, models):
 def run(log=print, quick=False, cores=0):
     """Import time of the 100-node model and each model's inference step against
     onnxruntime, in a subprocess on the CPU backend: the child's result dict ("cores",
-    "onnxruntime", "import", "models": {name: {..., "ratio"}}). `quick`: 3 warm-up, 20
-    runs (else 20 and 200)."""
+    "onnxruntime", "import", "models": {name: {..., "ratio"}}); None without onnx and
+    onnxruntime. `quick`: 3 warm-up, 20 runs (else 20 and 200)."""
+    import importlib.util
+    missing = [m for m in ("onnx", "onnxruntime") if importlib.util.find_spec(m) is None]
+    if missing:
+        log(f"  skipped: {', '.join(missing)} not installed (pip install -e \".[test]\")")
+        return None
     warmup, runs = (3, 20) if quick else (20, 200)
     with open("/proc/loadavg") as f:
         load = f.read().split()[:3]
