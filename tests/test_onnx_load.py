@@ -232,7 +232,8 @@ def test_every_unsupported_node_is_named_in_one_error():
     nodes = [helper.make_node("Gemm", ["x", "W", "b"], ["h"], name="fc"),
              helper.make_node("NoSuchOp", ["h"], ["h2"], name="first_unknown"),
              helper.make_node("Relu", ["h2"], ["h3"], name="act"),
-             helper.make_node("AlsoMissing", ["h3"], ["y"], name="second_unknown", domain="ai.onnx"),
+             helper.make_node("AlsoMissing", ["h3"], ["y"], name="second_unknown",
+                              domain="ai.onnx"),
              helper.make_node("FusedThing", ["h3"], ["unused"], name="third_unknown",
                               domain="com.example")]
     model = mlp(nodes)
