@@ -28,10 +28,13 @@ Sections (all by default; pick with --only):
              on the CPU backend, all cores and one core): import time; inference step vs a
              hand-written jax.jit forward, and vs Paddle's Executor and predictor as timed by
              tests/fixtures/paddle/paddle_timings.json at the same thread count;
+  onnx       imported ONNX models (bench/onnx.py, a subprocess on the CPU backend): import
+             time of a 100-node model; ResNet-18 and a GPT-2 block built with onnx.helper,
+             inference step vs onnxruntime on the same cores;
   concurrency  plain JAX code (an un-jitted jax.hessian, a jitted MLP step) compiled by 4
              processes at once, with progdesc imported against without (bench/concurrency.py).
 
-The sections that run in subprocesses (torch, first, concurrency, paddle) run before this
+The sections that run in subprocesses (torch, first, concurrency, paddle, onnx) run before this
 process starts its JAX backend, which on a GPU holds most of the device's memory from then on.
 
 Prints a table with every ratio next to its target (PASS/FAIL) and writes JSON to
@@ -49,6 +52,7 @@ import tempfile
 import time
 
 from bench import build_scaling, concurrency, imported, multistep, overhead, peaks
+from bench import onnx as onnx_bench
 from bench import paddle as paddle_bench
 from bench import workloads as W
 from bench.common import fmt_s, hlo_summary, interleaved
@@ -56,12 +60,12 @@ from bench.common import fmt_s, hlo_summary, interleaved
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 SECTIONS = ("torch", "steps", "first", "overhead", "build", "multistep", "imported",
-            "paddle", "concurrency")
+            "paddle", "onnx", "concurrency")
 TARGETS = {
     "step": ("<=", 1.05), "first": ("<=", 1.0), "memory": ("<=", 1.2),
     "overhead": ("<=", 1.5), "exponent": ("<=", 1.1), "build10k": ("<", 2.0),
     "multistep": (">=", 1.5), "concurrency": ("<=", 1.1), "imported": ("<=", 1.05),
-    "paddle_import": ("<", 1.0),
+    "paddle_import": ("<", 1.0), "onnx_import": ("<", 0.5),
     "torch_f32": ("<=", 1.0), "torch_bf16": ("<=", 0.8),
 }
 # issue 14's targets against PyTorch: the large transformer's float32 step against
@@ -353,6 +357,7 @@ def table(res):
         add(f"{name} imported from Flax: step progdesc/jax.jit",
             f"{fmt_s(r['progdesc_s'])} / {fmt_s(r['original_s'])}", "imported", r["ratio"])
     paddle_rows(res.get("paddle"), add, rows)
+    onnx_rows(res.get("onnx"), add, rows)
     c = res.get("concurrency")
     if c:
         for w, what in (("hessian", "un-jitted jax.hessian"), ("mlp", "jitted MLP step")):
@@ -387,6 +392,23 @@ def paddle_rows(p, add, rows):
                                  f"{fmt_s(r['progdesc']['median_s'])} / "
                                  f"{fmt_s(r[f'paddle_{what}_s'])}",
                                  f"x{r[f'ratio_{what}']:.3f}", "reference", ""))
+
+
+def onnx_rows(o, add, rows):
+    """Rows of the imported ONNX models: the 100-node import (target), each model's step
+    against onnxruntime on the same cores (reference rows: the issue asks for the ratio)."""
+    if not o:
+        return
+    add("ONNX 100-node model: import (median)", f"{o['import']['median_s'] * 1e3:.0f} ms",
+        "onnx_import", o["import"]["median_s"], "{:.3f} s")
+    for name, r in o["models"].items():
+        label = f"ONNX {name} ({o['cores']} cores): step progdesc/onnxruntime"
+        if "error" in r:
+            rows.append((label, "not measured", "n/a", "reference", "SKIP"))
+            continue
+        rows.append((label, f"{fmt_s(r['progdesc']['median_s'])} / "
+                     f"{fmt_s(r['onnxruntime']['median_s'])}", f"x{r['ratio']:.3f}",
+                     "reference", ""))
 
 
 def torch_rows(name, r, torch_res, add, rows):
@@ -485,6 +507,9 @@ def main(argv=None):
     if "paddle" in only:
         log("imported Paddle ResNet-18 (CPU backend, subprocesses), against Paddle's own timings:")
         results["paddle"] = paddle_bench.run(log=log, quick=args.quick)
+    if "onnx" in only:
+        log("imported ONNX models (CPU backend, a subprocess), against onnxruntime:")
+        results["onnx"] = onnx_bench.run(log=log, quick=args.quick)
     import jax
     info = results["machine"] = machine()
     log(f"backend {info['backend']} ({info['device']}), jax {info['jax']}, flax {info['flax']}")

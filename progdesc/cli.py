@@ -5,8 +5,10 @@
     progdesc run MODEL_DIR --feed NAME=PATH.npy ... [--fetch NAME ...] [--out DIR]
     progdesc export MODEL_DIR -o FILE [--platforms cpu,cuda,tpu] [--params-as-inputs]
 
-MODEL_DIR is an inference model directory of ours or a PaddlePaddle model (its
-directory, the path prefix of its .pdmodel or .json, or that file).
+MODEL_DIR is an inference model directory of ours, a PaddlePaddle model (its
+directory, the path prefix of its .pdmodel or .json, or that file), or an ONNX model
+(a .onnx file, its external data beside it). An ONNX model is exported with its
+symbolic dims (dim_param) as symbolic dims of the same names.
 
 Bad arguments and unreadable or invalid files end with exit code 2 and one
 line on stderr.
@@ -43,9 +45,10 @@ def _parser():
                       help="save the trained model there as an inference model directory")
     show = sub.add_parser("show", help="print a program, checkpoint, model dir or artifact",
                           description="Print a program file (binary or text), a checkpoint's "
-                                      "variables, an inference model directory, or a compiled "
-                                      "artifact's header.")
-    show.add_argument("path", metavar="FILE", help="file or inference model directory")
+                                      "variables, an inference model directory, a PaddlePaddle or "
+                                      "ONNX model (translated), or a compiled artifact's header.")
+    show.add_argument("path", metavar="FILE",
+                      help="file, inference model directory, Paddle model or .onnx file")
     run = sub.add_parser("run", help="run an inference model on .npy inputs",
                          description="Run an inference model directory on NumPy .npy feeds; "
                                      "print the results or save them as .npy files.")
@@ -87,8 +90,12 @@ def _demo(args):
 
 
 def _load_model(path, exe, scope):
-    """(program, feed names, fetch targets) of an inference model of ours or of Paddle's."""
+    """(program, feed names, fetch targets) of an inference model of ours, of Paddle's or
+    of ONNX's."""
     from progdesc import io, paddle
+    if _is_onnx(path):
+        from progdesc import onnx
+        return onnx.load(path, scope)
     if paddle.is_paddle_model(path):
         return paddle.load_inference_model(path, exe, scope)
     return io.load_inference_model(path, exe, scope)
@@ -97,6 +104,8 @@ def _load_model(path, exe, scope):
 def _show(args):
     from progdesc import export, io, paddle
     path = args.path
+    if _is_onnx(path):
+        return _show_onnx(path)
     if paddle.is_paddle_model(path):
         return _show_paddle(path)
     if os.path.isdir(path):
@@ -138,6 +147,36 @@ def _show_paddle(path):
         for name in names:
             var = block.var(name)
             print(f"  {key:5} {name}: {var.dtype}{list(var.shape)}")
+    _print_values({name: scope.get(name) for name in scope.local_var_names()}, "parameters")
+    print(program)
+    return 0
+
+
+def _is_onnx(path):
+    """Whether `path` is a .onnx file (the onnx package is imported only then)."""
+    if not (str(path).endswith(".onnx") and os.path.isfile(path)):
+        return False
+    try:
+        from progdesc import onnx
+    except ImportError as e:
+        raise UsageError(f"reading ONNX models needs the onnx package "
+                         f"(pip install progdesc[onnx]): {e}") from None
+    return onnx.is_onnx_model(path)
+
+
+def _show_onnx(path):
+    import progdesc as pd
+    from progdesc import onnx
+    scope = pd.Scope()
+    program, feed_names, fetch_targets = onnx.load(path, scope)
+    dims = onnx.input_dims(path)
+    print(f"ONNX model {path}, translated")
+    block = program.global_block()
+    for key, names in (("feed", feed_names), ("fetch", [v.name for v in fetch_targets])):
+        for name in names:
+            var = block.var(name)
+            named = f" ({', '.join(map(str, dims[name]))})" if name in dims else ""
+            print(f"  {key:5} {name}: {var.dtype}{list(var.shape)}{named}")
     _print_values({name: scope.get(name) for name in scope.local_var_names()}, "parameters")
     print(program)
     return 0
@@ -219,9 +258,15 @@ def _export(args):
                          f"choose from {', '.join(PLATFORMS)}")
     scope = pd.Scope()
     program, feed_names, fetch_targets = _load_model(args.model_dir, None, scope)
+    polymorphic = True
+    if _is_onnx(args.model_dir):   # the model's own dim names, shared where it shares them
+        from progdesc import onnx
+        polymorphic = {name: tuple(None if isinstance(d, int) else d for d in dims)
+                       for name, dims in onnx.input_dims(args.model_dir).items()
+                       if name in feed_names}
     header = export.export_compiled(args.output, program, feed_names, fetch_targets, scope,
                                     platforms=platforms, embed_params=not args.params_as_inputs,
-                                    keep_64bit=args.keep_64bit)
+                                    batch_polymorphic=polymorphic, keep_64bit=args.keep_64bit)
     shown = "; ".join(f"{s['name']}: {s['dtype']}[{', '.join(map(str, s['shape']))}]"
                       for s in header["feeds"] + header["fetches"])
     print(f"wrote {args.output} for {', '.join(header['platforms'])} ({shown})")

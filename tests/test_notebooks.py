@@ -23,7 +23,8 @@ def test_notebooks_exist():
     assert [p.name for p in NOTEBOOKS] == ["01_quickstart.ipynb", "02_gradients.ipynb",
                                            "03_export.ipynb", "04_control_flow.ipynb",
                                            "05_data_parallel.ipynb", "06_eager.ipynb",
-                                           "07_jax_flax.ipynb", "08_paddle.ipynb"]
+                                           "07_jax_flax.ipynb", "08_paddle.ipynb",
+                                           "09_onnx.ipynb"]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
@@ -138,3 +139,22 @@ def test_notebook_runs(path, kernel_env, tmp_path):
         accuracies = [float(line.split()[-1]) for line in printed.splitlines()
                       if line.startswith("held-out accuracy")]
         assert len(accuracies) == 2 and min(accuracies) > 0.9   # trained by progdesc, by nnx
+    if path.stem == "09_onnx":
+        printed = "".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", [])
+                          if o.output_type == "stream")
+
+        def diffs(what):
+            return [float(line.rsplit(" ", 1)[1]) for line in printed.splitlines()
+                    if f"max |{what}|" in line]
+        imported = diffs("progdesc - PyTorch")   # both exporters, two batch sizes
+        assert len(imported) == 4 and max(imported) < 1e-5
+        assert "= matmul(X=x, Y=fc1.weight) {transpose_y=True}" in printed   # the program
+        accuracy = {line.split()[2]: float(line.split()[-1]) for line in printed.splitlines()
+                    if line.startswith("held-out accuracy")}
+        assert accuracy["before:"] < 0.3 and accuracy["after:"] > 0.8   # fine-tuned
+        assert "'shape': ['batch', 16]" in printed   # exported with the ONNX dim name
+        exported = diffs("exported - Executor")
+        assert len(exported) == 2 and max(exported) < 1e-5
+        written = diffs("written ONNX in onnxruntime - Executor")   # saved back, run by ORT
+        assert len(written) == 2 and max(written) < 1e-5
+        assert "('x', ['batch', 16])" in printed   # the dim_param written back

@@ -14,13 +14,14 @@ runs through the Executor, `minimize` trains it, `progdesc.export` compiles it. 
     progdesc.onnx.save(main, "model.onnx", ["x"], [logits], scope=scope)
 """
 import os
+import re
 
 from progdesc import io
-from progdesc.onnx.model import read_model
+from progdesc.onnx.model import parse_model, read_model, tensor_type
 from progdesc.onnx.save import save, to_onnx
 from progdesc.onnx.translate import translate
 
-__all__ = ["is_onnx_model", "load", "save", "to_onnx"]
+__all__ = ["input_dims", "is_onnx_model", "load", "save", "to_onnx"]
 
 
 def is_onnx_model(path):
@@ -57,3 +58,29 @@ def load(source, scope=None, *, for_training=False, overwrite=False):
     io.set_values(program, state, scope)
     block = program.global_block()
     return program, feeds, [block.var(n) for n in fetches]
+
+
+def input_dims(source):
+    """{graph input name: dims} of the model's inputs that no initializer gives a value:
+    each dim its size, or the name of its symbolic dim (the `dim_param`, made a Python
+    identifier; '<input>_<axis>' for an unnamed one), as `progdesc.export`'s
+    `batch_polymorphic` takes them, so that an exported model keeps the ONNX names and
+    inputs sharing a dim_param share the dim. External data is not read."""
+    model = parse_model(source)
+    values = {t.name for t in model.graph.initializer}
+    out = {}
+    for info in model.graph.input:
+        typ = tensor_type(info.type)
+        if info.name in values or typ is None or typ[0] is None:
+            continue
+        out[info.name] = tuple(d if isinstance(d, int) else _identifier(d or f"{info.name}_{axis}")
+                               for axis, d in enumerate(typ[0]))
+    return out
+
+
+_NOT_DIM_NAMES = {"max", "min", "mod", "floordiv"}   # jax.export's functions in shapes
+
+
+def _identifier(name):
+    name = re.sub(r"\W", "_", name, flags=re.ASCII)
+    return name if name[:1].isalpha() and name not in _NOT_DIM_NAMES else f"d_{name}"

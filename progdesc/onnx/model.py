@@ -32,21 +32,9 @@ def read_model(source):
     """The ModelProto of `source`: a path to a `.onnx` file, its bytes, or a ModelProto
     (used as it is). External data is read into the tensors (see the module's text);
     FormatError for anything that is not an ONNX model."""
-    if isinstance(source, onnx.ModelProto):
-        model, base = source, None
-    else:
-        if isinstance(source, (bytes, bytearray, memoryview)):
-            data, base = bytes(source), None
-        else:
-            path = os.fspath(source)
-            data, base = io.read_file(path, "ONNX model"), os.path.dirname(os.path.abspath(path))
-        model = onnx.ModelProto()
-        try:
-            model.ParseFromString(data)
-        except Exception as e:   # protobuf's DecodeError, or a message nested too deep
-            raise FormatError(f"not an ONNX model: {type(e).__name__}: {e}") from None
-        if not model.HasField("graph"):
-            raise FormatError("not an ONNX model: it has no graph")
+    model = parse_model(source)
+    base = None if isinstance(source, (onnx.ModelProto, bytes, bytearray, memoryview)) \
+        else os.path.dirname(os.path.abspath(os.fspath(source)))
     if _has_external_data(model):
         if base is None:
             raise FormatError("the model keeps tensors in external data files; load it from "
@@ -54,6 +42,50 @@ def read_model(source):
         model = _copy(model)
         _read_external_data(model, base)
     return model
+
+
+def parse_model(source):
+    """The ModelProto of `source` (a path, bytes or a ModelProto, used as it is), its
+    external data not read; FormatError for anything that is not an ONNX model."""
+    if isinstance(source, onnx.ModelProto):
+        return source
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        data = bytes(source)
+    else:
+        data = io.read_file(os.fspath(source), "ONNX model")
+    model = onnx.ModelProto()
+    try:
+        model.ParseFromString(data)
+    except Exception as e:   # protobuf's DecodeError, or a message nested too deep
+        raise FormatError(f"not an ONNX model: {type(e).__name__}: {e}") from None
+    if not model.HasField("graph"):
+        raise FormatError("not an ONNX model: it has no graph")
+    _check_names(model)
+    return model
+
+
+def _check_names(model):
+    """FormatError if a name the importer uses is not UTF-8 text (protobuf then gives
+    bytes where a str is expected)."""
+    def texts():
+        for imp in model.opset_import:
+            yield "an opset domain", imp.domain
+        for graph in _graphs(model.graph):
+            for info in list(graph.input) + list(graph.output) + list(graph.value_info):
+                yield "a value name", info.name
+                for d in info.type.tensor_type.shape.dim:
+                    yield "a dim name", d.dim_param
+            for tensor in graph.initializer:
+                yield "an initializer name", tensor.name
+            for node in graph.node:
+                yield "a node name", node.name
+                yield "an op type", node.op_type
+                yield "an op domain", node.domain
+                yield from (("a value name", v) for v in list(node.input) + list(node.output))
+                yield from (("an attribute name", a.name) for a in node.attribute)
+    for what, text in texts():
+        if not isinstance(text, str):
+            raise FormatError(f"not an ONNX model: {what} is not UTF-8 text ({text[:40]!r})")
 
 
 def _copy(model):

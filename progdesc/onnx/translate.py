@@ -22,6 +22,7 @@ What becomes what:
 """
 import numpy as np
 
+from lowering import dtypes
 from lowering.errors import FormatError, ProgramError, UnsupportedOpError
 from progdesc.framework import Program, program_guard
 from progdesc.onnx import folding, symbolic
@@ -431,6 +432,7 @@ class OnnxTranslator(Translator):
                     self._sources.setdefault(d, (info.name, axis))
             env.bind([info.name], [info.name])
             feeds.append(info.name)
+        _reserve_stems(self.program, list(values) + feeds)
         with program_guard(self.program):   # control-flow builders append to it
             self.walk(graph, env)
             fetches = []
@@ -446,7 +448,22 @@ class OnnxTranslator(Translator):
         self._drop_unread_sizes(fetches)
         self._settle_initializers(state)
         state.update(self.values)
+        fetches = [self._named_output(out.name, ours) for out, ours in zip(graph.output, fetches)]
         return feeds, fetches, state
+
+    def _named_output(self, name, ours):
+        """Our variable `ours` of the graph output `name`, as a variable of that name (a
+        copy) where no variable has it yet: fetched and saved back under its ONNX name."""
+        block = self.program.global_block()
+        if ours == name or block.find_var(name) is not None:
+            return ours
+        dims, dtype = block.var_type(ours)
+        block.create_var(name, list(dims), dtype)
+        _reserve_stems(self.program, [name])
+        block.append_op("assign", {"X": ours}, {"Out": name})
+        if ours in self._dims:
+            self._dims[name] = self._dims[ours]
+        return name
 
     def _settle_initializers(self, state):
         """Initializers read at import are not trained; those no op reads are dropped."""
@@ -470,6 +487,48 @@ class OnnxTranslator(Translator):
             del block.desc.vars[:]
             block.desc.vars.extend(keep)
             block.sync()
+
+
+def _check_single_definitions(graph, values):
+    """FormatError if a node writes a value that an input, an initializer or an earlier
+    node defines (ONNX graphs are in single assignment form; taking either definition
+    would be a guess)."""
+    defined = set(values) | {i.name for i in graph.input}
+    for node in graph.node:
+        for out in node.output:
+            if out in defined:
+                raise FormatError(f"node '{onnx_model.shown(node.name)}' writes "
+                                  f"'{onnx_model.shown(out)}', which is defined before it")
+            if out:
+                defined.add(out)
+
+
+def _check_initializer_types(values):
+    """UnsupportedOpError naming every initializer of an element type we have no dtype
+    for (strings, complex numbers, uint16, uint64)."""
+    bad = []
+    for name, value in values.items():
+        try:
+            dtypes.name_of(value.dtype)
+        except ProgramError:
+            bad.append((name, value.dtype))
+    if bad:
+        raise UnsupportedOpError(
+            "initializers of element types progdesc has no dtype for: " + "; ".join(
+                f"'{onnx_model.shown(n)}' ({d})" for n, d in bad),
+            unsupported=[("initializer", "", f"'{onnx_model.shown(n)}' of type {d}")
+                         for n, d in bad])
+
+
+def _reserve_stems(program, names):
+    """Count every stem before a '.' of `names` (ONNX names of our variables) as taken, so
+    that no op output is given one of them: an input named 'a.relu_0.out' and the output
+    of node 'a''s relu would otherwise be one variable (the program's name generator
+    counts only the stem before the first '.')."""
+    for name in names:
+        parts = name.split(".")
+        for i in range(2, len(parts)):
+            program._names.reserve(".".join(parts[:i]))
 
 
 def _scope_of(name):
@@ -517,6 +576,8 @@ def translate(model, *, for_training=False):
         if tensor.name in values:
             raise FormatError(f"two initializers are named '{onnx_model.shown(tensor.name)}'")
         values[tensor.name] = onnx_model.to_array(tensor)
+    _check_single_definitions(model.graph, values)
+    _check_initializer_types(values)
     program = Program()
     translator = OnnxTranslator(program, model, for_training=for_training)
     feeds, fetches, state = translator.translate_graph(values)
