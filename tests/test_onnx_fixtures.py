@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 
 import progdesc as pd
-import progdesc.onnx  # noqa: F401  (pd.onnx)
 
 onnx = pytest.importorskip("onnx")
+import progdesc.onnx  # noqa: E402,F401  (pd.onnx)
 
 ROOT = pathlib.Path(__file__).parent / "fixtures" / "onnx"
 MANIFEST = json.loads((ROOT / "manifest.json").read_text())
