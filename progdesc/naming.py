@@ -4,7 +4,7 @@
 class NameGenerator:
     """Unique, readable names ('fc_0', 'fc_1', ...) counted per program.
 
-    `taken` holds names (and name prefixes before the first '.') already in
+    `taken` holds names (and their prefixes before each '.') already in
     use, e.g. by a loaded program; generated names skip them and join them,
     so generators sharing one `taken` set never hand out the same name.
     """
@@ -26,9 +26,12 @@ class NameGenerator:
         return f"{prefix}_{n}"
 
     def reserve(self, name):
-        """Count `name` (a variable declared by its own name) and its prefix as taken."""
-        self._taken.add(name)
-        self._taken.add(name.split(".", 1)[0])
+        """Count `name` (a variable declared by its own name) and every prefix of it
+        before a '.' as taken: a generated 'a.relu_0' (whose output is 'a.relu_0.out')
+        must not meet a declared 'a.relu_0.out'."""
+        parts = name.split(".")
+        for i in range(1, len(parts) + 1):
+            self._taken.add(".".join(parts[:i]))
 
     def count_on_from(self, other):
         """Hand out next what `other` (of a program this one is a copy of) would."""

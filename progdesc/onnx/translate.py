@@ -432,7 +432,6 @@ class OnnxTranslator(Translator):
                     self._sources.setdefault(d, (info.name, axis))
             env.bind([info.name], [info.name])
             feeds.append(info.name)
-        _reserve_stems(self.program, list(values) + feeds)
         with program_guard(self.program):   # control-flow builders append to it
             self.walk(graph, env)
             fetches = []
@@ -459,7 +458,6 @@ class OnnxTranslator(Translator):
             return ours
         dims, dtype = block.var_type(ours)
         block.create_var(name, list(dims), dtype)
-        _reserve_stems(self.program, [name])
         block.append_op("assign", {"X": ours}, {"Out": name})
         if ours in self._dims:
             self._dims[name] = self._dims[ours]
@@ -518,17 +516,6 @@ def _check_initializer_types(values):
                 f"'{onnx_model.shown(n)}' ({d})" for n, d in bad),
             unsupported=[("initializer", "", f"'{onnx_model.shown(n)}' of type {d}")
                          for n, d in bad])
-
-
-def _reserve_stems(program, names):
-    """Count every stem before a '.' of `names` (ONNX names of our variables) as taken, so
-    that no op output is given one of them: an input named 'a.relu_0.out' and the output
-    of node 'a''s relu would otherwise be one variable (the program's name generator
-    counts only the stem before the first '.')."""
-    for name in names:
-        parts = name.split(".")
-        for i in range(2, len(parts)):
-            program._names.reserve(".".join(parts[:i]))
 
 
 def _scope_of(name):
