@@ -7,6 +7,9 @@ runs through the Executor, `minimize` trains it, `progdesc.export` compiles it. 
 
     program, feed_names, fetch_targets = progdesc.onnx.load("model.onnx")
     out, = exe.run(program, feed={feed_names[0]: images}, fetch_list=fetch_targets)
+
+`Backend` (`progdesc.onnx.backend`) is the same importer behind ONNX's backend API
+(`onnx.backend.base.Backend`): `Backend.prepare(model).run(inputs)`.
 """
 import os
 
@@ -14,7 +17,16 @@ from progdesc import io
 from progdesc.onnx.model import read_model
 from progdesc.onnx.translate import translate
 
-__all__ = ["is_onnx_model", "load"]
+__all__ = ["Backend", "BackendRep", "is_onnx_model", "load"]
+
+
+def __getattr__(name):
+    """`Backend` and `BackendRep`, imported on first use (`import progdesc.onnx` stays
+    cheap)."""
+    if name in ("Backend", "BackendRep"):
+        from progdesc.onnx import backend
+        return getattr(backend, name)
+    raise AttributeError(f"module 'progdesc.onnx' has no attribute '{name}'")
 
 
 def is_onnx_model(path):

@@ -1,3 +1,318 @@
-"""Everything else of the default domain: random ops, sequences, quantization, ..."""
+"""Everything else of the default domain: random draws, TopK, quantization, integer
+matmul and convolution, windows, EyeLike, LpNormalization; and the ops refused with
+their reason (sequences, optionals, NonMaxSuppression).
+
+Random ops draw from the program's RNG state (`Program.random_seed`), so they cannot
+reproduce ONNX's reference numbers bit for bit; their `seed` attribute is not used (a
+program's draws are reproducible from its own seed). Windows and EyeLike depend only on
+sizes known at import and become constants.
+"""
+import numpy as np
+
+from progdesc.onnx import model as onnx_model
 from progdesc.onnx.table import RULES
-from progdesc.translate import Unsupported  # noqa: F401
+from progdesc.translate import Unsupported
+
+_FLOATS = ("float16", "bfloat16", "float32", "float64")
+_QUANTIZED = {"int8": (-128, 127), "uint8": (0, 255), "int16": (-32768, 32767)}
+
+
+def _onnx_dtype(elem_type, what):
+    """Our dtype name of the ONNX element type `elem_type`; Unsupported if we lack it."""
+    try:
+        return onnx_model.dtype_name(int(elem_type))
+    except Exception:   # noqa: BLE001 - FormatError, or an enum value ONNX lacks
+        raise Unsupported(f"{what} has element type {elem_type}, which progdesc has no "
+                          "dtype for") from None
+
+
+def _static_dims(t, name, what):
+    dims = t.var(name)[0]
+    if any(d < 0 for d in dims):
+        raise Unsupported(f"{what} has dims {list(dims)}, not all known at import")
+    return [int(d) for d in dims]
+
+
+def _float_dtype(dtype, what):
+    if dtype not in _FLOATS:
+        raise Unsupported(f"{what} is {dtype}; random draws are floats")
+    return dtype
+
+
+# --- random draws ---
+@RULES.rule("RandomNormal")
+def random_normal(t, *, shape, dtype=1, mean=0.0, scale=1.0, seed=None):
+    return t.call("gaussian_random", shape=[int(d) for d in shape],
+                  dtype=_float_dtype(_onnx_dtype(dtype, "dtype"), "dtype"),
+                  mean=float(mean), std=float(scale))
+
+
+@RULES.rule("RandomUniform")
+def random_uniform(t, *, shape, dtype=1, high=1.0, low=0.0, seed=None):
+    return t.call("uniform_random", shape=[int(d) for d in shape],
+                  dtype=_float_dtype(_onnx_dtype(dtype, "dtype"), "dtype"),
+                  min=float(low), max=float(high))
+
+
+def _like_dtype(t, x, dtype):
+    return _float_dtype(t.var(x)[1] if dtype is None else _onnx_dtype(dtype, "dtype"),
+                        "the element type of the result")
+
+
+@RULES.rule("RandomNormalLike")
+def random_normal_like(t, x, *, dtype=None, mean=0.0, scale=1.0, seed=None):
+    return t.call("gaussian_random", shape=_static_dims(t, x, "the input"),
+                  dtype=_like_dtype(t, x, dtype), mean=float(mean), std=float(scale))
+
+
+@RULES.rule("RandomUniformLike")
+def random_uniform_like(t, x, *, dtype=None, high=1.0, low=0.0, seed=None):
+    return t.call("uniform_random", shape=_static_dims(t, x, "the input"),
+                  dtype=_like_dtype(t, x, dtype), min=float(low), max=float(high))
+
+
+@RULES.rule("Bernoulli")
+def bernoulli(t, p, *, dtype=None, seed=None):
+    # floor(u + p) with u uniform in [0, 1) is 1 exactly when u >= 1 - p: probability p
+    out_dtype = t.var(p)[1] if dtype is None else _onnx_dtype(dtype, "dtype")
+    u = t.call("uniform_random", shape=_static_dims(t, p, "the input"), dtype="float32",
+               min=0.0, max=1.0)
+    if t.var(p)[1] != "float32":
+        p = t.call("cast", p, dtype="float32")
+    draw = t.call("floor", t.call("add", u, p))
+    return t.call("cast", draw, dtype=out_dtype)
+
+
+@RULES.rule("Multinomial")
+def multinomial(t, x, *, dtype=6, sample_size=1, seed=None):
+    # the Gumbel-max trick: argmax(logits + Gumbel noise) draws from softmax(logits)
+    batch, classes = _static_dims(t, x, "the input")
+    u = t.call("uniform_random", shape=[batch, int(sample_size), classes], dtype="float32",
+               min=float(np.finfo(np.float32).tiny), max=1.0)
+    gumbel = t.call("neg", t.call("log", t.call("neg", t.call("log", u))))
+    if t.var(x)[1] != "float32":
+        x = t.call("cast", x, dtype="float32")
+    scores = t.call("add", t.call("unsqueeze", x, axes=[1]), gumbel)
+    out_dtype = _onnx_dtype(dtype, "dtype")
+    if out_dtype not in ("int32", "int64"):
+        raise Unsupported(f"dtype {out_dtype}: Multinomial gives int32 or int64")
+    return t.call("argmax", scores, axis=-1, keep_dim=False, dtype=out_dtype)
+
+
+# --- TopK ---
+@RULES.rule("TopK")
+def top_k(t, x, k, *, axis=-1, largest=1, sorted=1):  # noqa: A002 - ONNX's name
+    value = t.value_of(k)
+    if value is None:
+        raise Unsupported("its K is computed at run time")
+    count = int(np.asarray(value).reshape(-1)[0])
+    if count <= 0:
+        raise Unsupported(f"K = {count}: an empty result")
+    # sorted=0 lets any order through: the sorted one is among them
+    values, indices = t.call("top_k", x, k=count, axis=int(axis), largest=bool(largest))
+    return values, indices
+
+
+# --- quantization ---
+def _per_axis(t, v, x, axis, block_size, what):
+    """`v` (a scale or zero point) shaped to broadcast against `x`: a scalar as it is, a
+    1-D one along `axis`; a blocked one (block_size > 0) repeated along `axis`."""
+    dims = t.var(v)[0]
+    rank = len(t.var(x)[0])
+    if len(dims) == 0 or (len(dims) == 1 and dims[0] == 1 and not block_size):
+        return v
+    axis = int(axis) % rank
+    if block_size:
+        size = t.var(x)[0][axis]
+        if size < 0 or len(dims) != rank:
+            raise Unsupported(f"blocked quantization needs {what} of rank {rank} and a "
+                              "known size along the axis")
+        index = t.constant(np.arange(size, dtype=np.int32) // int(block_size))
+        return t.call("gather", v, index, axis=axis)
+    if len(dims) != 1:
+        raise Unsupported(f"{what} of dims {list(dims)}: a scalar or a 1-D array along the "
+                          "axis")
+    shape = [1] * rank
+    shape[axis] = -1
+    return t.call("reshape", v, shape=shape)
+
+
+def _as_float32(t, v):
+    return v if t.var(v)[1] == "float32" else t.call("cast", v, dtype="float32")
+
+
+def _quantize(t, x, scale, zero_point, dtype):
+    """saturate(round(x / scale) + zero_point) as `dtype` (scale, zero point broadcast)."""
+    low, high = _QUANTIZED[dtype]
+    q = t.call("round", t.call("div", _as_float32(t, x), _as_float32(t, scale)))
+    if zero_point is not None:
+        q = t.call("add", q, _as_float32(t, zero_point))
+    return t.call("cast", t.call("clip", q, min=float(low), max=float(high)), dtype=dtype)
+
+
+def _quantized_dtype(dtype, what):
+    if dtype not in _QUANTIZED:
+        raise Unsupported(f"{what} is {dtype}: int8, uint8 and int16 are quantized to")
+    return dtype
+
+
+@RULES.rule("QuantizeLinear")
+def quantize_linear(t, x, y_scale, y_zero_point=None, *, axis=1, saturate=1, block_size=0,
+                    output_dtype=0, precision=0):
+    if precision:
+        raise Unsupported(f"precision {precision}: the division is computed in float32")
+    if y_zero_point is not None:
+        dtype = t.var(y_zero_point)[1]
+    else:
+        dtype = _onnx_dtype(output_dtype, "output_dtype") if output_dtype else "uint8"
+    dtype = _quantized_dtype(dtype, "the quantized type")
+    scale = _per_axis(t, y_scale, x, axis, block_size, "y_scale")
+    zero = None if y_zero_point is None else _per_axis(t, y_zero_point, x, axis, block_size,
+                                                       "y_zero_point")
+    return _quantize(t, x, scale, zero, dtype)
+
+
+@RULES.rule("DequantizeLinear")
+def dequantize_linear(t, x, x_scale, x_zero_point=None, *, axis=1, block_size=0,
+                      output_dtype=0):
+    kind = t.var(x)[1]
+    if kind not in _QUANTIZED and kind != "int32":
+        raise Unsupported(f"x is {kind}: int8, uint8, int16 and int32 are dequantized")
+    out_dtype = _onnx_dtype(output_dtype, "output_dtype") if output_dtype else t.var(x_scale)[1]
+    y = _as_float32(t, x)
+    if x_zero_point is not None:
+        y = t.call("sub", y, _as_float32(t, _per_axis(t, x_zero_point, x, axis, block_size,
+                                                     "x_zero_point")))
+    y = t.call("mul", y, _as_float32(t, _per_axis(t, x_scale, x, axis, block_size,
+                                                  "x_scale")))
+    return y if out_dtype == "float32" else t.call("cast", y, dtype=out_dtype)
+
+
+@RULES.rule("DynamicQuantizeLinear")
+def dynamic_quantize_linear(t, x):
+    x = _as_float32(t, x)
+    zero = t.constant(np.float32(0))
+    low = t.call("minimum", t.call("reduce_min", x, axis=[], keep_dim=False), zero)
+    high = t.call("maximum", t.call("reduce_max", x, axis=[], keep_dim=False), zero)
+    scale = t.call("div", t.call("sub", high, low), t.constant(np.float32(255)))
+    point = t.call("round", t.call("clip", t.call("neg", t.call("div", low, scale)),
+                                   min=0.0, max=255.0))
+    y = _quantize(t, x, scale, point, "uint8")
+    return y, scale, t.call("cast", point, dtype="uint8")
+
+
+def _centered(t, v, zero_point, row_axis=None):
+    """int32 `v` minus its zero point (a scalar, or 1-D along `row_axis` of a matrix)."""
+    v = t.call("cast", v, dtype="int32")
+    if zero_point is None:
+        return v
+    zero_point = t.call("cast", zero_point, dtype="int32")
+    if row_axis is not None and len(t.var(zero_point)[0]) == 1:
+        zero_point = t.call("unsqueeze", zero_point, axes=[row_axis])
+    return t.call("sub", v, zero_point)
+
+
+@RULES.rule("MatMulInteger")
+def matmul_integer(t, a, b, a_zero_point=None, b_zero_point=None):
+    # a's zero point runs along its rows (a column vector), b's along its columns
+    return t.call("matmul", _centered(t, a, a_zero_point, row_axis=-1),
+                  _centered(t, b, b_zero_point))
+
+
+@RULES.rule("ConvInteger")
+def conv_integer(t, x, w, x_zero_point=None, w_zero_point=None):
+    # the Conv row on the zero-centered int32 operands (w's zero point is per output channel)
+    conv = RULES.lookup("Conv", t.version)
+    if conv is None:
+        raise Unsupported("it is translated through the Conv row, which the table lacks")
+    x = _centered(t, x, x_zero_point)
+    if w_zero_point is not None and len(t.var(w_zero_point)[0]) == 1:
+        rank = len(t.var(w)[0])
+        w_zero_point = t.call("reshape", w_zero_point, shape=[-1] + [1] * (rank - 1))
+    w = _centered(t, w, w_zero_point)
+    node = t.node_proto
+    attrs = {a.name: onnx_model.attribute_value(a) for a in node.attribute}
+    return conv.fn(t, x, w, None, **conv.arguments(attrs))
+
+
+# --- sizes known at import ---
+def _window_size(t, size):
+    value = t.value_of(size)
+    if value is None:
+        raise Unsupported("its size is computed at run time")
+    return int(np.asarray(value).reshape(-1)[0])
+
+
+def _window(t, size, output_datatype, periodic, terms):
+    """The constant window sum_k terms[k] * cos(2 pi k n / N), N = size if periodic else
+    size - 1, as ONNX defines Hann, Hamming and Blackman windows."""
+    n = _window_size(t, size)
+    span = n if periodic else n - 1
+    phase = 2 * np.pi * np.arange(n, dtype=np.float64) / max(span, 1)
+    window = sum(c * np.cos(k * phase) for k, c in enumerate(terms))
+    dtype = onnx_model.as_numpy_dtype(_onnx_dtype(output_datatype, "output_datatype"))
+    return t.constant(np.asarray(window).astype(dtype))
+
+
+@RULES.rule("HannWindow")
+def hann_window(t, size, *, output_datatype=1, periodic=1):
+    return _window(t, size, output_datatype, periodic, (0.5, -0.5))
+
+
+@RULES.rule("HammingWindow")
+def hamming_window(t, size, *, output_datatype=1, periodic=1):
+    return _window(t, size, output_datatype, periodic, (25 / 46, -(1 - 25 / 46)))
+
+
+@RULES.rule("BlackmanWindow")
+def blackman_window(t, size, *, output_datatype=1, periodic=1):
+    return _window(t, size, output_datatype, periodic, (0.42, -0.5, 0.08))
+
+
+@RULES.rule("EyeLike")
+def eye_like(t, x, *, dtype=None, k=0):
+    dims = _static_dims(t, x, "the input")
+    if len(dims) != 2:
+        raise Unsupported(f"a {len(dims)}-D input: EyeLike's is 2-D")
+    kind = t.var(x)[1] if dtype is None else _onnx_dtype(dtype, "dtype")
+    return t.constant(np.eye(*dims, k=int(k), dtype=onnx_model.as_numpy_dtype(kind)))
+
+
+@RULES.rule("LpNormalization")
+def lp_normalization(t, x, *, axis=-1, p=2):
+    if p == 1:
+        norm = t.call("reduce_sum", t.call("abs", x), axis=[int(axis)], keep_dim=True)
+    elif p == 2:
+        norm = t.call("sqrt", t.call("reduce_sum", t.call("square", x), axis=[int(axis)],
+                                     keep_dim=True))
+    else:
+        raise Unsupported(f"p = {p}: ONNX defines 1 and 2")
+    # a zero norm (every entry zero) divides by the smallest normal number: zeros
+    tiny = np.finfo(_np_dtype(t, x)).tiny
+    norm = t.call("maximum", norm, t.constant(np.asarray(tiny, _np_dtype(t, x))))
+    return t.call("div", x, norm)
+
+
+def _np_dtype(t, x):
+    """The NumPy dtype of our variable `x`."""
+    return onnx_model.as_numpy_dtype(t.var(x)[1])
+
+
+# --- refused ---
+def _refuse(why):
+    def rule(t, *args):
+        raise Unsupported(why)
+    return rule
+
+
+_SEQUENCES = ("SequenceConstruct", "SequenceEmpty", "SequenceAt", "SequenceInsert",
+              "SequenceErase", "SequenceLength", "SplitToSequence", "ConcatFromSequence",
+              "SequenceMap")
+for _type in _SEQUENCES:
+    RULES.rule(_type)(_refuse("ONNX sequences have no form in progdesc: its programs hold "
+                              "tensors only"))
+for _type in ("Optional", "OptionalHasElement", "OptionalGetElement"):
+    RULES.rule(_type)(_refuse("ONNX optionals have no form in progdesc: its programs hold "
+                              "tensors only"))
+RULES.rule("NonMaxSuppression")(_refuse("how many boxes it keeps depends on their values: "
+                                        "a run-time shape, which XLA cannot compile"))
