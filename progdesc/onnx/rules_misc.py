@@ -1,11 +1,11 @@
 """Everything else of the default domain: random draws, TopK, quantization, integer
-matmul and convolution, windows, EyeLike, LpNormalization; and the ops refused with
+matmul and convolution, windows, LpNormalization; and the ops refused with
 their reason (sequences, optionals, NonMaxSuppression).
 
 Random ops draw from the program's RNG state (`Program.random_seed`), so they cannot
 reproduce ONNX's reference numbers bit for bit; their `seed` attribute is not used (a
-program's draws are reproducible from its own seed). Windows and EyeLike depend only on
-sizes known at import and become constants.
+program's draws are reproducible from its own seed). Windows depend only on sizes
+known at import and become constants.
 """
 import numpy as np
 
@@ -267,15 +267,6 @@ def hamming_window(t, size, *, output_datatype=1, periodic=1):
 @RULES.rule("BlackmanWindow")
 def blackman_window(t, size, *, output_datatype=1, periodic=1):
     return _window(t, size, output_datatype, periodic, (0.42, -0.5, 0.08))
-
-
-@RULES.rule("EyeLike")
-def eye_like(t, x, *, dtype=None, k=0):
-    dims = _static_dims(t, x, "the input")
-    if len(dims) != 2:
-        raise Unsupported(f"a {len(dims)}-D input: EyeLike's is 2-D")
-    kind = t.var(x)[1] if dtype is None else _onnx_dtype(dtype, "dtype")
-    return t.constant(np.eye(*dims, k=int(k), dtype=onnx_model.as_numpy_dtype(kind)))
 
 
 @RULES.rule("LpNormalization")

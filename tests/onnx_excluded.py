@@ -1,0 +1,2 @@
+"""The ONNX node test cases excluded from tests/test_onnx_node_suite.py, each with why."""
+EXCLUDED = {}
