@@ -163,6 +163,16 @@ class BackendRep(base.BackendRep):
             self._plain = None
 
     @property
+    def program(self):
+        """The translated Program (None where inputs are bound: one per their values)."""
+        return self._plain.program if self._plain is not None else None
+
+    @property
+    def scope(self):
+        """The Scope holding the model's initializers (None where inputs are bound)."""
+        return self._plain.scope if self._plain is not None else None
+
+    @property
     def input_names(self):
         """The names of the inputs `run` takes, in order."""
         return self.graph_inputs
