@@ -1,5 +1,5 @@
 """Everything else of the default domain: random draws, TopK, quantization, integer
-matmul and convolution, windows, LpNormalization; and the ops refused with
+matmul and convolution, windows, LpNormalization, Det; and the ops refused with
 their reason (sequences, optionals, NonMaxSuppression).
 
 Random ops draw from the program's RNG state (`Program.random_seed`), so they cannot
@@ -287,6 +287,9 @@ def lp_normalization(t, x, *, axis=-1, p=2):
 def _np_dtype(t, x):
     """The NumPy dtype of our variable `x`."""
     return onnx_model.as_numpy_dtype(t.var(x)[1])
+
+
+RULES.rename("Det", "det")
 
 
 # --- refused ---
