@@ -199,3 +199,45 @@ def test_det_of_a_batch_and_its_gradient():
     g, = progdesc.Executor().run(program, feed={"x": x}, fetch_list=[grad], scope=scope)
     expected = np.linalg.det(x)[:, None, None] * np.swapaxes(np.linalg.inv(x), -1, -2)
     np.testing.assert_allclose(g, expected, rtol=1e-5)
+
+
+def test_qlinear_matmul_requantizes_the_integer_product():
+    rng = np.random.default_rng(1)
+    a = rng.integers(0, 255, (2, 3, 4), dtype=np.uint8)
+    b = rng.integers(0, 255, (4, 5), dtype=np.uint8)
+    sa, za, sb, zb = np.float32(0.02), np.uint8(120), np.float32(0.03), np.uint8(130)
+    sy, zy = np.float32(0.5), np.uint8(100)
+    u8 = TensorProto.UINT8
+    y, = _run(helper.make_node("QLinearMatMul", ["a", "sa", "za", "b", "sb", "zb", "sy", "zy"],
+                               ["y"]),
+              [("a", u8, [2, 3, 4]), ("sa", F, []), ("za", u8, []), ("b", u8, [4, 5]),
+               ("sb", F, []), ("zb", u8, []), ("sy", F, []), ("zy", u8, [])],
+              [("y", u8, [2, 3, 5])], [a, sa, za, b, sb, zb, sy, zy])
+    product = (a.astype(np.int32) - za) @ (b.astype(np.int32) - zb)
+    expected = np.clip(np.round(product * np.float32(sa * sb / sy)) + zy, 0, 255)
+    np.testing.assert_array_equal(y, expected)
+
+
+def _conv_row():
+    from progdesc.onnx.rules import RULES
+    if RULES.lookup("Conv", 21) is None:
+        pytest.skip("ConvInteger goes through the Conv row (rules_nn), absent here")
+
+
+@pytest.mark.parametrize("channels, exact", [(2, True), (300, False)])
+def test_conv_integer_is_exact_or_refused(channels, exact):
+    _conv_row()
+    rng = np.random.default_rng(2)
+    x = rng.integers(0, 255, (1, channels, 3, 3), dtype=np.uint8)
+    w = rng.integers(0, 255, (2, channels, 1, 1), dtype=np.uint8)
+    u8 = TensorProto.UINT8
+    run = lambda: _run(helper.make_node("ConvInteger", ["x", "w", "zx"], ["y"]),  # noqa: E731
+                       [("x", u8, list(x.shape)), ("w", u8, list(w.shape)), ("zx", u8, [])],
+                       [("y", TensorProto.INT32, [1, 2, 3, 3])], [x, w, np.uint8(3)])
+    if not exact:
+        with pytest.raises(UnsupportedOpError, match="sums 300 products"):
+            run()
+        return
+    y, = run()
+    expected = np.einsum("nchw,oc->nohw", x.astype(np.int64) - 3, w[:, :, 0, 0].astype(np.int64))
+    np.testing.assert_array_equal(y, expected)

@@ -1,5 +1,6 @@
-"""Everything else of the default domain: random draws, TopK, quantization, integer
-matmul and convolution, windows, LpNormalization, Det; and the ops refused with
+"""Everything else of the default domain: random draws, TopK, quantization (QuantizeLinear,
+DequantizeLinear, DynamicQuantizeLinear, QLinearMatMul, QLinearConv), integer matmul and
+convolution, windows, LpNormalization, Det; and the ops refused with
 their reason (sequences, optionals, NonMaxSuppression).
 
 Random ops draw from the program's RNG state (`Program.random_seed`), so they cannot
@@ -219,20 +220,75 @@ def matmul_integer(t, a, b, a_zero_point=None, b_zero_point=None):
                   _centered(t, b, b_zero_point))
 
 
-@RULES.rule("ConvInteger")
-def conv_integer(t, x, w, x_zero_point=None, w_zero_point=None):
-    # the Conv row on the zero-centered int32 operands (w's zero point is per output channel)
+def _requantized(t, accumulated, scales, y_scale, y_zero_point):
+    """The int32 `accumulated` times the product of `scales` over `y_scale`, rounded,
+    shifted by `y_zero_point` and saturated to its type (uint8 without one)."""
+    dtype = _quantized_dtype(t.var(y_zero_point)[1] if y_zero_point is not None else "uint8",
+                             "the quantized type")
+    factor = _as_float32(t, scales[0])
+    for other in scales[1:]:
+        factor = t.call("mul", factor, _as_float32(t, other))
+    factor = t.call("div", factor, _as_float32(t, y_scale))
+    low, high = _QUANTIZED[dtype]
+    q = t.call("round", t.call("mul", _as_float32(t, accumulated), factor))
+    if y_zero_point is not None:
+        q = t.call("add", q, _as_float32(t, y_zero_point))
+    return t.call("cast", t.call("clip", q, min=float(low), max=float(high)), dtype=dtype)
+
+
+@RULES.rule("QLinearMatMul")
+def qlinear_matmul(t, a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale,
+                   y_zero_point=None):
+    # a's scale and zero point run along its rows, b's along its columns
+    rows = len(t.var(a_scale)[0]) == 1 and len(t.var(a)[0]) >= 2
+    a_scale = t.call("unsqueeze", a_scale, axes=[-1]) if rows else a_scale
+    accumulated = t.call("matmul", _centered(t, a, a_zero_point, row_axis=-1),
+                         _centered(t, b, b_zero_point))
+    return _requantized(t, accumulated, (a_scale, b_scale), y_scale, y_zero_point)
+
+
+_EXACT_FAN_IN = (1 << 24) // (255 * 255)
+"""The most products of two zero-centered 8-bit values (each within [-255, 255]) whose sum
+float32 holds exactly."""
+
+
+def _integer_conv(t, x, w, x_zero_point, w_zero_point):
+    """The Conv row applied to the zero-centered operands, with the node's attributes (w's
+    zero point runs along its output channels), as int32. Our convolution is of floats:
+    it runs in float32, exact where each output sums at most `_EXACT_FAN_IN` products."""
     conv = RULES.lookup("Conv", t.version)
     if conv is None:
         raise Unsupported("it is translated through the Conv row, which the table lacks")
-    x = _centered(t, x, x_zero_point)
+    dims = t.var(w)[0]
+    fan_in = int(np.prod(dims[1:]))
+    if any(d < 0 for d in dims) or fan_in > _EXACT_FAN_IN:
+        raise Unsupported(f"each output sums {fan_in} products: float32 (our convolution's "
+                          f"type) sums at most {_EXACT_FAN_IN} 8-bit ones exactly")
     if w_zero_point is not None and len(t.var(w_zero_point)[0]) == 1:
+        w_zero_point = t.call("reshape", w_zero_point, shape=[-1] + [1] * (len(dims) - 1))
+    x = _as_float32(t, _centered(t, x, x_zero_point))
+    w = _as_float32(t, _centered(t, w, w_zero_point))
+    attrs = {a.name: onnx_model.attribute_value(a) for a in t.node_proto.attribute}
+    y = conv.fn(t, x, w, None, **conv.arguments(attrs))
+    return t.call("cast", t.call("round", y), dtype="int32")
+
+
+@RULES.rule("ConvInteger")
+def conv_integer(t, x, w, x_zero_point=None, w_zero_point=None):
+    return _integer_conv(t, x, w, x_zero_point, w_zero_point)
+
+
+@RULES.rule("QLinearConv")
+def qlinear_conv(t, x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale,
+                 y_zero_point=None, b=None):
+    accumulated = _integer_conv(t, x, w, x_zero_point, w_zero_point)
+    if b is not None:   # int32, one per output channel
         rank = len(t.var(w)[0])
-        w_zero_point = t.call("reshape", w_zero_point, shape=[-1] + [1] * (rank - 1))
-    w = _centered(t, w, w_zero_point)
-    node = t.node_proto
-    attrs = {a.name: onnx_model.attribute_value(a) for a in node.attribute}
-    return conv.fn(t, x, w, None, **conv.arguments(attrs))
+        accumulated = t.call("add", accumulated,
+                             t.call("reshape", b, shape=[-1] + [1] * (rank - 2)))
+    if len(t.var(w_scale)[0]) == 1:   # per output channel: dim 1 of the result
+        w_scale = t.call("reshape", w_scale, shape=[-1] + [1] * (len(t.var(w)[0]) - 2))
+    return _requantized(t, accumulated, (x_scale, w_scale), y_scale, y_zero_point)
 
 
 # --- sizes known at import ---
