@@ -179,28 +179,6 @@ def test_sequences_are_refused_with_their_reason():
              [("s", F, [2])], [np.zeros(2, np.float32)])
 
 
-def test_det_of_a_batch_and_its_gradient():
-    import progdesc
-    from progdesc.onnx import load
-    x = np.array([[[2.0, 1.0], [1.0, 3.0]], [[1.0, 2.0], [3.0, 4.0]]], np.float32)
-    graph = helper.make_graph([helper.make_node("Det", ["x"], ["y"])], "g",
-                              [helper.make_tensor_value_info("x", F, [2, 2, 2])],
-                              [helper.make_tensor_value_info("y", F, [2])])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    y, = Backend.run_model(model, [x])
-    np.testing.assert_allclose(y, np.linalg.det(x), rtol=1e-6)
-    # d det / dX = det(X) * inverse(X) transposed (Jacobi's formula)
-    scope = progdesc.Scope()
-    program, feeds, (out,) = load(model, scope)
-    with progdesc.program_guard(program):
-        block = program.global_block()
-        block.var("x").stop_gradient = False
-        grad, = progdesc.gradients([out], [block.var("x")])   # of the sum of the dets
-    g, = progdesc.Executor().run(program, feed={"x": x}, fetch_list=[grad], scope=scope)
-    expected = np.linalg.det(x)[:, None, None] * np.swapaxes(np.linalg.inv(x), -1, -2)
-    np.testing.assert_allclose(g, expected, rtol=1e-5)
-
-
 def test_qlinear_matmul_requantizes_the_integer_product():
     rng = np.random.default_rng(1)
     a = rng.integers(0, 255, (2, 3, 4), dtype=np.uint8)

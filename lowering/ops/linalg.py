@@ -161,30 +161,3 @@ def _(g):
         _dot_general_transpose(g, dout, y, rx, xc, yc, xb, yb, False, g.in_grad("X"))
     if g.wants("Y"):
         _dot_general_transpose(g, dout, x, ry, yc, xc, yb, xb, True, g.in_grad("Y"))
-
-
-# --- det ---
-
-@op("det", inputs=[In("X", "float", doc="[..., M, M]: square matrices")],
-    outputs=[Out("Out", doc="[...]")])
-def det(X):
-    """The determinant of each square matrix of X's last two dims (`jnp.linalg.det`: an LU
-    factorization)."""
-    checks.min_rank("X", X, 2)
-    checks.dim("X", X, -1, X.shape[-2], "the matrices must be square")
-    return jnp.linalg.det(X)
-
-
-@det.gradient
-def _(g):
-    g.op("det_grad", {"X": g.input("X"), "OutGrad": g.out_grad("Out")},
-         {"XGrad": g.in_grad("X")})
-
-
-@op("det_grad", inputs=[In("X", "float"), In("OutGrad", "float", doc="[...]")],
-    outputs=[Out("XGrad")], same_dtype=("X", "OutGrad"))
-def det_grad(X, OutGrad):
-    """The gradient of det's X from that of its Out (`jax.vjp` of det; at a singular
-    matrix, JAX's). No gradient maker: det differentiates once."""
-    from lowering.ops.collective import local_vjp
-    return local_vjp(det.lower, (X,), OutGrad)[0]

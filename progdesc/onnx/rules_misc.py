@@ -1,6 +1,6 @@
 """Everything else of the default domain: random draws, TopK, quantization (QuantizeLinear,
 DequantizeLinear, DynamicQuantizeLinear, QLinearMatMul, QLinearConv), integer matmul and
-convolution, windows, LpNormalization, Det; and the ops refused with
+convolution, windows, LpNormalization; and the ops refused with
 their reason (sequences, optionals, NonMaxSuppression).
 
 Random ops draw from the program's RNG state (`Program.random_seed`), so they cannot
@@ -343,9 +343,6 @@ def lp_normalization(t, x, *, axis=-1, p=2):
 def _np_dtype(t, x):
     """The NumPy dtype of our variable `x`."""
     return onnx_model.as_numpy_dtype(t.var(x)[1])
-
-
-RULES.rename("Det", "det")
 
 
 # --- refused ---

@@ -115,35 +115,3 @@ INVALID += [
             attrs={"lhs_contracting": [1], "rhs_contracting": []},
             expect=["1 lhs_contracting axes but 0 rhs_contracting axes"]),
 ]
-
-
-# --- det ---
-
-def _det_grad(X, OutGrad):
-    """det's gradient: OutGrad * det(X) * inverse(X) transposed (Jacobi's formula)."""
-    X = X.astype(np.float64)
-    inverse_t = np.swapaxes(np.linalg.inv(X), -1, -2)
-    return (OutGrad[..., None, None] * np.linalg.det(X)[..., None, None] * inverse_t
-            ).astype(np.float32)
-
-
-def _square(*shape, seed=0):
-    """Well-conditioned square matrices: the identity plus a small random part."""
-    return (np.eye(shape[-1]) + 0.3 * rand(*shape, seed=seed)).astype(np.float32)
-
-
-def _det(X):
-    return np.linalg.det(X.astype(np.float64)).astype(X.dtype)
-
-
-SAMPLES += [
-    Sample("det", {"X": _square(3, 3)}, _det, name="matrix", symbolic=False),
-    Sample("det", {"X": _square(2, 4, 2, 2, seed=1)}, _det, name="batched"),
-    Sample("det_grad", {"X": _square(2, 3, 3, seed=2), "OutGrad": rand(2, seed=3)},
-           _det_grad, name="batched_fixed_dims", grad=False, symbolic=False),
-]
-
-INVALID += [
-    Invalid("det", {"X": spec(3, 4)}, name="not_square",
-            expect=["the matrices must be square"]),
-]
