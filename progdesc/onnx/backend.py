@@ -103,12 +103,12 @@ def _bound(model, values):
 def _bindable(model):
     """The names of the graph inputs a translation may need the values of at import: the
     integer ones (shapes, counts, indices fed as data), the scalars (a Range's limits, a
-    OneHot's depth) and the float ones that a Resize reads as its scales."""
+    OneHot's depth) and the float ones that a Resize reads as its roi or scales."""
     ints = {onnx.TensorProto.INT8, onnx.TensorProto.INT16, onnx.TensorProto.INT32,
             onnx.TensorProto.INT64, onnx.TensorProto.UINT8, onnx.TensorProto.UINT16,
             onnx.TensorProto.UINT32, onnx.TensorProto.UINT64}
-    scales = {n.input[2] for n in model.graph.node
-              if n.op_type == "Resize" and len(n.input) > 2 and n.input[2]}
+    scales = {name for n in model.graph.node if n.op_type == "Resize"
+              for name in n.input[1:3] if name}
     return [i.name for i in model.graph.input
             if i.type.tensor_type.elem_type in ints or i.name in scales
             or (i.type.tensor_type.HasField("shape") and not i.type.tensor_type.shape.dim)]
@@ -138,7 +138,7 @@ class BackendRep(base.BackendRep):
     A model whose translation needs the values of some of its inputs (a TopK's K or a
     Reshape's shape fed as an input rather than held by an initializer) is translated at
     each run with those inputs bound to the values fed (the integer inputs, the scalars
-    and a Resize's scales), once per distinct set of values, the way the Executor compiles
+    and a Resize's roi and scales), once per distinct set of values, the way the Executor compiles
     once per set of shapes. Where even that fails, the first run raises the error."""
 
     def __init__(self, model, device="CPU", *, for_training=False):

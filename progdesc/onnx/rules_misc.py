@@ -1,6 +1,7 @@
 """Everything else of the default domain: random draws, TopK, quantization (QuantizeLinear,
 DequantizeLinear, DynamicQuantizeLinear, QLinearMatMul, QLinearConv), integer matmul and
-convolution, windows, LpNormalization; and the ops refused with
+convolution, windows, LpNormalization, the losses NegativeLogLikelihoodLoss and
+SoftmaxCrossEntropyLoss; and the ops refused with
 their reason (sequences, optionals, NonMaxSuppression).
 
 Random ops draw from the program's RNG state (`Program.random_seed`), so they cannot
@@ -289,6 +290,54 @@ def qlinear_conv(t, x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale,
     if len(t.var(w_scale)[0]) == 1:   # per output channel: dim 1 of the result
         w_scale = t.call("reshape", w_scale, shape=[-1] + [1] * (len(t.var(w)[0]) - 2))
     return _requantized(t, accumulated, (x_scale, w_scale), y_scale, y_zero_point)
+
+
+# --- losses ---
+@RULES.rule("NegativeLogLikelihoodLoss")
+def nll_loss(t, x, target, weight=None, *, reduction="mean", ignore_index=None):
+    return _nll(t, x, target, weight, reduction, ignore_index)
+
+
+@RULES.rule("SoftmaxCrossEntropyLoss")
+def softmax_cross_entropy_loss(t, scores, labels, weights=None, *, reduction="mean",
+                               ignore_index=None):
+    log_prob = t.call("log_softmax", scores, axis=1)
+    return _nll(t, log_prob, labels, weights, reduction, ignore_index), log_prob
+
+
+def _nll(t, x, target, weight, reduction, ignore_index):
+    """ONNX's negative log-likelihood of `x` ([N, C, d...], log-probabilities) at the class
+    indices `target` ([N, d...]), each weighted by `weight[target]`; entries whose target
+    is `ignore_index` count neither in the loss nor in the mean's weight."""
+    if reduction not in ("none", "sum", "mean"):
+        raise Unsupported(f"reduction '{reduction}': ONNX defines none, sum and mean")
+    dims, dtype = t.var(x)
+    classes = dims[1] if len(dims) > 1 else -1
+    if classes < 0:
+        raise Unsupported("its class dim (1) is not known at import")
+    mask = None
+    if ignore_index is not None:
+        mask = t.call("not_equal", target, t.constant(
+            np.asarray(ignore_index, onnx_model.as_numpy_dtype(t.var(target)[1]))))
+        target = t.call("where", mask, target, t.call("fill_zeros_like", target))
+    picked = t.call("squeeze", t.call("take_along_axis", x, t.call("unsqueeze", target,
+                                                                     axes=[1]), axis=1),
+                    axes=[1])
+    count = None   # the weight of each entry in the mean
+    if weight is not None:
+        count = t.call("matmul", t.call("one_hot", target, depth=classes, dtype=dtype), weight)
+    if mask is not None:
+        kept = t.call("cast", mask, dtype=dtype)
+        count = kept if count is None else t.call("mul", count, kept)
+    loss = t.call("neg", picked if count is None else t.call("mul", picked, count))
+    if reduction == "none":
+        return loss
+    total = t.call("reduce_sum", loss, axis=[], keep_dim=False)
+    if reduction == "sum":
+        return total
+    if count is None:
+        return t.call("reduce_mean", loss, axis=[], keep_dim=False)
+    return t.call("div", total, t.call("reduce_sum", count, axis=[], keep_dim=False))
 
 
 # --- sizes known at import ---
