@@ -219,3 +219,25 @@ def test_conv_integer_is_exact_or_refused(channels, exact):
     y, = run()
     expected = np.einsum("nchw,oc->nohw", x.astype(np.int64) - 3, w[:, :, 0, 0].astype(np.int64))
     np.testing.assert_array_equal(y, expected)
+
+
+@pytest.mark.parametrize("reduction", ["none", "sum", "mean"])
+def test_softmax_cross_entropy_with_weights_and_an_ignored_index(reduction):
+    rng = np.random.default_rng(3)
+    scores = rng.normal(size=(4, 3, 2)).astype(np.float32)
+    labels = np.array([[0, 2], [1, -1], [2, 2], [-1, 0]], np.int64)
+    weights = np.array([0.5, 1.0, 2.0], np.float32)
+    out = _run(helper.make_node("SoftmaxCrossEntropyLoss", ["x", "y", "w"], ["loss", "lp"],
+                                reduction=reduction, ignore_index=-1),
+               [("x", F, [4, 3, 2]), ("y", I64, [4, 2]), ("w", F, [3])],
+               [("loss", F, None), ("lp", F, [4, 3, 2])], [scores, labels, weights])
+    shifted = scores - scores.max(axis=1, keepdims=True)
+    log_prob = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+    kept = labels != -1
+    safe = np.where(kept, labels, 0)
+    picked = np.take_along_axis(log_prob, safe[:, None], axis=1)[:, 0]
+    w = weights[safe] * kept
+    loss = -picked * w
+    expected = {"none": loss, "sum": loss.sum(), "mean": loss.sum() / w.sum()}[reduction]
+    np.testing.assert_allclose(out.lp, log_prob, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(out.loss, expected, rtol=1e-5, atol=1e-6)

@@ -138,8 +138,9 @@ class BackendRep(base.BackendRep):
     A model whose translation needs the values of some of its inputs (a TopK's K or a
     Reshape's shape fed as an input rather than held by an initializer) is translated at
     each run with those inputs bound to the values fed (the integer inputs, the scalars
-    and a Resize's roi and scales), once per distinct set of values, the way the Executor compiles
-    once per set of shapes. Where even that fails, the first run raises the error."""
+    and a Resize's roi and scales), once per distinct set of values, the way the Executor
+    compiles once per set of shapes. Where even that fails, the first run raises the
+    error."""
 
     def __init__(self, model, device="CPU", *, for_training=False):
         from lowering.errors import UnsupportedOpError
