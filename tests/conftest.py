@@ -23,6 +23,8 @@ def pytest_terminal_summary(terminalreporter):
     (its last test records them, in whichever worker ran it)."""
     for reports in list(terminalreporter.stats.values()):
         for report in reports:
+            if getattr(report, "when", None) != "call":
+                continue
             for key, value in getattr(report, "user_properties", ()):
                 if key == "onnx_node_suite":
                     terminalreporter.write_line(value)

@@ -260,18 +260,6 @@ EXCLUDED.update(dict.fromkeys([
 ], "uint64 tensors: progdesc has no uint64 dtype"))
 
 EXCLUDED.update(dict.fromkeys([
-    "test_causal_conv_with_state_b1_c1_degenerate", "test_causal_conv_with_state_basic",
-    "test_causal_conv_with_state_decode_step", "test_causal_conv_with_state_fp16",
-    "test_causal_conv_with_state_kernel_size_one",
-    "test_causal_conv_with_state_short_input_no_past_state",
-    "test_causal_conv_with_state_silu", "test_causal_conv_with_state_silu_fp16",
-    "test_causal_conv_with_state_silu_with_past_state",
-    "test_causal_conv_with_state_swish_alias", "test_causal_conv_with_state_with_bias",
-    "test_causal_conv_with_state_with_bias_and_past_state",
-    "test_causal_conv_with_state_with_past_state",
-], "CausalConvWithState (opset 26): not translated (no rule)"))
-
-EXCLUDED.update(dict.fromkeys([
     "test_dft", "test_dft_axis", "test_dft_axis_opset19", "test_dft_inverse",
     "test_dft_inverse_opset19", "test_dft_irfft", "test_dft_irfft_opset19", "test_dft_opset19",
     "test_dft_rfft", "test_dft_rfft_opset19",

@@ -9,7 +9,10 @@ test runners execute a model.
 Each prepared model gets its own Scope and Executor. JAX computes without 64-bit types
 here (int64 and float64 compute as int32 and float32); each output is cast back to the
 element type the ONNX graph declares (or shape inference finds) for it. Models of a
-default opset older than 13 are first upgraded with ONNX's own version converter.
+default opset older than 13 are first upgraded with ONNX's own version converter. Inputs
+that the translation needs the values of (a TopK's K fed rather than held by an
+initializer) are bound to the values fed, one translation per set of values (see
+`BackendRep`).
 
 Devices: 'CPU', and 'CUDA' / 'GPU' / 'TPU' where JAX has such a device, each with an
 optional ':index' ('CUDA:1').

@@ -1,7 +1,7 @@
 """Everything else of the default domain: random draws, TopK, quantization (QuantizeLinear,
 DequantizeLinear, DynamicQuantizeLinear, QLinearMatMul, QLinearConv), integer matmul and
-convolution, windows, LpNormalization, the losses NegativeLogLikelihoodLoss and
-SoftmaxCrossEntropyLoss; and the ops refused with
+convolution, CausalConvWithState, windows, LpNormalization, the losses
+NegativeLogLikelihoodLoss and SoftmaxCrossEntropyLoss; and the ops refused with
 their reason (sequences, optionals, NonMaxSuppression).
 
 Random ops draw from the program's RNG state (`Program.random_seed`), so they cannot
@@ -338,6 +338,31 @@ def _nll(t, x, target, weight, reduction, ignore_index):
     if count is None:
         return t.call("reduce_mean", loss, axis=[], keep_dim=False)
     return t.call("div", total, t.call("reduce_sum", count, axis=[], keep_dim=False))
+
+
+# --- causal depthwise convolution with a carried state (opset 27) ---
+@RULES.rule("CausalConvWithState")
+def causal_conv_with_state(t, x, w, b=None, past_state=None, *, activation="none"):
+    # the last k-1 positions of [past_state, x] are the next call's state
+    if activation not in ("none", "silu", "swish"):
+        raise Unsupported(f"activation '{activation}': ONNX defines none, silu and swish")
+    (batch, channels, length), dtype = t.var(x)
+    kernel = t.var(w)[0][-1]
+    if channels < 0 or length < 0 or kernel < 0:
+        raise Unsupported("its channels, length and kernel size must be known at import")
+    if past_state is None:   # zeros before the first position
+        zero = t.constant(np.zeros((), onnx_model.as_numpy_dtype(dtype)))
+        padded = t.call("pad", x, zero, padding_config=[0, 0, 0, 0, 0, 0, kernel - 1, 0, 0])
+    else:
+        padded = t.call("concat", [past_state, x], axis=2)
+    y = t.call("conv_general_dilated", padded, w, lhs_spec=[0, 1, 2], rhs_spec=[0, 1, 2],
+               out_spec=[0, 1, 2], feature_group_count=int(channels))
+    if b is not None:
+        y = t.call("add", y, t.call("unsqueeze", b, axes=[1]))
+    if activation != "none":
+        y = t.call("silu", y)
+    state = t.call("slice", padded, axes=[2], starts=[length], ends=[length + kernel - 1])
+    return y, state
 
 
 # --- sizes known at import ---
