@@ -75,7 +75,7 @@ def convert_feed(var, value):
             raise FeedError(f"feed cannot be made an array: {e}", var=name) from None
     arr = raw_key_data(arr)
     kind = np.dtype(arr.dtype).kind
-    if kind not in "biuf" and arr.dtype != dtypes.to_numpy("bfloat16"):   # ml_dtypes' kind: 'V'
+    if kind not in "biuf" and arr.dtype != dtypes.to_numpy("bfloat16"):   # its kind is 'V'
         raise FeedError(f"feed of dtype {arr.dtype} is not a rectangular numeric array",
                         var=name)
     if arr.dtype != want:

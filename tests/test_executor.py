@@ -306,3 +306,16 @@ def test_float_device_array_fed_to_an_int64_variable_is_refused():
     with pytest.raises(pd.FeedError, match="variable 'x'.*float32.*int64"):
         exe.run(main, feed={"x": jax.numpy.ones(3, jax.numpy.float32)}, scope=scope)
     assert np.array_equal(np.asarray(scope.get("counter")), before)
+
+
+def test_feed_of_bfloat16_runs_as_numpy_holds_it():
+    """A bfloat16 NumPy array (ml_dtypes: NumPy kind 'V') is a numeric feed."""
+    import ml_dtypes
+    main = pd.Program()
+    with pd.program_guard(main):
+        x = pd.data("x", [-1, 3], dtype="bfloat16")
+        y = ops.scale(x, scale=2.0)
+    value = np.array([[1.5, -2.0, 0.25]], dtype=ml_dtypes.bfloat16)
+    out, = pd.Executor().run(main, feed={"x": value}, fetch_list=[y])
+    assert out.dtype == ml_dtypes.bfloat16
+    np.testing.assert_array_equal(out.astype(np.float32), [[3.0, -4.0, 0.5]])
