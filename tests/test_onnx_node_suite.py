@@ -78,13 +78,15 @@ def test_pass_rates(request, record_property):
     floats = [n for n in ran if n in FLOAT_CASES]
     float_passed = sum(_results[n] for n in floats)
     everything = len(ran) == len(CASES)
+    rest = "" if everything else f" (of {len(CASES)}: the rest is slow)"
     summary = (f"ONNX node suite through progdesc.onnx.Backend: {passed} of {len(ran)} "
-               f"cases pass{'' if everything else f' (of {len(CASES)}: the rest is slow)'}; float "
-               f"non-expanded default-domain: {float_passed} of {len(floats)} "
-               f"({float_passed / max(len(floats), 1):.1%}); onnxruntime 1.31: "
+               f"cases pass{rest}; float non-expanded default-domain: {float_passed} of "
+               f"{len(floats)} ({float_passed / max(len(floats), 1):.1%}); onnxruntime 1.31: "
                f"{ONNXRUNTIME_PASSES} of {len(CASES)}; {len(EXCLUDED)} excluded")
     record_property("onnx_node_suite", summary)
     print(summary)
+    if len(floats) < len(FLOAT_CASES):   # a selection (-k): rates shown, not asserted
+        pytest.skip(summary)
     assert float_passed >= FLOAT_TARGET * len(floats), summary
     if everything:
         assert passed > ONNXRUNTIME_PASSES, summary
