@@ -285,10 +285,6 @@ EXCLUDED.update(dict.fromkeys([
 ], "STFT: not translated (no FFT op in progdesc)"))
 
 EXCLUDED.update(dict.fromkeys([
-    "test_tensorscatter", "test_tensorscatter_3d", "test_tensorscatter_circular",
-], "TensorScatter (opset 24): not translated (no rule)"))
-
-EXCLUDED.update(dict.fromkeys([
     "test_tfidfvectorizer_tf_batch_onlybigrams_skip0",
     "test_tfidfvectorizer_tf_batch_onlybigrams_skip5",
     "test_tfidfvectorizer_tf_batch_uniandbigrams_skip5",

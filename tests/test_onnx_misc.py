@@ -241,3 +241,22 @@ def test_softmax_cross_entropy_with_weights_and_an_ignored_index(reduction):
     expected = {"none": loss, "sum": loss.sum(), "mean": loss.sum() / w.sum()}[reduction]
     np.testing.assert_allclose(out.lp, log_prob, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(out.loss, expected, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("mode", ["linear", "circular"])
+def test_tensor_scatter_writes_each_sample_at_its_index(mode):
+    past = np.arange(2 * 5 * 2, dtype=np.float32).reshape(2, 5, 2)
+    update = -np.arange(1, 2 * 3 * 2 + 1, dtype=np.float32).reshape(2, 3, 2)
+    where = np.array([1, 4], np.int64)
+    y, = _run(helper.make_node("TensorScatter", ["past", "update", "w"], ["y"], mode=mode),
+              [("past", F, [2, 5, 2]), ("update", F, [2, 3, 2]), ("w", I64, [2])],
+              [("y", F, [2, 5, 2])], [past, update, where])
+    expected = past.copy()   # the pseudocode of ONNX's specification
+    for b in range(2):
+        for s in range(3):
+            p = where[b] + s
+            if mode == "circular":
+                p %= 5
+            if p < 5:
+                expected[b, p] = update[b, s]
+    np.testing.assert_array_equal(y, expected)

@@ -1,6 +1,6 @@
 """Everything else of the default domain: random draws, TopK, the losses
-NegativeLogLikelihoodLoss and SoftmaxCrossEntropyLoss, CausalConvWithState, windows,
-LpNormalization; quantization and integer products (`rules_quantize`, imported here);
+NegativeLogLikelihoodLoss and SoftmaxCrossEntropyLoss, CausalConvWithState, TensorScatter,
+windows, LpNormalization; quantization and integer products (`rules_quantize`, imported here);
 and the ops refused with their reason (sequences, optionals, NonMaxSuppression).
 
 Random ops draw from the program's RNG state (`Program.random_seed`), so they cannot
@@ -176,6 +176,38 @@ def causal_conv_with_state(t, x, w, b=None, past_state=None, *, activation="none
         y = t.call("silu", y)
     state = t.call("slice", padded, axes=[2], starts=[length], ends=[length + kernel - 1])
     return y, state
+
+
+# --- a KV cache's update (opset 24) ---
+@RULES.rule("TensorScatter")
+def tensor_scatter(t, past, update, write_indices=None, *, mode="linear", axis=-2):
+    # each cache position p of sample b reads update[p - w[b]] (mod the cache length when
+    # circular) where that index falls inside the update, else keeps the past value
+    if mode not in ("linear", "circular"):
+        raise Unsupported(f"mode '{mode}': ONNX defines linear and circular")
+    dims = t.var(past)[0]
+    rank = len(dims)
+    axis = int(axis) % rank
+    length, count = dims[axis], t.var(update)[0][axis]
+    if length < 0 or count < 0:
+        raise Unsupported("its sequence dims must be known at import")
+    shape = [1] * rank
+    shape[axis] = length
+    offset = t.constant(np.arange(length, dtype=np.int32).reshape(shape))
+    if write_indices is not None:
+        start = t.call("reshape", t.call("cast", write_indices, dtype="int32"),
+                       shape=[-1] + [1] * (rank - 1))
+        offset = t.call("sub", offset, start)
+    if mode == "circular":
+        cycle = t.constant(np.int32(length))
+        offset = t.call("rem", t.call("add", offset, cycle), cycle)
+    inside = t.call("logical_and",
+                    t.call("greater_equal", offset, t.constant(np.int32(0))),
+                    t.call("less_than", offset, t.constant(np.int32(count))))
+    index = t.call("expand_as", t.call("clip", offset, min=0.0, max=float(count - 1)),
+                   past)
+    picked = t.call("take_along_axis", update, index, axis=axis)
+    return t.call("where", inside, picked, past)
 
 
 # --- sizes known at import ---
