@@ -301,3 +301,7 @@ EXCLUDED.update(dict.fromkeys([
     "test_flexattention_score_mod", "test_flexattention_soft_cap",
 ], ("ai.onnx.preview.FlexAttention: an experimental op of the preview domain, not "
     "translated")))
+
+EXCLUDED["test_scan_sum"] = (
+    "Scan at opset 8 (a batch axis): ONNX's version converter to opset 13, which the Backend "
+    "applies, drops the batch axis from the graph's inputs; the case's data keeps it")
