@@ -16,3 +16,15 @@ def pytest_collection_finish(session):
     if jax.config.jax_enable_x64:
         raise RuntimeError("a test module turned jax_enable_x64 on when it was imported; "
                            "use `with jax.enable_x64(True):` inside the test instead")
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The pass rates of ONNX's node suite (tests/test_onnx_node_suite.py), where it ran
+    (its last test records them, in whichever worker ran it)."""
+    for reports in list(terminalreporter.stats.values()):
+        for report in reports:
+            if getattr(report, "when", None) != "call":
+                continue
+            for key, value in getattr(report, "user_properties", ()):
+                if key == "onnx_node_suite":
+                    terminalreporter.write_line(value)

@@ -12,6 +12,9 @@ runs through the Executor, `minimize` trains it, `progdesc.export` compiles it. 
 (`progdesc.onnx.save`: one export rule per op of ours, `progdesc.onnx.export_rules`):
 
     progdesc.onnx.save(main, "model.onnx", ["x"], [logits], scope=scope)
+
+`Backend` (`progdesc.onnx.backend`) is the same importer behind ONNX's backend API
+(`onnx.backend.base.Backend`): `Backend.prepare(model).run(inputs)`.
 """
 import os
 import re
@@ -21,7 +24,16 @@ from progdesc.onnx.model import parse_model, read_model, tensor_type
 from progdesc.onnx.save import save, to_onnx
 from progdesc.onnx.translate import translate
 
-__all__ = ["input_dims", "is_onnx_model", "load", "save", "to_onnx"]
+__all__ = ["Backend", "BackendRep", "input_dims", "is_onnx_model", "load", "save", "to_onnx"]
+
+
+def __getattr__(name):
+    """`Backend` and `BackendRep`, imported on first use (`import progdesc.onnx` stays
+    cheap)."""
+    if name in ("Backend", "BackendRep"):
+        from progdesc.onnx import backend
+        return getattr(backend, name)
+    raise AttributeError(f"module 'progdesc.onnx' has no attribute '{name}'")
 
 
 def is_onnx_model(path):
