@@ -463,3 +463,12 @@ def test_the_command_exports_pytorchs_gpt2_block_with_its_batch_and_sequence_dim
     for case in ("b2_t7", "b5_t12"):   # two batch sizes, two sequence lengths
         np.testing.assert_allclose(np.asarray(compiled(reference[f"{case}_input_x"])[0]),
                                    reference[f"{case}_output"], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("equation", ["i.j->i", "ij.,jk", "i..j,jk->ik"])
+def test_an_einsum_with_a_stray_dot_is_refused_without_hanging(equation):
+    # onnx 1.23's shape inference loops forever on such an equation: load must not run it
+    model = small([helper.make_node("Einsum", ["x", "y"], ["z"], name="mix",
+                                    equation=equation)], ["x", "y"])
+    with pytest.raises(UnsupportedOpError, match="node 'mix'"):
+        pd_onnx.load(model, pd.Scope())

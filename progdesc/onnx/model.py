@@ -257,7 +257,13 @@ def tensor_type(type_proto):
 def inferred_types(model):
     """{value name: (dims, dtype)} of every value ONNX's shape inference (with data
     propagation, so that symbolic dims flow through shape computations) can type; {} if
-    inference fails (a model it does not know, an opset too new)."""
+    inference fails (a model it does not know, an opset too new) or would not end (an
+    Einsum equation with a stray '.': onnx 1.23's inference loops forever on it; the
+    Einsum row refuses such a node by name)."""
+    if any(not _einsum_equation_ok(attr.s) for graph in _graphs(model.graph)
+           for node in graph.node if node.op_type == "Einsum"
+           for attr in node.attribute if attr.name == "equation"):
+        return {}
     try:
         inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
     except Exception:
@@ -269,6 +275,16 @@ def inferred_types(model):
             if typ is not None and info.name not in out:
                 out[info.name] = typ
     return out
+
+
+def _einsum_equation_ok(equation):
+    """Whether every term of an Einsum equation is letters and spaces around at most one
+    '...' (what ONNX's shape inference can read without looping)."""
+    text = equation.decode("ascii", "replace")
+    terms = text.replace("->", ",").split(",")
+    return text.count("->") <= 1 and all(
+        term.count("...") <= 1 and all(c.isalpha() or c == " " for c in term.replace("...", ""))
+        for term in terms)
 
 
 def as_numpy_dtype(name):
