@@ -166,22 +166,27 @@ def max_unpool(t, x, indices, output_shape=None, *, kernel_shape, pads=None, str
     rank = len(dims) - 2
     pads = list(pads or [0] * (2 * rank))
     strides = list(strides or [1] * rank)
-    if output_shape is not None:
-        out_dims = ints_of(t, output_shape, "output_shape")
-    else:
-        out_dims = dims[:2] + [(dims[2 + d] - 1) * strides[d] - pads[d] - pads[d + rank]
-                               + kernel_shape[d] for d in range(rank)]
-    if len(out_dims) != len(dims) or out_dims[:2] != dims[:2]:
-        raise Unsupported(f"output_shape {out_dims} for an input of dims {dims}")
+    # the indices address the inferred shape; output_shape, larger, pads its end with zeros
+    inferred = dims[:2] + [(dims[2 + d] - 1) * strides[d] - pads[d] - pads[d + rank]
+                           + kernel_shape[d] for d in range(rank)]
+    out_dims = inferred if output_shape is None else ints_of(t, output_shape, "output_shape")
+    if (len(out_dims) != len(dims) or out_dims[:2] != dims[:2]
+            or any(o < i for o, i in zip(out_dims, inferred))):
+        raise Unsupported(f"output_shape {out_dims} for an unpooled shape of {inferred}")
     count = int(np.prod(dims))
     flat_index = t.call("reshape", indices, shape=[count, 1])
     updates = t.call("reshape", x, shape=[count])
-    zeros = t.call("fill_constant", shape=[int(np.prod(out_dims))], dtype=t.var(x)[1],
+    zeros = t.call("fill_constant", shape=[int(np.prod(inferred))], dtype=t.var(x)[1],
                    value=0.0)
     out = t.call("scatter_general", zeros, flat_index, updates, computation="set",
                  mode="fill", update_window_dims=[], inserted_window_dims=[0],
                  scatter_dims_to_operand_dims=[0])
-    return t.call("reshape", out, shape=out_dims)
+    out = t.call("reshape", out, shape=inferred)
+    if out_dims != inferred:
+        config = [v for o, i in zip(out_dims, inferred) for v in (0, o - i, 0)]
+        out = t.call("pad", out, t.constant(np.zeros((), _np_dtype(t, x))),
+                     padding_config=config)
+    return out
 
 
 # --- sampling ---
