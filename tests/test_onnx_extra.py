@@ -199,7 +199,7 @@ def test_affine_grid(size, align_corners):
 @pytest.mark.parametrize("mode", ["half_pixel", "output_half_pixel"])
 def test_roi_align(mode):
     x = _x(2, 3, 8, 9)
-    rois = np.array([[0.5, 1, 6, 7.5], [-1, 2, 3, 2.5], [2, 0, 9.5, 8.5]], np.float32)
+    rois = np.array([[0.5, 1, 6, 7.5], [-3, 2, 3, 2.5], [2, 0, 9.5, 11]], np.float32)
     batch = np.array([1, 0, 1], np.int64)
     inputs = [("x", x), ("rois", rois), ("b", batch)]
     attrs = {"coordinate_transformation_mode": mode, "output_height": 3, "output_width": 2,
