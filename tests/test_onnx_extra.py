@@ -196,25 +196,24 @@ def test_affine_grid(size, align_corners):
                                .reshape(2, *size[2:], k), rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("mode", ["half_pixel", "output_half_pixel"])
-def test_roi_align(mode):
+@pytest.mark.parametrize("mode,pool", [("half_pixel", "avg"), ("output_half_pixel", "avg"),
+                                       ("half_pixel", "max")])
+def test_roi_align(mode, pool):
     x = _x(2, 3, 8, 9)
     rois = np.array([[0.5, 1, 6, 7.5], [-3, 2, 3, 2.5], [2, 0, 9.5, 11]], np.float32)
     batch = np.array([1, 0, 1], np.int64)
     inputs = [("x", x), ("rois", rois), ("b", batch)]
-    attrs = {"coordinate_transformation_mode": mode, "output_height": 3, "output_width": 2,
+    attrs = {"coordinate_transformation_mode": mode, "mode": pool, "output_height": 3, "output_width": 2,
              "sampling_ratio": 2, "spatial_scale": 0.9}
     y, = _run("RoiAlign", inputs, attrs, opset=16)
     want, = _onnxruntime("RoiAlign", inputs, attrs, opset=16)
     np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-5)
 
 
-def test_roi_align_refuses_adaptive_sampling_and_max():
+def test_roi_align_refuses_adaptive_sampling():
     inputs = [("x", _x(1, 1, 4, 4)), ("r", _x(1, 4)), ("b", np.zeros(1, np.int64))]
     with pytest.raises(UnsupportedOpError, match="sampling_ratio 0"):
         _run("RoiAlign", inputs)
-    with pytest.raises(UnsupportedOpError, match="mode 'max'"):
-        _run("RoiAlign", inputs, {"mode": "max", "sampling_ratio": 1})
 
 
 def test_deform_conv_with_mask_bias_and_groups():

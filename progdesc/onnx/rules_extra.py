@@ -259,11 +259,12 @@ def deform_conv(t, x, w, offset, b=None, mask=None, *, dilations=None, group=1,
 
 def _roi_align(t, x, rois, batch_indices, *, half_pixel, mode, output_height,
                output_width, sampling_ratio, spatial_scale):
-    """RoiAlign as bilinear reads of grid_sample (align_corners, border: ONNX clamps a
-    point to the image) at the sampling points, a point beyond one pixel outside reading 0."""
-    if mode != "avg":
-        raise Unsupported(f"mode '{mode}': its max is over the 4 weighted corner reads of "
-                          "each point, not the bilinear values; only avg is supported")
+    """RoiAlign as reads of grid_sample at the sampling points of each bin. A point is
+    clamped to the image (a point beyond one pixel outside reads 0); avg averages the
+    points' bilinear values (grid_sample, align_corners, border), max takes the largest
+    of the 4 weighted corner reads of every point (4 nearest reads), as ONNX defines it."""
+    if mode not in ("avg", "max"):
+        raise Unsupported(f"mode '{mode}'")
     if sampling_ratio <= 0:
         raise Unsupported("sampling_ratio 0: the number of points depends on each roi's size")
     _, _, height, width = _known_dims(t, x, "the input")
@@ -279,34 +280,54 @@ def _roi_align(t, x, rois, batch_indices, *, half_pixel, mode, output_height,
         scaled = t.call("scale", picked, scale=float(spatial_scale))
         return t.call("sub", scaled, const(0.5)) if half_pixel else scaled
 
-    def points(start, end, count, size, axis):
+    def along(start, end, count, size, axis):
+        """The points along one axis: (normalized place, weight) pairs, [R, P] each
+        reshaped to broadcast along `axis` of [R, P, Q]: one pair for avg, the low and
+        high pixels with their weights for max; the weights 0 for points outside."""
         extent = t.call("sub", end, start)
         if not half_pixel:
             extent = t.call("maximum", extent, const(1.0))
         step = t.call("scale", extent, scale=1.0 / count)                # bin size [R, 1]
         where = (np.arange(count)[:, None] + (np.arange(ratio) + 0.5) / ratio).reshape(-1)
         place = t.call("add", start, t.call("mul", step, const(where[None])))  # [R, P]
-        inside = t.call("logical_and", t.call("greater_equal", place, const(-1.0)),
-                        t.call("less_equal", place, const(float(size))))
-        # grid_sample with align_corners reads pixel (g + 1) / 2 * (size - 1)
-        norm = (t.call("sub", t.call("scale", place, scale=2.0 / (size - 1)), const(1.0))
-                if size > 1 else t.call("scale", place, scale=0.0))
+        inside = t.call("cast", t.call("logical_and",
+                                       t.call("greater_equal", place, const(-1.0)),
+                                       t.call("less_equal", place, const(float(size)))),
+                        dtype=t.var(rois)[1])
         shape = [rois_count, 1, 1]
         shape[axis] = count * ratio
-        return (t.call("reshape", norm, shape=shape),
-                t.call("reshape", t.call("cast", inside, dtype=t.var(rois)[1]), shape=shape))
 
-    gy, in_y = points(coordinate(1), coordinate(3), oh, height, 1)
-    gx, in_x = points(coordinate(0), coordinate(2), ow, width, 2)
+        def normalized(pixel):   # grid_sample with align_corners reads (g + 1) / 2 * (size - 1)
+            g = (t.call("scale", pixel, scale=2.0 / (size - 1), bias=-1.0) if size > 1
+                 else t.call("scale", pixel, scale=0.0))
+            return t.call("reshape", g, shape=shape)
+
+        if mode == "avg":
+            return [(normalized(place), t.call("reshape", inside, shape=shape))]
+        clamped = t.call("clip", place, min=0.0, max=float(size - 1))
+        low = t.call("floor", clamped)
+        high = t.call("clip", t.call("scale", low, bias=1.0), min=0.0, max=float(size - 1))
+        frac = t.call("mul", t.call("sub", clamped, low), inside)
+        return [(normalized(low), t.call("reshape", t.call("sub", inside, frac), shape=shape)),
+                (normalized(high), t.call("reshape", frac, shape=shape))]
+
+    ys = along(coordinate(1), coordinate(3), oh, height, 1)
+    xs = along(coordinate(0), coordinate(2), ow, width, 2)
     zeros = const(np.zeros((1, oh * ratio, ow * ratio)))
-    grid = t.call("concat", [t.call("unsqueeze", t.call("add", g, zeros), axes=[3])
-                             for g in (gx, gy)], axis=3)          # [R, P, Q, 2]
     images = t.call("gather", x, batch_indices, axis=0)           # [R, C, H, W]
-    read = t.call("grid_sample", images, grid, mode="bilinear", padding_mode="border",
-                  align_corners=True)
-    read = t.call("mul", read, t.call("unsqueeze", t.call("mul", in_y, in_x), axes=[1]))
-    read = t.call("reshape", read, shape=[rois_count, -1, oh, ratio, ow, ratio])
-    return t.call("reduce_mean", read, axis=[3, 5])
+    reads = []
+    for (gy, wy), (gx, wx) in itertools.product(ys, xs):
+        grid = t.call("concat", [t.call("unsqueeze", t.call("add", g, zeros), axes=[3])
+                                 for g in (gx, gy)], axis=3)      # [R, P, Q, 2]
+        read = t.call("grid_sample", images, grid,
+                      mode="bilinear" if mode == "avg" else "nearest",
+                      padding_mode="border", align_corners=True)
+        reads.append(t.call("mul", read, t.call("unsqueeze", t.call("mul", wy, wx), axes=[1])))
+    out = reads[0]
+    for read in reads[1:]:
+        out = t.call("maximum", out, read)
+    out = t.call("reshape", out, shape=[rois_count, -1, oh, ratio, ow, ratio])
+    return t.call("reduce_mean" if mode == "avg" else "reduce_max", out, axis=[3, 5])
 
 
 @RULES.rule("RoiAlign", since=10)
