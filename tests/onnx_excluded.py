@@ -324,7 +324,3 @@ EXCLUDED.update(dict.fromkeys([
     "test_gridsample_volumetric_nearest_align_corners_0",
     "test_gridsample_volumetric_nearest_align_corners_1",
 ], "GridSample of a 5-D input (volumetric): our grid_sample op samples 4-D inputs only"))
-
-EXCLUDED["test_loop11"] = (
-    "Loop whose body slices with starts from the iteration number: a Slice with run-time "
-    "starts and ends (its length, ends - starts, is not tracked at import)")
