@@ -297,3 +297,69 @@ def test_gradients_through_scatter_and_reordering_ops():
                       ("axis", np.array(1, np.int64)),
                       ("unflat", np.array([1, 2, 4, 5], np.int64)), ("idx", idx)],
                      opset=28)
+
+
+# --- Slice with a run-time start (progdesc.onnx.run_time_bounds) ---
+def _window_loop(first, length):
+    """A Loop that adds x[i + first : i + first + length] to its carried value at each
+    iteration i and stacks the windows (its scan output)."""
+    k = numpy_helper.from_array
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["c"], ["c_out"]),
+         helper.make_node("Constant", [], ["first"], value=k(np.array(first, np.int64))),
+         helper.make_node("Constant", [], ["len"], value=k(np.array(length, np.int64))),
+         helper.make_node("Add", ["i", "first"], ["s"]),
+         helper.make_node("Add", ["s", "len"], ["e"]),
+         helper.make_node("Unsqueeze", ["s", "zero"], ["starts"]),
+         helper.make_node("Unsqueeze", ["e", "zero"], ["ends"]),
+         helper.make_node("Slice", ["data", "starts", "ends"], ["w"]),
+         helper.make_node("Add", ["acc", "w"], ["acc_out"]),
+         helper.make_node("Identity", ["w"], ["w_out"])],
+        "body", [helper.make_tensor_value_info("i", I64, []),
+                 helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+                 helper.make_tensor_value_info("acc", F, [length])],
+        [helper.make_tensor_value_info("c_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("acc_out", F, [length]),
+         helper.make_tensor_value_info("w_out", F, [length])])
+    loop = helper.make_node("Loop", ["trips", "", "x"], ["total", "windows"], body=body)
+    return [loop]
+
+
+def _run_window_loop(first, length, trips, data):
+    nodes = _window_loop(first, length)
+    graph = helper.make_graph(
+        nodes + [helper.make_node("Identity", ["total"], ["y0"])], "g",
+        [helper.make_tensor_value_info("trips", I64, []),
+         helper.make_tensor_value_info("x", F, [length])],
+        [helper.make_tensor_value_info("y0", F, None),
+         helper.make_tensor_value_info("windows", F, None)],
+        [numpy_helper.from_array(data, "data"), numpy_helper.from_array(np.array([0], np.int64),
+                                                                       "zero")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)],
+                              ir_version=10)
+    return ponnx.Backend.run_model(model, [np.array(trips, np.int64),
+                                           np.zeros(length, np.float32)])
+
+
+@pytest.mark.parametrize("first,trips", [(0, 5), (1, 3), (-6, 4)])
+def test_loop_slices_at_its_iteration_number(first, trips):
+    """The trip count a graph input (the backend binds it); negative starts (with
+    negative ends) count from the end as in ONNX."""
+    data = np.arange(10, 16, dtype=np.float32)
+    total, windows = _run_window_loop(first, 2, trips, data)
+    want = np.stack([data[i + first:i + first + 2] for i in range(trips)])
+    np.testing.assert_array_equal(windows, want)
+    np.testing.assert_array_equal(total, want.sum(0))
+
+
+def test_run_time_start_refuses_a_window_larger_than_the_dim():
+    with pytest.raises(UnsupportedOpError, match="a window of 7"):
+        _run_window_loop(0, 7, 2, np.zeros(6, np.float32))
+
+
+def test_gradient_through_a_run_time_slice_in_a_loop():
+    nodes = _window_loop(1, 3)
+    nodes.append(helper.make_node("Mul", ["windows", "windows"], ["y"]))
+    _check_gradients(nodes, np.zeros(3, np.float32), {"data": _x(7)},
+                     [("trips", np.array(4, np.int64)), ("zero", np.array([0], np.int64))],
+                     opset=13)
