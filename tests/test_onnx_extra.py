@@ -88,7 +88,8 @@ def test_bitcast(x, to):
     model = _model("BitCast", [("x", x)], {"to": to}, opset=26)
     model.graph.output[0].type.tensor_type.elem_type = to
     y, = _ours(model, [x])
-    want = x.astype(np.uint8) if x.dtype == np.bool_ else x.view(helper.tensor_dtype_to_np_dtype(to))
+    target = helper.tensor_dtype_to_np_dtype(to)
+    want = x.astype(np.uint8) if x.dtype == np.bool_ else x.view(target)
     np.testing.assert_array_equal(y, want)
 
 
@@ -203,8 +204,8 @@ def test_roi_align(mode, pool):
     rois = np.array([[0.5, 1, 6, 7.5], [-3, 2, 3, 2.5], [2, 0, 9.5, 11]], np.float32)
     batch = np.array([1, 0, 1], np.int64)
     inputs = [("x", x), ("rois", rois), ("b", batch)]
-    attrs = {"coordinate_transformation_mode": mode, "mode": pool, "output_height": 3, "output_width": 2,
-             "sampling_ratio": 2, "spatial_scale": 0.9}
+    attrs = {"coordinate_transformation_mode": mode, "mode": pool, "output_height": 3,
+             "output_width": 2, "sampling_ratio": 2, "spatial_scale": 0.9}
     y, = _run("RoiAlign", inputs, attrs, opset=16)
     want, = _onnxruntime("RoiAlign", inputs, attrs, opset=16)
     np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-5)

@@ -5,7 +5,9 @@ CumProd, BitCast, SwiGLU.
 
 Sizes that shape the result (AffineGrid's size, Col2Im's image and block shapes,
 CenterCropPad's shape, MaxUnpool's output_shape) must be known at import (a constant,
-or a graph input the backend binds); RoiAlign needs a fixed sampling_ratio.
+or a graph input the backend binds); RoiAlign needs a fixed sampling_ratio. Refused:
+GridSample's cubic mode and 5-D inputs (our grid_sample is 2-D, bilinear or nearest),
+BitCast from or to a 64-bit type (computed as 32 bits here).
 """
 import itertools
 
