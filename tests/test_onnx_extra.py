@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 
 onnx = pytest.importorskip("onnx")
-ort = pytest.importorskip("onnxruntime")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 import progdesc  # noqa: E402
@@ -54,6 +53,7 @@ def _run(op, inputs, attrs=None, **kw):
 
 
 def _onnxruntime(op, inputs, attrs=None, **kw):
+    ort = pytest.importorskip("onnxruntime")
     model = _model(op, inputs, attrs, **kw)
     session = ort.InferenceSession(model.SerializeToString(),
                                    providers=["CPUExecutionProvider"])
