@@ -307,3 +307,20 @@ EXCLUDED.update(dict.fromkeys([
 EXCLUDED["test_scan_sum"] = (
     "Scan at opset 8 (a batch axis): ONNX's version converter to opset 13, which the Backend "
     "applies, drops the batch axis from the graph's inputs; the case's data keeps it")
+
+EXCLUDED.update(dict.fromkeys([
+    "test_bitcast_float64_to_int64", "test_bitcast_int64_to_float64",
+], ("BitCast of a 64-bit type: int64 and float64 compute as 32 bits here (x64 off), so "
+    "their bits are not held")))
+
+EXCLUDED.update(dict.fromkeys([
+    "test_gridsample_bicubic", "test_gridsample_bicubic_align_corners_0_additional_1",
+    "test_gridsample_bicubic_align_corners_1_additional_1",
+], "GridSample mode 'cubic': our grid_sample op samples bilinear and nearest only"))
+
+EXCLUDED.update(dict.fromkeys([
+    "test_gridsample_volumetric_bilinear_align_corners_0",
+    "test_gridsample_volumetric_bilinear_align_corners_1",
+    "test_gridsample_volumetric_nearest_align_corners_0",
+    "test_gridsample_volumetric_nearest_align_corners_1",
+], "GridSample of a 5-D input (volumetric): our grid_sample op samples 4-D inputs only"))

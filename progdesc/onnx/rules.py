@@ -30,7 +30,7 @@ def softmax(t, x, *, axis=-1):              # inputs, then attributes with ONNX'
 """
 from progdesc.onnx import (rules_control, rules_math, rules_microsoft,  # noqa: F401
                            rules_misc, rules_nn, rules_recurrent, rules_shape)
-from progdesc.onnx import rules_index  # noqa: F401
+from progdesc.onnx import rules_extra, rules_index  # noqa: F401
 from progdesc.onnx.table import RULES
 
 __all__ = ["RULES"]

@@ -11,7 +11,7 @@ is refused.
 """
 import numpy as np
 
-from progdesc.onnx import symbolic
+from progdesc.onnx import run_time_bounds, symbolic
 from progdesc.onnx.model import as_numpy_dtype, dtype_name
 from progdesc.onnx.shape_args import (INT32_MAX, axis_of, computed_dims, dim_sizes, ints_of,
                                       reshape_to, sizes_or_refuse)
@@ -174,6 +174,9 @@ def _clip(value):
 
 @RULES.rule("Slice")
 def slice_(t, x, starts, ends, axes=None, steps=None):
+    window = run_time_bounds.slice_window(t, x, starts, ends, axes, steps)
+    if window is not None:   # a run-time start, a length known at import
+        return window
     sizes = dim_sizes(t, x)
     rank = len(sizes)
     starts = sizes_or_refuse(t, starts, "starts")

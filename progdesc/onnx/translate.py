@@ -386,6 +386,13 @@ class OnnxTranslator(Translator):
         self.read_at_import |= self._state.intersection(ins)   # dropped if no op reads them
         return outs[:len(proto.output)]
 
+    def computed_by(self, name):
+        """(ONNX op type, our input names, attributes) of the foldable default-domain node
+        that made our variable `name` at run time (its inputs not all known at import),
+        or None."""
+        entry = self._computed.get(name)
+        return None if entry is None else entry[:3]
+
     @property
     def node_proto(self):
         """The NodeProto being translated (for a rule that needs more than its inputs and
