@@ -11,6 +11,7 @@ import pytest
 onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
+from onnx_checks import directional_gradient_check  # noqa: E402
 import progdesc  # noqa: E402
 from lowering.errors import UnsupportedOpError  # noqa: E402
 from progdesc import onnx as ponnx  # noqa: E402
@@ -229,37 +230,6 @@ def test_deform_conv_with_mask_bias_and_groups():
 
 
 # --- gradients: <seed, d y / d p> against central differences ---
-def _check_gradients(nodes, x, params, consts=(), *, opset=22, eps=1e-3):
-    graph = helper.make_graph(
-        nodes, "g", [helper.make_tensor_value_info("x", F, x.shape)],
-        [helper.make_tensor_value_info("y", F, None)],
-        [numpy_helper.from_array(v, k) for k, v in list(params.items()) + list(consts)])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)],
-                              ir_version=10)
-    scope = progdesc.Scope()
-    program, _, (y,) = ponnx.load(model, scope)
-    exe = progdesc.Executor()
-    (out,) = exe.run(program, feed={"x": x}, fetch_list=[y], scope=scope)
-    seed = _x(*np.shape(out), seed=7)
-    block = program.global_block()
-    with progdesc.program_guard(program):
-        s = progdesc.data("seed", list(seed.shape))
-        grads = progdesc.gradients([y], [block.var(k) for k in params], target_gradients=[s])
-    got = exe.run(program, feed={"x": x, "seed": seed}, fetch_list=grads, scope=scope)
-    forward = program.clone(for_test=True)
-    for (name, value), grad in zip(params.items(), got):
-        direction = _x(*value.shape, seed=8)
-        ends = []
-        for sign in (1, -1):
-            scope.set(name, (value + sign * eps * direction).astype(np.float32))
-            (o,) = exe.run(forward, feed={"x": x}, fetch_list=[y.name], scope=scope)
-            ends.append(float(np.sum(np.asarray(o, np.float64) * seed)))
-        scope.set(name, value)
-        np.testing.assert_allclose(float(np.sum(np.asarray(grad) * direction)),
-                                   (ends[0] - ends[1]) / (2 * eps), rtol=2e-2, atol=2e-3,
-                                   err_msg=name)
-
-
 def test_gradients_through_sampling_ops():
     """AffineGrid -> GridSample -> DeformConv -> RoiAlign: theta, the filter and the
     offsets; the grid stays inside the image (no clipping kinks)."""
@@ -269,12 +239,12 @@ def test_gradients_through_sampling_ops():
              helper.make_node("RoiAlign", ["d", "rois", "b"], ["y"], output_height=2,
                               output_width=2, sampling_ratio=2)]
     theta = np.array([[[0.7, 0.1, 0.05], [-0.1, 0.6, 0.1]]], np.float32)
-    _check_gradients(nodes, _x(1, 2, 6, 6),
-                     {"theta": theta, "w": _x(3, 2, 2, 2, seed=1),
-                      "offset": 0.3 * _x(1, 8, 4, 4, seed=2)},
-                     [("size", np.array([1, 2, 5, 5], np.int64)),
-                      ("rois", np.array([[0.3, 0.4, 3.1, 2.9]], np.float32)),
-                      ("b", np.zeros(1, np.int64))])
+    directional_gradient_check(nodes, _x(1, 2, 6, 6),
+                               {"theta": theta, "w": _x(3, 2, 2, 2, seed=1),
+                                "offset": 0.3 * _x(1, 8, 4, 4, seed=2)},
+                               [("size", np.array([1, 2, 5, 5], np.int64)),
+                                ("rois", np.array([[0.3, 0.4, 3.1, 2.9]], np.float32)),
+                                ("b", np.zeros(1, np.int64))])
 
 
 def test_gradients_through_scatter_and_reordering_ops():
@@ -289,15 +259,15 @@ def test_gradients_through_scatter_and_reordering_ops():
              helper.make_node("Reshape", ["sw", "unflat"], ["u"]),            # [1, 2, 4, 5]
              helper.make_node("MaxUnpool", ["u", "idx"], ["y"], kernel_shape=[1, 1])]
     idx = np.random.default_rng(3).permutation(40).reshape(1, 2, 4, 5).astype(np.int64)
-    _check_gradients(nodes, _x(8, 5, seed=4), {"cols": 0.8 * _x(1, 2 * 4, 3 * 2)},
-                     [("image", np.array([4, 4], np.int64)),
-                      ("block", np.array([2, 2], np.int64)),
-                      ("crop", np.array([1, 2, 4, 5], np.int64)),
-                      ("flat", np.array([8, 5], np.int64)),
-                      ("lens", np.array([5, 2, 0, 3, 4, 1, 5, 5], np.int64)),
-                      ("axis", np.array(1, np.int64)),
-                      ("unflat", np.array([1, 2, 4, 5], np.int64)), ("idx", idx)],
-                     opset=28)
+    directional_gradient_check(nodes, _x(8, 5, seed=4), {"cols": 0.8 * _x(1, 2 * 4, 3 * 2)},
+                               [("image", np.array([4, 4], np.int64)),
+                                ("block", np.array([2, 2], np.int64)),
+                                ("crop", np.array([1, 2, 4, 5], np.int64)),
+                                ("flat", np.array([8, 5], np.int64)),
+                                ("lens", np.array([5, 2, 0, 3, 4, 1, 5, 5], np.int64)),
+                                ("axis", np.array(1, np.int64)),
+                                ("unflat", np.array([1, 2, 4, 5], np.int64)), ("idx", idx)],
+                               opset=28)
 
 
 # --- Slice with a run-time start (progdesc.onnx.run_time_bounds) ---
@@ -361,6 +331,7 @@ def test_run_time_start_refuses_a_window_larger_than_the_dim():
 def test_gradient_through_a_run_time_slice_in_a_loop():
     nodes = _window_loop(1, 3)
     nodes.append(helper.make_node("Mul", ["windows", "windows"], ["y"]))
-    _check_gradients(nodes, np.zeros(3, np.float32), {"data": _x(7)},
-                     [("trips", np.array(4, np.int64)), ("zero", np.array([0], np.int64))],
-                     opset=13)
+    directional_gradient_check(nodes, np.zeros(3, np.float32), {"data": _x(7)},
+                               [("trips", np.array(4, np.int64)),
+                                ("zero", np.array([0], np.int64))],
+                               opset=13)

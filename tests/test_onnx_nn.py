@@ -9,6 +9,7 @@ onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
+from onnx_checks import directional_gradient_check  # noqa: E402
 import progdesc  # noqa: E402
 from lowering.errors import UnsupportedOpError  # noqa: E402
 from progdesc import onnx as ponnx  # noqa: E402
@@ -499,41 +500,6 @@ def test_half_precision_normalizations_keep_float32_statistics():
         np.testing.assert_allclose(y.astype(np.float32), ref, atol=2e-2)
 
 
-def _directional_check(nodes, x, params, consts=(), *, eps=1e-3, opset=23):
-    """<seed, d f / d p> against central differences of f along a random direction, for
-    each initializer p in `params` of the graph `nodes` (input 'x', output 'y'; `consts`:
-    initializers not differentiated)."""
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F32, x.shape)],
-                              [helper.make_tensor_value_info("y", F32, None)],
-                              initializer=[numpy_helper.from_array(v, k) for k, v in
-                                           list(params.items()) + list(dict(consts).items())])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)],
-                              ir_version=10)
-    scope = progdesc.Scope()
-    program, _, (y,) = ponnx.load(model, scope)
-    exe = progdesc.Executor()
-    (out,) = exe.run(program, feed={"x": x}, fetch_list=[y], scope=scope)
-    rng = np.random.default_rng(1)   # the same checks whatever ran before
-    seed = _x(*np.shape(out), rng=rng)
-    block = program.global_block()
-    with progdesc.program_guard(program):
-        s = progdesc.data("seed", list(seed.shape))
-        grads = progdesc.gradients([y], [block.var(k) for k in params], target_gradients=[s])
-    got = exe.run(program, feed={"x": x, "seed": seed}, fetch_list=grads, scope=scope)
-    forward = program.clone(for_test=True)
-    for (name, value), grad in zip(params.items(), got):
-        direction = _x(*value.shape, rng=rng)
-        ends = []
-        for sign in (1, -1):
-            scope.set(name, (value + sign * eps * direction).astype(np.float32))
-            (o,) = exe.run(forward, feed={"x": x}, fetch_list=[y.name], scope=scope)
-            ends.append(float(np.sum(np.asarray(o, np.float64) * seed)))
-        scope.set(name, value)
-        want = (ends[0] - ends[1]) / (2 * eps)
-        np.testing.assert_allclose(float(np.sum(np.asarray(grad) * direction)), want,
-                                   rtol=2e-2, atol=2e-3, err_msg=name)
-
-
 def test_gradients_through_pooling_resize_and_normalization():
     rng = np.random.default_rng(2)
     nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
@@ -543,15 +509,15 @@ def test_gradients_through_pooling_resize_and_normalization():
              helper.make_node("AveragePool", ["r"], ["a"], kernel_shape=[3, 3],
                               pads=[1, 1, 1, 1]),
              helper.make_node("LayerNormalization", ["a", "g"], ["y"], axis=1)]
-    _directional_check(nodes, _x(2, 2, 5, 5, rng=rng),
-                       {"w": _x(3, 2, 3, 3, rng=rng), "g": 1 + _x(3, 4, 6, rng=rng)},
-                       {"scales": np.asarray([1, 1, 1.5, 2], np.float32)})
+    directional_gradient_check(nodes, _x(2, 2, 5, 5, rng=rng),
+                               {"w": _x(3, 2, 3, 3, rng=rng), "g": 1 + _x(3, 4, 6, rng=rng)},
+                               {"scales": np.asarray([1, 1, 1.5, 2], np.float32)})
 
 
 def test_gradients_through_masked_attention():
     rng = np.random.default_rng(3)
     nodes = [helper.make_node("Attention", ["x", "k", "v", "mask"], ["y"], is_causal=1,
                               softcap=3.0)]
-    _directional_check(nodes, _x(1, 2, 3, 4, rng=rng),
-                       {"k": _x(1, 2, 5, 4, rng=rng), "v": _x(1, 2, 5, 4, rng=rng)},
-                       {"mask": np.asarray(rng.uniform(size=(3, 5)) > 0.2)})
+    directional_gradient_check(nodes, _x(1, 2, 3, 4, rng=rng),
+                               {"k": _x(1, 2, 5, 4, rng=rng), "v": _x(1, 2, 5, 4, rng=rng)},
+                               {"mask": np.asarray(rng.uniform(size=(3, 5)) > 0.2)})
