@@ -28,3 +28,19 @@ def pytest_terminal_summary(terminalreporter):
             for key, value in getattr(report, "user_properties", ()):
                 if key == "onnx_node_suite":
                     terminalreporter.write_line(value)
+
+
+LONGEST_FILES = ("test_op_table.py", "test_notebooks.py", "test_onnx_node_suite.py",
+                 "test_distributed_devices.py", "test_cli.py", "test_multihost.py",
+                 "test_onnx_fixtures.py", "test_from_flax.py", "test_from_jax_random.py",
+                 "test_precision.py", "test_as_jax.py", "test_user_errors.py")
+"""The test files that took longest in CI's selection (2 cores, 2026-11-27), longest first."""
+
+
+def pytest_collection_modifyitems(items):
+    """Longest files first: `-n 2 --dist loadfile` hands whole files to the two workers in
+    collection order, and a long file handed out last keeps one worker busy while the
+    other has nothing left (the order within a file is kept)."""
+    rank = {name: i for i, name in enumerate(LONGEST_FILES)}
+    position = {id(item): i for i, item in enumerate(items)}
+    items.sort(key=lambda item: (rank.get(item.path.name, len(rank)), position[id(item)]))

@@ -117,6 +117,7 @@ def test_draws_equal_the_originals_bit_for_bit(fn, key):
         np.testing.assert_array_equal(g, _raw(w))
 
 
+@pytest.mark.slow   # 9 s on 2 cores; the gamma draws themselves run in CI
 def test_gamma_samples_differentiate_in_their_shape_as_jax_grad_does():
     """JAX's implicit gradient of a gamma sample (and of beta, dirichlet, loggamma built on
     it) in its shape parameter; the ops' reference for it is tests/samples/prng.py."""
