@@ -11,7 +11,7 @@ known at import and become constants.
 import numpy as np
 
 from progdesc.onnx import model as onnx_model
-from progdesc.onnx.rules_quantize import onnx_dtype as _onnx_dtype  # and its rows
+from progdesc.onnx.rules_quantize import onnx_dtype  # and its rows
 from progdesc.onnx.table import RULES
 from progdesc.translate import Unsupported
 
@@ -35,19 +35,19 @@ def _float_dtype(dtype, what):
 @RULES.rule("RandomNormal")
 def random_normal(t, *, shape, dtype=1, mean=0.0, scale=1.0, seed=None):
     return t.call("gaussian_random", shape=[int(d) for d in shape],
-                  dtype=_float_dtype(_onnx_dtype(dtype, "dtype"), "dtype"),
+                  dtype=_float_dtype(onnx_dtype(dtype, "dtype"), "dtype"),
                   mean=float(mean), std=float(scale))
 
 
 @RULES.rule("RandomUniform")
 def random_uniform(t, *, shape, dtype=1, high=1.0, low=0.0, seed=None):
     return t.call("uniform_random", shape=[int(d) for d in shape],
-                  dtype=_float_dtype(_onnx_dtype(dtype, "dtype"), "dtype"),
+                  dtype=_float_dtype(onnx_dtype(dtype, "dtype"), "dtype"),
                   min=float(low), max=float(high))
 
 
 def _like_dtype(t, x, dtype):
-    return _float_dtype(t.var(x)[1] if dtype is None else _onnx_dtype(dtype, "dtype"),
+    return _float_dtype(t.var(x)[1] if dtype is None else onnx_dtype(dtype, "dtype"),
                         "the element type of the result")
 
 
@@ -66,7 +66,7 @@ def random_uniform_like(t, x, *, dtype=None, high=1.0, low=0.0, seed=None):
 @RULES.rule("Bernoulli")
 def bernoulli(t, p, *, dtype=None, seed=None):
     # floor(u + p) with u uniform in [0, 1) is 1 exactly when u >= 1 - p: probability p
-    out_dtype = t.var(p)[1] if dtype is None else _onnx_dtype(dtype, "dtype")
+    out_dtype = t.var(p)[1] if dtype is None else onnx_dtype(dtype, "dtype")
     u = t.call("uniform_random", shape=_static_dims(t, p, "the input"), dtype="float32",
                min=0.0, max=1.0)
     if t.var(p)[1] != "float32":
@@ -85,7 +85,7 @@ def multinomial(t, x, *, dtype=6, sample_size=1, seed=None):
     if t.var(x)[1] != "float32":
         x = t.call("cast", x, dtype="float32")
     scores = t.call("add", t.call("unsqueeze", x, axes=[1]), gumbel)
-    out_dtype = _onnx_dtype(dtype, "dtype")
+    out_dtype = onnx_dtype(dtype, "dtype")
     if out_dtype not in ("int32", "int64"):
         raise Unsupported(f"dtype {out_dtype}: Multinomial gives int32 or int64")
     return t.call("argmax", scores, axis=-1, keep_dim=False, dtype=out_dtype)
@@ -225,7 +225,7 @@ def _window(t, size, output_datatype, periodic, terms):
     span = n if periodic else n - 1
     phase = 2 * np.pi * np.arange(n, dtype=np.float64) / max(span, 1)
     window = sum(c * np.cos(k * phase) for k, c in enumerate(terms))
-    dtype = onnx_model.as_numpy_dtype(_onnx_dtype(output_datatype, "output_datatype"))
+    dtype = onnx_model.as_numpy_dtype(onnx_dtype(output_datatype, "output_datatype"))
     return t.constant(np.asarray(window).astype(dtype))
 
 

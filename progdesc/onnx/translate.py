@@ -268,16 +268,7 @@ class OnnxTranslator(Translator):
                 self._scope, self._callsite = saved
         self._node = proto
         try:
-            results = self.apply(node, ins)
-        except UnsupportedOpError:
-            raise
-        except ProgramError as e:   # attributes or shapes that do not fit our op
-            self.note(node, f"it does not fit: {e.detail}", type(e))
-            results = [FAILED] * len(outputs)
-        except (TypeError, ValueError, IndexError, KeyError, ArithmeticError) as e:
-            # attribute values of another type or size than ONNX defines (a hostile file)
-            self.note(node, f"attributes it cannot read ({type(e).__name__}: {e})")
-            results = [FAILED] * len(outputs)
+            results = self.apply_checked(node, ins)
         finally:
             self._node = None
         results = list(results) + [None] * (len(outputs) - len(results))

@@ -24,7 +24,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from lowering.errors import FormatError, ProgramError, UnsupportedOpError
+from lowering.errors import FormatError
 from progdesc.framework import Program, program_guard
 from progdesc.paddle.graph import Block as PaddleBlock
 from progdesc.paddle.rules import RULES
@@ -187,17 +187,7 @@ class PaddleTranslator(Translator):
         node = Node(op.type, (), outputs, op.attrs, block=op.block, index=op.index,
                     in_types=in_types, out_types=out_types)
         self.version = version
-        try:
-            results = self.apply(node, ins)
-        except UnsupportedOpError:
-            raise
-        except ProgramError as e:   # attributes or shapes that do not fit our op
-            self.note(node, f"it does not fit: {e.detail}", type(e))
-            results = [FAILED] * len(outputs)
-        except (TypeError, ValueError, IndexError, KeyError, ArithmeticError) as e:
-            # attribute values of another type or size than Paddle writes (a hostile file)
-            self.note(node, f"attributes it cannot read ({type(e).__name__}: {e})")
-            results = [FAILED] * len(outputs)
+        results = self.apply_checked(node, ins)
         if len(outputs) == 1 and not (len(results) == 1 and results[0] is FAILED):
             results = [results if is_list(outputs[0]) else results[0]]
         self._bind(op, outputs, results, env)

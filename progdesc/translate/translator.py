@@ -6,7 +6,7 @@ from typing import NamedTuple
 import numpy as np
 
 from lowering import registry
-from lowering.errors import UnsupportedOpError
+from lowering.errors import ProgramError, UnsupportedOpError
 from progdesc.constants import imported_constant
 
 FAILED = object()
@@ -223,6 +223,21 @@ class Translator:
                     self.inline(graph, None)
         finally:
             self._callsite, self._scope = saved
+        return [FAILED] * len(node.outputs)
+
+    def apply_checked(self, node, ins):
+        """`apply`, for a node read from a file: a rule failing on attributes or shapes that
+        do not fit our op (ProgramError), or on attribute values of another type or size
+        than the format defines (a hostile file: TypeError, ValueError, ...), notes the node
+        as not translated instead of raising; its outputs are then FAILED."""
+        try:
+            return self.apply(node, ins)
+        except UnsupportedOpError:
+            raise
+        except ProgramError as e:
+            self.note(node, f"it does not fit: {e.detail}", type(e))
+        except (TypeError, ValueError, IndexError, KeyError, ArithmeticError) as e:
+            self.note(node, f"attributes it cannot read ({type(e).__name__}: {e})")
         return [FAILED] * len(node.outputs)
 
     def _forget_taken_back(self):
