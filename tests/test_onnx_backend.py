@@ -11,6 +11,7 @@ from onnx.backend import base
 
 from lowering.errors import FeedError, UnsupportedOpError
 from progdesc.onnx import Backend, BackendRep
+from progdesc.onnx import backend
 from progdesc.onnx.backend import jax_device
 
 
@@ -83,7 +84,7 @@ def test_run_node_types_from_the_inputs():
     assert out.i.dtype == np.int64 and list(out.i) == [0, 2]
 
 
-def test_inputs_the_translation_needs_are_bound_per_value():
+def test_inputs_the_translation_needs_are_bound_per_value(monkeypatch):
     # TopK's K fed as an input: translated once per value of K, outputs of each size
     model = _model([helper.make_node("TopK", ["x", "k"], ["v", "i"], largest=0)],
                    [_info("x", TensorProto.FLOAT, [5]), _info("k", TensorProto.INT64, [1])],
@@ -96,6 +97,12 @@ def test_inputs_the_translation_needs_are_bound_per_value():
         np.testing.assert_array_equal(i, np.argsort(x, kind="stable")[:k])
         np.testing.assert_array_equal(v, np.sort(x)[:k])
     assert len(rep._bound) == 2
+    # only the most recently used translations are kept, and each value still runs right
+    monkeypatch.setattr(backend, "MAX_BOUND_TRANSLATIONS", 2)
+    for k in (2, 4, 5, 1, 4):
+        v, _ = rep.run([x, np.array([k], np.int64)])
+        np.testing.assert_array_equal(v, np.sort(x)[:k])
+        assert len(rep._bound) <= 2
 
 
 def test_an_untranslatable_model_is_refused_at_prepare():

@@ -28,6 +28,10 @@ from progdesc.onnx import model as onnx_model
 __all__ = ["Backend", "BackendRep"]
 
 _PLATFORMS = {"CPU": "cpu", "CUDA": "gpu", "GPU": "gpu", "TPU": "tpu"}
+MAX_BOUND_TRANSLATIONS = 16
+"""How many translations a BackendRep with bound inputs keeps (one per set of values fed;
+the least recently used goes first), so that a stream of values cannot grow it without
+end."""
 
 
 def jax_device(device):
@@ -142,7 +146,7 @@ class BackendRep(base.BackendRep):
     Reshape's shape fed as an input rather than held by an initializer) is translated at
     each run with those inputs bound to the values fed (the integer inputs, the scalars
     and a Resize's roi and scales), once per distinct set of values, the way the Executor
-    compiles once per set of shapes. Where even that fails, the first run raises the
+    compiles once per set of shapes (the last `MAX_BOUND_TRANSLATIONS` kept). Where even that fails, the first run raises the
     error."""
 
     def __init__(self, model, device="CPU", *, for_training=False):
@@ -207,10 +211,12 @@ class BackendRep(base.BackendRep):
                                 "translation needs its value")
             values[name] = feed[name]
         key = tuple((n, v.dtype.str, v.shape, v.tobytes()) for n, v in values.items())
-        prepared = self._bound.get(key)
+        prepared = self._bound.pop(key, None)   # put back last: the most recently used
         if prepared is None:
-            prepared = self._bound[key] = _Prepared(_bound(self.model, values), self.device,
-                                                    self.for_training)
+            prepared = _Prepared(_bound(self.model, values), self.device, self.for_training)
+        self._bound[key] = prepared
+        while len(self._bound) > MAX_BOUND_TRANSLATIONS:
+            del self._bound[next(iter(self._bound))]   # the least recently used
         return prepared, {n: v for n, v in feed.items() if n not in values}
 
     def run(self, inputs, **kwargs):
