@@ -17,6 +17,8 @@ from progdesc.framework import (Block, Operator, Program, Variable, data, defaul
                                 default_startup_program, program_guard)
 from progdesc.scope import Scope, global_scope, scope_guard
 from progdesc import amp
+from progdesc import regularizer
+from progdesc.paddle_names import CPUPlace, CUDAPlace   # Paddle's places (paddle_names.NAMES)
 from progdesc.recording import (Captured, LargeConstantWarning, RecordingWarning, capture,
                                 eager)
 
@@ -35,4 +37,5 @@ __all__ = [
     "NumericsError", "distributed", "DistributedError", "RecordingError", "RecordingWarning",
     "LargeConstantWarning", "Captured", "capture", "eager", "BatchPolymorphismError",
     "CompiledCallError", "OperandError", "SaveError", "JaxCompatError", "UnsupportedOpError",
+    "regularizer", "CPUPlace", "CUDAPlace",
 ]

@@ -43,7 +43,8 @@ import numpy as np
 
 from lowering import dtypes
 from lowering import progdesc_pb2 as pb
-from lowering.errors import FeedError, FormatError, ProgdescError, ScopeError
+from lowering.errors import (FeedError, FetchError, FormatError, ProgdescError, ScopeError,
+                             did_you_mean)
 from lowering.lower import RNG_VAR
 from progdesc.atomic import atomic_write, write_directory
 from progdesc.framework import Program, Variable, default_main_program, dims_compatible
@@ -320,7 +321,7 @@ def _names(targets):
 
 
 def save_inference_model(dirname, feed_vars, fetch_vars, executor=None, program=None,
-                         scope=None):
+                         scope=None, *, main_program=None):
     """Prune `program` to `feed_vars` -> `fetch_vars` in test mode; save it and its parameters.
 
     Writes `model.pb`, `params.safetensors` and `model.json` as the directory
@@ -328,14 +329,27 @@ def save_inference_model(dirname, feed_vars, fetch_vars, executor=None, program=
     SaveError and leaves a model saved there before as it was. Returns the pruned
     program.
     `executor` is accepted for API compatibility; values come from `scope`.
+    `main_program` is Paddle's spelling of `program` (progdesc.paddle_names); without
+    either, the default main program is saved, and an error about it says so.
     """
-    program = program or default_main_program()
+    if main_program is not None:
+        if program is not None and program is not main_program:
+            raise TypeError("save_inference_model: give `program` or Paddle's `main_program`, "
+                            "not both")
+        program = main_program
+    which = "the program"
+    if program is None:
+        program = default_main_program()
+        which = "the default main program (no program= given)"
     feed_names, fetch_names = _names(feed_vars), _names(fetch_vars)
     if not fetch_names:
         raise FormatError("save_inference_model needs at least one fetch variable")
-    for name in feed_names:
-        if program.global_block().find_var(name) is None:
-            raise FeedError("is a feed but not a variable of the program", var=name)
+    block = program.global_block()
+    for name, error, role in [(n, FeedError, "a feed") for n in feed_names] + \
+            [(n, FetchError, "a fetch target") for n in fetch_names]:
+        if block.find_var(name) is None:
+            raise error(f"is {role} but not a variable of {which}"
+                        + did_you_mean(name, block.vars), var=name)
     pruned = prune(program, feed_names, fetch_names)
     program_data = pruned.to_bytes()
     params_data = checkpoint_bytes(pruned, scope)

@@ -471,3 +471,7 @@ for _name, _layer_fn in list(globals().items()):
             and not _name.startswith("_"):
         globals()[_name] = append_whole(_layer_fn)
 del _name, _layer_fn
+
+
+from progdesc import paddle_names as _paddle_names   # noqa: E402  (it imports ops, not layers)
+_paddle_names.install(globals())   # Paddle's spellings: mean, elementwise_add, ...

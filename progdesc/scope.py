@@ -75,6 +75,8 @@ class ScopeVariable:
             raise ScopeError(f"variable '{self.name}' has no value yet", var=self.name)
         return value
 
+    get_tensor = get   # Paddle's spelling (progdesc.paddle_names): np.array() takes it
+
     def numpy(self):
         """The stored value as a NumPy array (a host copy)."""
         with self._scope.lock:
