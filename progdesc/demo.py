@@ -57,10 +57,11 @@ def evaluate(exe, program, feeder, images, labels, acc, scope, batch_size=256):
 def train(epochs=12, batch_size=64, learning_rate=3e-3, seed=0, progress=True, scope=None):
     """Train the demo CNN; returns a dict with test accuracy, losses and timings.
 
-    `progress` shows a progress bar on a terminal, or as a widget in a notebook
-    with ipywidgets installed; elsewhere (pipes, log files) there is none.
+    `progress` shows a progress bar on a terminal or in a notebook (one line updated in
+    place, or a widget with ipywidgets); elsewhere (pipes, log files) there is none
+    (progdesc.progress).
     """
-    from tqdm.auto import tqdm
+    from progdesc.progress import progress_bar
     start = time.perf_counter()
     tx, ty, vx, vy = load_digits(seed=seed)
     main, startup, test_program, image, label, loss, acc = build(learning_rate, seed)
@@ -72,10 +73,8 @@ def train(epochs=12, batch_size=64, learning_rate=3e-3, seed=0, progress=True, s
                                 batch_size, drop_last=True)
     losses = []
     steps = epochs * (len(tx) // batch_size)
-    # disable=None: no bar when stderr is not a terminal (logs, pipes, a notebook without
-    # ipywidgets), where every update would be a line of its own
-    with tqdm(total=steps, disable=None if progress else True, mininterval=0.5, unit="step",
-              desc="training") as bar:
+    with progress_bar(total=steps, disable=not progress, mininterval=0.5,
+                      unit="step", desc="training") as bar:
         for epoch in range(epochs):
             for minibatch in train_reader():
                 value, = exe.run(main, feed=feeder.feed(minibatch), fetch_list=[loss],
