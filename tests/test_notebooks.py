@@ -6,9 +6,11 @@ PYTHONPATH and matplotlib's non-interactive Agg backend, so no display and no
 installed kernel are needed. A cell error fails the test and names the cell.
 """
 import ast
+import importlib.util
 import json
 import os
 import pathlib
+import re
 import sys
 
 import pytest
@@ -78,6 +80,18 @@ def test_notebook_runs(path, kernel_env, tmp_path):
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs
               if o.output_type == "error"]
     assert not errors
+    if path.stem in ("01_quickstart", "02_gradients"):   # the training loop's progress bar
+        for i, cell in enumerate(nb.cells):
+            stderr = "".join(o.get("text", "") for o in cell.get("outputs", [])
+                             if o.get("name") == "stderr")
+            lines = [line for line in re.split(r"[\r\n]+", stderr) if line.strip()]
+            assert len(lines) <= 3, f"{path.name} cell {i} printed {len(lines)} stderr lines"
+            assert not re.search(r"\d+/\d+ \[|IProgress", stderr), \
+                f"{path.name} cell {i}: a progress bar or tqdm's warning on stderr: {lines[:3]}"
+        if importlib.util.find_spec("ipywidgets") is None:   # else tqdm's widget draws it
+            bars = [o["data"]["text/plain"] for c in nb.cells for o in c.get("outputs", [])
+                    if re.search(r"\d+/\d+ \[", o.get("data", {}).get("text/plain", ""))]
+            assert len(bars) == 1 and re.search(r"100%\|.*\| (\d+)/\1 \[", bars[0]), bars
     if path.stem == "01_quickstart":
         shown = [o for c in nb.cells for o in c.get("outputs", [])
                  if "text/html" in o.get("data", {})]
