@@ -40,6 +40,7 @@ class DisplayBar(std.tqdm):
     def __init__(self, *args, **kwargs):
         self._handle, self._shown_at = None, -float("inf")
         kwargs.setdefault("mininterval", 0.5)
+        kwargs.setdefault("ascii", False)   # tqdm would pick "#" for a file with no encoding
         if kwargs.get("disable") is None:
             kwargs["disable"] = False   # tqdm's None would test the file below, not a display
         kwargs["file"] = io.StringIO()        # tqdm writes only its line ends there
