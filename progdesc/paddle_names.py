@@ -44,8 +44,8 @@ NAMES = (
       for op in ("add", "sub", "mul", "div")),
     Name("paddle.regularizer.L2Decay(coeff)", "pd.regularizer.L2Decay(coeff)",
          "progdesc.regularizer.L2Decay",
-         "the L2 coefficient itself (a float): `ParamAttr(regularizer=...)` or an "
-         "optimizer's `weight_decay=...`; there is no L1Decay"),
+         "the L2 coefficient itself, a float (fluid's `regularization_coeff=` too): for "
+         "`ParamAttr(regularizer=...)` or an optimizer's `weight_decay=...`; no L1Decay"),
     Name("fluid.CPUPlace()", "pd.CPUPlace()", "progdesc.CPUPlace",
          "the CPU `jax.Device`, for `pd.Executor(place)`"),
     Name("fluid.CUDAPlace(i)", "pd.CUDAPlace(i)", "progdesc.CUDAPlace",

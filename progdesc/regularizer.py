@@ -11,8 +11,9 @@ class L2Decay(float):
     """Paddle's `L2Decay(coeff)`: the coefficient `coeff` of the term `coeff * param` added
     to a parameter's gradient; a float wherever progdesc takes an L2 coefficient."""
 
-    def __new__(cls, coeff=0.0):
-        return super().__new__(cls, coeff)
+    def __new__(cls, coeff=0.0, *, regularization_coeff=None):
+        return super().__new__(cls, coeff if regularization_coeff is None
+                               else regularization_coeff)   # the second: fluid's keyword
 
     def __repr__(self):
         return f"L2Decay({float(self)!r})"

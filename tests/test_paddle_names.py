@@ -41,10 +41,13 @@ def test_a_paddle_style_script_trains(tmp_path):
         x = pd.data("x", [None, 4])
         y = pd.data("y", [None, 1])
         pred = layers.fc(x, 1, param_attr=pd.ParamAttr(name="w", regularizer=L2Decay(0.01)),
-                         bias_attr=pd.ParamAttr(name="b"))
+                         bias_attr=pd.ParamAttr(name="b",
+                                                initializer=pd.initializer.Constant(0.5)))
         diff = layers.elementwise_sub(pred, y)
         loss = layers.mean(layers.elementwise_mul(diff, diff))
-        pd.optimizer.SGD(learning_rate=0.1).minimize(loss)
+        # fluid's keyword; the decay of every parameter without a regularizer of its own
+        pd.optimizer.SGD(learning_rate=0.1,
+                         weight_decay=L2Decay(regularization_coeff=0.02)).minimize(loss)
     place = pd.CPUPlace()
     exe = pd.Executor(place)
     with pd.scope_guard(pd.Scope()):
@@ -54,11 +57,14 @@ def test_a_paddle_style_script_trains(tmp_path):
         b0 = np.array(scope.find_var("b").get_tensor())
         first, = exe.run(main, feed={"x": data, "y": target}, fetch_list=[loss])
         w1 = np.array(scope.find_var("w").get_tensor())
-        # NumPy: the loss before the step, and one SGD step with the L2 term 0.01 * w
+        b1 = np.array(scope.find_var("b").get_tensor())
+        # NumPy: the loss before the step, and one SGD step with the L2 terms 0.01 * w
+        # (w's own regularizer) and 0.02 * b (the optimizer's weight decay)
         err = data @ w0 + b0 - target
         np.testing.assert_allclose(first, np.mean(err ** 2), rtol=1e-5)
         grad_w = 2 * data.T @ err / len(data) + 0.01 * w0
         np.testing.assert_allclose(w1, w0 - 0.1 * grad_w, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(b1, b0 - 0.1 * (2 * err.mean(0) + 0.02 * b0), rtol=1e-5)
         losses = [float(exe.run(main, feed={"x": data, "y": target}, fetch_list=[loss])[0])
                   for _ in range(40)]
         assert losses[-1] < 0.05 * float(first)
@@ -139,5 +145,6 @@ def test_places():
 
 def test_regularizer_names():
     assert L2Decay(1e-4) == 1e-4 and repr(L2Decay(1e-4)) == "L2Decay(0.0001)"
+    assert L2Decay(regularization_coeff=0.5) == 0.5 and L2Decay() == 0.0
     with pytest.raises(AttributeError, match="no L1 regularization"):
         pd.regularizer.L1Decay(1e-4)
