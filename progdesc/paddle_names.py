@@ -3,14 +3,15 @@
 A script written for `paddle.static` / `paddle.fluid` mostly ports by changing its
 imports: `NAMES` lists every Paddle spelling progdesc also answers to, where it lives here
 and what it is. Rows with a `same_as` are plain aliases, made from this table by
-`install` in the module that hosts them (the test checks each is the very object it
-names); the others are the few places where Paddle's meaning differs from ours (an
-`axis` that aligns a lower-rank operand, a place object) and are defined below or in
-their host module. The README's table is `markdown_table()` (a test compares them).
+`install` in the module that hosts them (a method, `get_tensor`, is spelled in its class;
+a test checks that each is the very object it names); the others are the few places where
+Paddle's meaning differs from ours (an `axis` that aligns a lower-rank operand, a place
+object) and are defined below or in their host module. The README's table is `markdown_table()` (a test compares them).
 Nothing here is a second API: each name is one of ours under Paddle's spelling.
 """
-from dataclasses import dataclass
 import importlib
+from dataclasses import dataclass
+from typing import Optional
 
 import jax
 
@@ -29,7 +30,7 @@ class Name:
     ours: str
     where: str
     note: str
-    same_as: str = None
+    same_as: Optional[str] = None
 
 
 NAMES = (
