@@ -37,13 +37,15 @@ class DisplayBar(std.tqdm):
     """tqdm's text line shown in one IPython display handle, replaced in place (throttled
     to one update per `mininterval` seconds, 0.5 by default; the last state always shown)."""
 
+    monitor_interval = 0   # no tqdm monitor thread: it would display from another thread
+
     def __init__(self, *args, **kwargs):
         self._handle, self._shown_at = None, -float("inf")
         kwargs.setdefault("mininterval", 0.5)
         kwargs.setdefault("ascii", False)   # tqdm would pick "#" for a file with no encoding
         if kwargs.get("disable") is None:
             kwargs["disable"] = False   # tqdm's None would test the file below, not a display
-        kwargs["file"] = io.StringIO()        # tqdm writes only its line ends there
+        kwargs["file"] = io.StringIO()   # tqdm writes only its line ends there
         super().__init__(*args, **kwargs)
 
     def display(self, msg=None, pos=None):
