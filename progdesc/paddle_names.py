@@ -18,6 +18,7 @@ import jax
 from lowering.errors import ShapeError
 from progdesc import ops
 from progdesc.callsites import user_callsite
+from progdesc.framework import append_whole
 
 
 @dataclass(frozen=True)
@@ -154,7 +155,7 @@ def _elementwise(op):
     elementwise.__doc__ = (f"Paddle's `{paddle_name}(x, y, axis=-1, act=None)`: `ops.{op}` "
                            "after lining up a lower-rank operand's dims with the other's "
                            "from `axis` on (-1: the trailing dims, as NumPy), then `act`.")
-    return elementwise
+    return append_whole(elementwise)   # as a layer: one that fails leaves nothing behind
 
 
 elementwise_add = _elementwise("add")

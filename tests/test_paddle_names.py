@@ -125,11 +125,15 @@ def test_elementwise_axis_aligns_as_paddle_does(aligned_results, case):
 
 
 def test_elementwise_axis_out_of_range_is_a_shape_error():
-    with pd.program_guard(pd.Program(), pd.Program()):
+    main = pd.Program()
+    with pd.program_guard(main, pd.Program()):
         x, y = pd.data("x", [2, 3, 4, 5]), pd.data("y", [3, 4])
         with pytest.raises(pd.ShapeError, match=r"elementwise_add: axis=3 .*axis must be -1 "
                                                 r"or in 0\.\.2"):
             layers.elementwise_add(x, y, axis=3)
+        with pytest.raises(pd.ShapeError):   # aligned (unsqueezed) at axis 0, it cannot add
+            layers.elementwise_add(x, y, axis=0)
+    assert main.global_block().ops == []   # neither left an op behind
 
 
 def test_places():
