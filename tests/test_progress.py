@@ -62,6 +62,7 @@ def test_a_terminal_gets_a_bar_and_a_pipe_gets_none():
     assert "on the terminal: 100%" in terminal and FINISHED.search(terminal), terminal
 
 
+@pytest.mark.slow   # make test checks the same in notebooks 01 and 02 (test_notebooks.py)
 def test_a_kernel_without_widgets_updates_one_output_in_place(kernel_env, tmp_path):  # noqa: F811
     import nbclient
     import nbformat
