@@ -10,7 +10,10 @@ import os
 from progdesc.atomic import atomic_write
 from progdesc.display.viewer.model import view_model
 
-__all__ = ["Viewer", "view_model"]
+__all__ = ["VIEWER_OPTIONS", "Viewer", "view_model"]
+
+VIEWER_OPTIONS = frozenset({"scope", "title", "fetch"})
+"""The keyword options `Viewer` (and `view_model`) take."""
 
 
 class Viewer:
