@@ -1,0 +1,575 @@
+/* progdesc program viewer: lays out and draws a program's view model (see page.py).
+   Layered top-to-bottom layout of the visible graph; expanded groups are boxes laid out
+   recursively; edges are lifted to the nearest visible item of each end. No library, no network. */
+(function () {
+  "use strict";
+  if (window.progdescViewer) return;
+  var SVGNS = "http://www.w3.org/2000/svg";
+  var FONT = 12, NODE_H = 28, PAD_X = 14, GROUP_PAD = 12, GROUP_HEAD = 24;
+  var GAP_X = 18, GAP_Y = 34, MAX_ROW = 1250, MIN_SCALE = 0.75, MAX_SCALE = 1.25;
+  var measureCtx = null, widthCache = new Map();
+
+  function textWidth(s) {
+    var w = widthCache.get(s);
+    if (w !== undefined) return w;
+    if (!measureCtx) {
+      measureCtx = document.createElement("canvas").getContext("2d");
+      measureCtx.font = FONT + "px sans-serif";
+    }
+    w = Math.ceil(measureCtx.measureText(s).width);
+    widthCache.set(s, w);
+    return w;
+  }
+  function el(tag, attrs, parent) {
+    var e = document.createElementNS(SVGNS, tag);
+    for (var k in attrs) e.setAttribute(k, attrs[k]);
+    if (parent) parent.appendChild(e);
+    return e;
+  }
+  function h(tag, cls, text, parent) {
+    var e = document.createElement(tag);
+    if (cls) e.className = cls;
+    if (text != null) e.textContent = text;
+    if (parent) parent.appendChild(e);
+    return e;
+  }
+  function shapeText(v) {
+    if (!v) return "?";
+    var s = v.shape == null ? "?" : "[" + v.shape.join(", ") + "]";
+    return s + " " + (v.dtype || "");
+  }
+
+  /* ---- the model, indexed once ---- */
+  function Index(model) {
+    var self = this;
+    this.model = model;
+    this.groups = new Map(); this.nodes = new Map();
+    this.kids = new Map([["", []]]);          // container id -> child group ids, then node ids
+    this.depth = new Map([["", 0]]);
+    this.key = new Map();                     // item -> smallest node index inside it
+    this.order = [];                          // group ids, parents first
+    model.groups.forEach(function (g) { self.groups.set(g.id, g); self.kids.set(g.id, []); });
+    model.groups.forEach(function (g) {
+      var p = g.parent && self.groups.has(g.parent) ? g.parent : "";
+      g._parent = p; self.kids.get(p).push(g.id);
+    });
+    var visit = function (id, d) {
+      self.kids.get(id).forEach(function (c) { self.depth.set(c, d + 1); self.order.push(c); visit(c, d + 1); });
+    };
+    visit("", 0);
+    model.nodes.forEach(function (n, i) {
+      var p = n.group && self.groups.has(n.group) ? n.group : "";
+      n._parent = p; self.nodes.set(n.id, n); self.kids.get(p).push(n.id);
+      self.depth.set(n.id, self.depth.get(p) + 1);
+      self.key.set(n.id, i);
+      for (var q = p; q; q = self.groups.get(q)._parent) {
+        if (!(self.key.get(q) <= i)) self.key.set(q, i);
+      }
+    });
+    this.producer = new Map(); this.consumer = new Map();
+    model.nodes.forEach(function (n) {
+      if (n.kind === "data") { self.producer.set(n.var, n.id); return; }
+      (n.outputs || []).forEach(function (s) { s[1].forEach(function (v) { if (!self.producer.has(v)) self.producer.set(v, n.id); }); });
+      (n.inputs || []).forEach(function (s) { s[1].forEach(function (v) { if (!self.consumer.has(v)) self.consumer.set(v, n.id); }); });
+    });
+  }
+  Index.prototype.parentOf = function (id) {
+    var n = this.nodes.get(id);
+    return n ? n._parent : this.groups.get(id)._parent;
+  };
+
+  /* ---- one viewer ---- */
+  function Viewer(root, model) {
+    this.root = root; this.ix = new Index(model); this.collapsed = new Map();
+    var self = this;
+    model.groups.forEach(function (g) { self.collapsed.set(g.id, !!g.collapsed); });
+    this.view = { x: 0, y: 0, s: 1 }; this.selected = null; this.pos = new Map();
+    this.build();
+    this.relayout();
+    this.fit();
+  }
+
+  Viewer.prototype.build = function () {
+    var self = this, root = this.root, uid = root.id;
+    root.querySelectorAll(".pdv-bar, .pdv-stage, .pdv-fallback").forEach(function (e) { e.remove(); });
+    var bar = h("div", "pdv-bar", null, root);
+    h("span", "pdv-title", this.ix.model.title || "program", bar);
+    var sw = h("span", "pdv-searchwrap", null, bar);
+    this.search = h("input", "pdv-search", null, sw);
+    this.search.type = "search"; this.search.placeholder = "search ops, types, variables";
+    this.results = h("ul", "pdv-results", null, sw);
+    this.results.hidden = true;
+    var btn = function (cls, text, title, fn) {
+      var b = h("button", cls, text, bar); b.type = "button"; b.title = title;
+      b.addEventListener("click", fn); return b;
+    };
+    btn("pdv-zoom-in", "+", "zoom in", function () { self.zoomBy(1.25); });
+    btn("pdv-zoom-out", "\u2212", "zoom out", function () { self.zoomBy(0.8); });
+    btn("pdv-fit", "fit", "fit to width", function () { self.fit(); });
+    btn("pdv-expand-all", "expand all", "expand every group", function () { self.expandAll(); });
+    btn("pdv-collapse-all", "collapse all", "fold every group", function () { self.collapseAll(); });
+    var stage = h("div", "pdv-stage", null, root);
+    this.svg = el("svg", { "class": "pdv-canvas" }, stage);
+    var defs = el("defs", {}, this.svg);
+    var m = el("marker", { id: uid + "-arrow", viewBox: "0 0 10 10", refX: "10", refY: "5",
+      markerWidth: "7", markerHeight: "7", orient: "auto-start-reverse" }, defs);
+    el("path", { d: "M0,0 L10,5 L0,10 z", "class": "pdv-arrowhead" }, m);
+    this.vp = el("g", { "class": "pdv-viewport" }, this.svg);
+    this.panel = h("div", "pdv-panel", null, stage);
+    this.panel.hidden = true;
+    this.search.addEventListener("input", function () { self.showResults(self.search.value); });
+    this.search.addEventListener("keydown", function (e) {
+      if (e.key === "Enter") { var f = self.results.querySelector("li"); if (f) f.click(); }
+      if (e.key === "Escape") { self.results.hidden = true; }
+    });
+    this.bindPointer();
+  };
+
+  /* ---- visibility and lifted edges ---- */
+  Viewer.prototype.visibleItem = function (id) {
+    // the outermost collapsed group holding `id`, or `id` itself
+    var rep = id, ix = this.ix;
+    for (var p = ix.parentOf(id); p; p = ix.groups.get(p)._parent) {
+      if (this.collapsed.get(p)) rep = p;
+    }
+    return rep;
+  };
+  Viewer.prototype.computeVisible = function () {
+    var self = this, ix = this.ix, rep = new Map(), items = [];
+    var walk = function (c) {
+      ix.kids.get(c).forEach(function (k) {
+        items.push(k); rep.set(k, k);
+        if (ix.groups.has(k) && !self.collapsed.get(k)) walk(k);
+      });
+    };
+    walk("");
+    this.items = items;
+    this.rep = function (id) { return rep.has(id) ? id : self.visibleItem(id); };
+    // edges: lifted, deduped; per container the edges between its children for layering
+    var drawn = new Map(), inner = new Map();
+    ix.model.edges.forEach(function (e) {
+      if (!ix.nodes.has(e.src) || !ix.nodes.has(e.dst)) return;
+      var a = self.rep(e.src), b = self.rep(e.dst);
+      if (a === b) return;
+      var ca = a, cb = b, da = ix.depth.get(a), db = ix.depth.get(b);
+      while (da > db) { ca = ix.parentOf(ca); da--; }
+      while (db > da) { cb = ix.parentOf(cb); db--; }
+      if (ca === cb) return;  // one end inside the other (a group and its own op): nothing to draw
+      while (ix.parentOf(ca) !== ix.parentOf(cb)) { ca = ix.parentOf(ca); cb = ix.parentOf(cb); }
+      var box = ix.parentOf(ca), k = ca + "\n" + cb;
+      if (!inner.has(box)) inner.set(box, new Map());
+      inner.get(box).set(k, [ca, cb]);
+      // edges between regions are drawn once, region to region
+      var key = box === "" ? k : a + "\n" + b;
+      var d = drawn.get(key);
+      if (d) { if (d.vars.indexOf(e.var) < 0 && d.vars.length < 8) d.vars.push(e.var); }
+      else drawn.set(key, box === "" ? { a: ca, b: cb, vars: [e.var] } : { a: a, b: b, vars: [e.var] });
+    });
+    this.edges = Array.from(drawn.values());
+    this.inner = inner;
+  };
+
+  /* ---- layout ---- */
+  Viewer.prototype.itemSize = function (id) {
+    var ix = this.ix, g = ix.groups.get(id);
+    if (!g) {
+      var n = ix.nodes.get(id);
+      return { w: Math.max(44, textWidth(n.label) + 2 * PAD_X), h: NODE_H };
+    }
+    return { w: Math.max(60, textWidth(this.groupText(g)) + 2 * PAD_X + 14), h: NODE_H + 6 };
+  };
+  Viewer.prototype.groupText = function (g) {
+    return g.label + (g.ops ? "  (" + g.ops + " ops)" : "");
+  };
+  Viewer.prototype.layoutBox = function (c) {
+    // lays out container c's children; returns its size and sets this.rel for each child
+    var self = this, ix = this.ix, kids = ix.kids.get(c), sizes = new Map();
+    kids.forEach(function (k) {
+      sizes.set(k, ix.groups.has(k) && !self.collapsed.get(k) ? self.layoutBox(k) : self.itemSize(k));
+    });
+    var sorted = kids.slice().sort(function (a, b) { return ix.key.get(a) - ix.key.get(b); });
+    var preds = new Map(), succs = new Map();
+    sorted.forEach(function (k) { preds.set(k, []); succs.set(k, []); });
+    var es = this.inner.get(c);
+    if (es) es.forEach(function (e) {
+      var a = e[0], b = e[1];
+      if (ix.key.get(a) > ix.key.get(b)) { var t = a; a = b; b = t; }  // program order breaks cycles
+      preds.get(b).push(a); succs.get(a).push(b);
+    });
+    var layer = new Map(), layers = [];
+    sorted.forEach(function (k) {
+      var l = 0;
+      preds.get(k).forEach(function (p) { l = Math.max(l, layer.get(p) + 1); });
+      layer.set(k, l);
+      (layers[l] = layers[l] || []).push(k);
+    });
+    layers = layers.filter(Boolean);
+    var rank = new Map();
+    var setRanks = function (L) { L.forEach(function (k, i) { rank.set(k, i); }); };
+    layers.forEach(setRanks);
+    var bary = function (L, nb) {
+      var val = new Map();
+      L.forEach(function (k) {
+        var ns = nb.get(k), s = 0;
+        ns.forEach(function (n) { s += rank.get(n); });
+        val.set(k, ns.length ? s / ns.length : rank.get(k));
+      });
+      L.sort(function (a, b) { return val.get(a) - val.get(b); });
+      setRanks(L);
+    };
+    for (var sweep = 0; sweep < 4; sweep++) {
+      if (sweep % 2 === 0) for (var i = 1; i < layers.length; i++) bary(layers[i], preds);
+      else for (var j = layers.length - 2; j >= 0; j--) bary(layers[j], succs);
+    }
+    // coordinates: rows top to bottom; a layer wider than MAX_ROW wraps into several rows
+    var cx = new Map(), rel = this.rel, y = 0, minX = Infinity, maxX = -Infinity;
+    layers.forEach(function (L) {
+      var total = 0;
+      L.forEach(function (k) { total += sizes.get(k).w + GAP_X; });
+      var rows = [];
+      if (total > MAX_ROW && L.length > 1) {
+        var row = [], w = 0;
+        L.forEach(function (k) {
+          var kw = sizes.get(k).w + GAP_X;
+          if (row.length && w + kw > MAX_ROW) { rows.push(row); row = []; w = 0; }
+          row.push(k); w += kw;
+        });
+        rows.push(row);
+      } else rows.push(L);
+      rows.forEach(function (R) {
+        var rh = 0, want = [], right = -Infinity;
+        R.forEach(function (k) {
+          var ps = preds.get(k), s = 0, n = 0;
+          ps.forEach(function (p) { if (cx.has(p)) { s += cx.get(p); n++; } });
+          want.push(n && rows.length === 1 ? s / n : null);
+          rh = Math.max(rh, sizes.get(k).h);
+        });
+        // pack left to right at the wished centres, then centre the run on its wishes
+        var xs = [], shift = 0, nw = 0;
+        R.forEach(function (k, i) {
+          var w = sizes.get(k).w, x = want[i] == null ? right + GAP_X : want[i] - w / 2;
+          if (right === -Infinity && want[i] == null) x = 0;
+          x = Math.max(x, right + GAP_X);
+          xs.push(x); right = x + w;
+          if (want[i] != null) { shift += want[i] - (x + w / 2); nw++; }
+        });
+        shift = nw ? shift / nw : 0;
+        R.forEach(function (k, i) {
+          var s = sizes.get(k), x = xs[i] + (shift > 0 ? shift : 0);
+          rel.set(k, { x: x, y: y + (rh - s.h) / 2, w: s.w, h: s.h });
+          cx.set(k, x + s.w / 2);
+          minX = Math.min(minX, x); maxX = Math.max(maxX, x + s.w);
+        });
+        y += rh + GAP_Y;
+      });
+    });
+    if (!kids.length) { minX = 0; maxX = 60; y = GAP_Y + 10; }
+    kids.forEach(function (k) { rel.get(k).x -= minX; });
+    var pad = c === "" ? 0 : GROUP_PAD;
+    var size = { w: Math.max(maxX - minX + 2 * pad, c === "" ? 0 : this.itemSize(c).w), h: y - GAP_Y + (c === "" ? 0 : GROUP_HEAD + GROUP_PAD) };
+    this.inset.set(c, { x: pad, y: c === "" ? 0 : GROUP_HEAD });
+    return size;
+  };
+  Viewer.prototype.relayout = function () {
+    var t0 = performance.now(), self = this, ix = this.ix;
+    this.computeVisible();
+    this.rel = new Map(); this.inset = new Map();
+    this.size = this.layoutBox("");
+    var pos = new Map();
+    var place = function (c, ox, oy) {
+      var ins = self.inset.get(c);
+      ix.kids.get(c).forEach(function (k) {
+        var r = self.rel.get(k), p = { x: ox + ins.x + r.x, y: oy + ins.y + r.y, w: r.w, h: r.h };
+        pos.set(k, p);
+        if (ix.groups.has(k) && !self.collapsed.get(k)) place(k, p.x, p.y);
+      });
+    };
+    place("", 0, 0);
+    this.pos = pos;
+    this.draw();
+    this.lastLayoutMs = performance.now() - t0;
+  };
+
+  /* ---- drawing ---- */
+  Viewer.prototype.draw = function () {
+    var self = this, ix = this.ix, pos = this.pos, frag = document.createDocumentFragment();
+    var boxes = el("g", { "class": "pdv-boxes" }, frag);
+    var edges = el("g", { "class": "pdv-edges" }, frag);
+    var nodes = el("g", { "class": "pdv-nodes" }, frag);
+    this.nodeEls = new Map();
+    this.items.forEach(function (id) {
+      var p = pos.get(id), g = ix.groups.get(id);
+      if (g && !self.collapsed.get(id)) {
+        var b = el("g", { "class": "pdv-group pdv-r-" + g.region + " pdv-k-" + g.kind, "data-id": id }, boxes);
+        el("rect", { x: p.x, y: p.y, width: p.w, height: p.h, rx: 6 }, b);
+        var lab = el("g", { "class": "pdv-group-label", "data-id": id }, b);
+        el("rect", { x: p.x, y: p.y, width: Math.min(p.w, textWidth(g.label) + 30), height: GROUP_HEAD - 4, rx: 6 }, lab);
+        el("text", { x: p.x + 8, y: p.y + 15 }, lab).textContent = "\u2212 " + g.label;
+        return;
+      }
+      var cls = "pdv-node", label;
+      if (g) { cls += " pdv-collapsed pdv-r-" + g.region + " pdv-k-" + g.kind; label = "+ " + self.groupText(g); }
+      else {
+        var n = ix.nodes.get(id);
+        cls += " pdv-" + n.kind + " pdv-r-" + n.region + (n.forward ? " pdv-grad" : "");
+        label = n.label;
+      }
+      if (id === self.selected) cls += " pdv-selected";
+      var ng = el("g", { "class": cls, "data-id": id }, nodes);
+      el("rect", { x: p.x, y: p.y, width: p.w, height: p.h, rx: g ? 4 : (ix.nodes.get(id).kind === "data" ? p.h / 2 : 3) }, ng);
+      el("text", { x: p.x + p.w / 2, y: p.y + p.h / 2 + 4, "text-anchor": "middle" }, ng).textContent = label;
+      self.nodeEls.set(id, ng);
+    });
+    var arrow = "url(#" + this.root.id + "-arrow)";
+    this.edges.forEach(function (e) {
+      var a = pos.get(e.a), b = pos.get(e.b);
+      if (!a || !b) return;
+      var x1 = a.x + a.w / 2, y1 = a.y + a.h, x2 = b.x + b.w / 2, y2 = b.y, d;
+      if (y2 > y1) {
+        var m = (y2 - y1) / 2;
+        d = "M" + x1 + "," + y1 + " C" + x1 + "," + (y1 + m) + " " + x2 + "," + (y2 - m) + " " + x2 + "," + y2;
+      } else {   // upward (a cycle broken by program order): loop out to the right
+        var xr = Math.max(a.x + a.w, b.x + b.w) + 30;
+        d = "M" + (a.x + a.w) + "," + (a.y + a.h / 2) + " C" + xr + "," + (a.y + a.h / 2) + " " + xr + "," + (b.y + b.h / 2) + " " + (b.x + b.w) + "," + (b.y + b.h / 2);
+      }
+      var path = el("path", { d: d, "marker-end": arrow }, edges);
+      el("title", {}, path).textContent = e.vars.join(", ");
+    });
+    this.vp.textContent = "";
+    this.vp.appendChild(frag);
+    this.applyView();
+  };
+
+  /* ---- view: pan and zoom ---- */
+  Viewer.prototype.applyView = function () {
+    var v = this.view;
+    this.vp.setAttribute("transform", "translate(" + v.x + "," + v.y + ") scale(" + v.s + ")");
+  };
+  Viewer.prototype.fit = function () {
+    var W = this.svg.clientWidth || 800, margin = 16;
+    var s = (W - 2 * margin) / Math.max(1, this.size.w);
+    s = Math.max(MIN_SCALE, Math.min(MAX_SCALE, s));
+    this.view.s = s;
+    this.view.x = Math.max(margin, (W - this.size.w * s) / 2);
+    if (this.size.w * s > W - 2 * margin) this.view.x = margin;
+    this.view.y = margin;
+    this.applyView();
+  };
+  Viewer.prototype.zoomBy = function (f, cx, cy) {
+    var v = this.view, W = this.svg.clientWidth, H = this.svg.clientHeight;
+    if (cx == null) { cx = W / 2; cy = H / 2; }
+    var s = Math.max(0.05, Math.min(4, v.s * f));
+    v.x = cx - (cx - v.x) * s / v.s; v.y = cy - (cy - v.y) * s / v.s; v.s = s;
+    this.applyView();
+  };
+  Viewer.prototype.centre = function (id) {
+    var p = this.pos.get(id);
+    if (!p) return;
+    var v = this.view, W = this.svg.clientWidth, H = this.svg.clientHeight;
+    if (v.s < MIN_SCALE) v.s = MIN_SCALE;
+    var panelW = this.panel.hidden ? 0 : this.panel.offsetWidth;
+    v.x = (W - panelW) / 2 - (p.x + p.w / 2) * v.s;
+    v.y = H / 2 - (p.y + p.h / 2) * v.s;
+    this.applyView();
+  };
+  Viewer.prototype.bindPointer = function () {
+    var self = this, svg = this.svg, drag = null;
+    svg.addEventListener("pointerdown", function (e) {
+      if (e.button !== 0) return;
+      drag = { x: e.clientX, y: e.clientY, vx: self.view.x, vy: self.view.y, moved: false };
+    });
+    svg.addEventListener("pointermove", function (e) {
+      if (!drag) return;
+      var dx = e.clientX - drag.x, dy = e.clientY - drag.y;
+      if (!drag.moved && Math.abs(dx) + Math.abs(dy) < 4) return;
+      if (!drag.moved) { drag.moved = true; svg.setPointerCapture(e.pointerId); svg.classList.add("pdv-dragging"); }
+      self.view.x = drag.vx + dx; self.view.y = drag.vy + dy; self.applyView();
+    });
+    var end = function () { svg.classList.remove("pdv-dragging"); setTimeout(function () { drag = null; }, 0); };
+    svg.addEventListener("pointerup", end);
+    svg.addEventListener("pointercancel", end);
+    svg.addEventListener("click", function (e) {
+      if (drag && drag.moved) return;
+      var lab = e.target.closest(".pdv-group-label");
+      if (lab) { self.collapse(lab.getAttribute("data-id")); return; }
+      var n = e.target.closest(".pdv-node");
+      if (!n) return;
+      var id = n.getAttribute("data-id");
+      if (self.ix.groups.has(id)) self.expand(id); else self.select(id, false);
+    });
+    svg.addEventListener("wheel", function (e) {
+      e.preventDefault();
+      var r = svg.getBoundingClientRect();
+      self.zoomBy(Math.exp(-e.deltaY * (e.ctrlKey ? 0.01 : 0.002)), e.clientX - r.left, e.clientY - r.top);
+    }, { passive: false });
+  };
+
+  /* ---- expand, collapse, select ---- */
+  Viewer.prototype.keepInPlace = function (id, fn) {
+    // runs fn (which changes the layout) and pans so that item `id` stays where it was on screen
+    var before = this.pos.get(id);
+    fn();
+    var after = this.pos.get(id);
+    if (before && after) {
+      this.view.x += (before.x - after.x) * this.view.s; this.view.y += (before.y - after.y) * this.view.s;
+      this.applyView();
+    }
+  };
+  Viewer.prototype.expand = function (id) {
+    var self = this;
+    if (!this.ix.groups.has(id)) throw new Error("no group " + id);
+    this.keepInPlace(id, function () { self.collapsed.set(id, false); self.relayout(); });
+  };
+  Viewer.prototype.collapse = function (id) {
+    var self = this;
+    if (!this.ix.groups.has(id)) throw new Error("no group " + id);
+    this.keepInPlace(id, function () { self.collapsed.set(id, true); self.relayout(); });
+  };
+  Viewer.prototype.expandAll = function () {
+    var self = this;
+    this.ix.groups.forEach(function (g, id) { self.collapsed.set(id, false); });
+    this.relayout(); this.fit();
+  };
+  Viewer.prototype.collapseAll = function () {
+    var self = this;
+    this.ix.groups.forEach(function (g, id) { self.collapsed.set(id, true); });
+    this.relayout(); this.fit();
+  };
+  Viewer.prototype.reveal = function (id) {
+    var changed = false;
+    for (var p = this.ix.parentOf(id); p; p = this.ix.groups.get(p)._parent) {
+      if (this.collapsed.get(p)) { this.collapsed.set(p, false); changed = true; }
+    }
+    if (changed) this.relayout();
+  };
+  Viewer.prototype.select = function (id, centre) {
+    var ix = this.ix;
+    if (!ix.nodes.has(id) && !ix.groups.has(id)) throw new Error("no node or group " + id);
+    this.reveal(id);
+    if (this.selected && this.nodeEls.has(this.selected)) this.nodeEls.get(this.selected).classList.remove("pdv-selected");
+    this.selected = id;
+    if (this.nodeEls.has(id)) this.nodeEls.get(id).classList.add("pdv-selected");
+    this.showPanel(id);
+    if (centre !== false) this.centre(id);
+  };
+  Viewer.prototype.visibleIds = function () {
+    return Array.from(this.nodeEls.keys());
+  };
+
+  /* ---- side panel ---- */
+  Viewer.prototype.showPanel = function (id) {
+    var self = this, ix = this.ix, P = this.panel, vars = ix.model.vars || {};
+    P.textContent = "";
+    var close = h("button", "pdv-close", "\u00d7", P); close.type = "button"; close.title = "close";
+    close.addEventListener("click", function () { P.hidden = true; });
+    var row = function (k, v, parent) {
+      var r = h("div", "pdv-row", null, parent || P);
+      h("span", "pdv-key", k, r);
+      var val = h("span", "pdv-val", null, r);
+      if (v instanceof Node) val.appendChild(v); else val.textContent = v;
+      return r;
+    };
+    var link = function (text, target, cls) {
+      var a = h("a", cls || "pdv-link", text); a.href = "#";
+      a.addEventListener("click", function (e) { e.preventDefault(); self.select(target); });
+      return a;
+    };
+    var g = ix.groups.get(id);
+    if (g) {
+      h("div", "pdv-ptitle", g.label, P);
+      row("kind", g.kind); row("region", g.region);
+      if (g.ops) row("ops", String(g.ops));
+      if (g.owner && ix.nodes.has(g.owner)) row("owner", link(ix.nodes.get(g.owner).label + " (" + g.owner + ")", g.owner));
+      P.hidden = false; return;
+    }
+    var n = ix.nodes.get(id);
+    h("div", "pdv-ptitle", n.kind === "data" ? n.label : n.type, P);
+    row("id", n.id);
+    if (n.kind === "data") {
+      row("variable", n.var); row("shape", shapeText(vars[n.var]));
+      P.hidden = false; return;
+    }
+    row("name", n.label); row("region", n.region);
+    var path = [];
+    for (var p = n._parent; p; p = ix.groups.get(p)._parent) path.unshift(ix.groups.get(p).label);
+    row("group", path.join(" / "));
+    if (n.forward) row("gradient of", link(ix.nodes.has(n.forward) ? ix.nodes.get(n.forward).type + " (" + n.forward + ")" : n.forward, n.forward, "pdv-link pdv-grad-link"));
+    var shard = [];
+    ["inputs", "outputs"].forEach(function (side) {
+      var slots = n[side] || [];
+      h("div", "pdv-section", side, P);
+      var t = h("table", "pdv-vars pdv-" + side, null, P);
+      slots.forEach(function (s) {
+        s[1].forEach(function (name, i) {
+          var v = vars[name], tr = h("tr", null, null, t);
+          h("td", "pdv-slot", i ? "" : s[0], tr);
+          var nm = h("td", "pdv-var", null, tr);
+          var src = side === "inputs" ? ix.producer.get(name) : null;
+          if (src && src !== id && !(v && v.persistable)) nm.appendChild(link(name, src)); else nm.textContent = name;
+          if (v && (v.kind === "parameter" || v.persistable)) nm.classList.add("pdv-param");
+          h("td", "pdv-shape", v && v.shape ? "[" + v.shape.join(", ") + "]" : "?", tr);
+          h("td", "pdv-dtype", v ? v.dtype : "", tr);
+          if (v && v.sharding != null) shard.push(name + ": " + (typeof v.sharding === "string" ? v.sharding : JSON.stringify(v.sharding)));
+        });
+      });
+      if (!slots.length) h("div", "pdv-none", "none", P);
+    });
+    if (n.attrs && n.attrs.length) {
+      h("div", "pdv-section", "attributes", P);
+      var at = h("table", "pdv-attrs", null, P);
+      n.attrs.forEach(function (a) {
+        var tr = h("tr", null, null, at); h("td", "pdv-slot", a[0], tr); h("td", null, a[1], tr);
+      });
+    }
+    row("sharding", shard.length ? shard.join("; ") : "none");
+    if (n.callsite) row("callsite", n.callsite).classList.add("pdv-callsite");
+    (n.blocks || []).forEach(function (b) {
+      if (ix.groups.has(b)) row("sub-block", link(ix.groups.get(b).label, b));
+    });
+    P.hidden = false;
+  };
+
+  /* ---- search ---- */
+  Viewer.prototype.showResults = function (q) {
+    var self = this, ix = this.ix, R = this.results;
+    R.textContent = "";
+    q = q.trim().toLowerCase();
+    if (!q) { R.hidden = true; return; }
+    var out = [], LIMIT = 40;
+    var add = function (text, target, kind) {
+      if (out.length < LIMIT) out.push([text, target, kind]);
+    };
+    Object.keys(ix.model.vars || {}).forEach(function (v) {
+      if (v.toLowerCase().indexOf(q) >= 0) {
+        var t = ix.producer.get(v) || ix.consumer.get(v);
+        if (t) add(v, t, "variable");
+      }
+    });
+    ix.model.nodes.forEach(function (n) {
+      if (n.kind !== "op") return;
+      if (n.id.toLowerCase() === q || n.type.toLowerCase().indexOf(q) >= 0 || n.label.toLowerCase().indexOf(q) >= 0)
+        add(n.type + "  " + n.id, n.id, "op");
+    });
+    ix.groups.forEach(function (g, id) {
+      if (g.label.toLowerCase().indexOf(q) >= 0) add(g.label, id, g.kind);
+    });
+    if (!out.length) h("li", "pdv-noresult", "no match", R);
+    out.forEach(function (r) {
+      var li = h("li", "pdv-result", null, R);
+      h("span", "pdv-rtext", r[0], li); h("span", "pdv-rkind", r[2], li);
+      li.setAttribute("data-id", r[1]);
+      li.addEventListener("click", function () { R.hidden = true; self.select(r[1]); });
+    });
+    R.hidden = false;
+  };
+
+  function init(root) {
+    var data = root.querySelector("script.pdv-data");
+    var model = JSON.parse(data.textContent);
+    var v = new Viewer(root, model);
+    window.progdescViewers = window.progdescViewers || {};
+    window.progdescViewers[root.id] = v;
+    return v;
+  }
+  window.progdescViewer = { init: init, Viewer: Viewer };
+})();
