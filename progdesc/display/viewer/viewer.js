@@ -6,7 +6,7 @@
   if (window.progdescViewer) return;
   var SVGNS = "http://www.w3.org/2000/svg";
   var FONT = 12, NODE_H = 28, PAD_X = 14, GROUP_PAD = 12, GROUP_HEAD = 24;
-  var GAP_X = 18, GAP_Y = 34, MAX_ROW = 1250, MIN_SCALE = 0.75, MAX_SCALE = 1.25;
+  var GAP_X = 18, GAP_Y = 34, MAX_ROW = 1250, MIN_SCALE = 0.75, MAX_SCALE = 1.1;
   var measureCtx = null, widthCache = new Map();
 
   function textWidth(s) {
@@ -201,8 +201,14 @@
       var l = 0;
       preds.get(k).forEach(function (p) { l = Math.max(l, layer.get(p) + 1); });
       layer.set(k, l);
-      (layers[l] = layers[l] || []).push(k);
     });
+    sorted.forEach(function (k) {   // a source sits just above its first consumer
+      if (preds.get(k).length || !succs.get(k).length) return;
+      var l = Infinity;
+      succs.get(k).forEach(function (q) { l = Math.min(l, layer.get(q) - 1); });
+      layer.set(k, Math.max(0, l));
+    });
+    sorted.forEach(function (k) { var l = layer.get(k); (layers[l] = layers[l] || []).push(k); });
     layers = layers.filter(Boolean);
     var rank = new Map();
     var setRanks = function (L) { L.forEach(function (k, i) { rank.set(k, i); }); };
@@ -286,25 +292,37 @@
     };
     place("", 0, 0);
     this.pos = pos;
-    this.draw();
+    this.drawn = null;   // the next applyView draws
     this.lastLayoutMs = performance.now() - t0;
   };
 
-  /* ---- drawing ---- */
+  /* ---- drawing: only what lies in (or near) the view is in the DOM ---- */
+  Viewer.prototype.window = function (extra) {
+    // the part of the graph the view shows, in graph coordinates, widened by `extra` views
+    var v = this.view, W = this.svg.clientWidth || 1000, H = this.svg.clientHeight || 800;
+    var x0 = -v.x / v.s, y0 = -v.y / v.s, w = W / v.s, hh = H / v.s;
+    return { x0: x0 - extra * w, y0: y0 - extra * hh, x1: x0 + w + extra * w, y1: y0 + hh + extra * hh };
+  };
+  function meets(r, x0, y0, x1, y1) {
+    return x1 >= r.x0 && x0 <= r.x1 && y1 >= r.y0 && y0 <= r.y1;
+  }
   Viewer.prototype.draw = function () {
     var self = this, ix = this.ix, pos = this.pos, frag = document.createDocumentFragment();
+    var win = this.window(1), labels = this.view.s * FONT >= 3;
+    this.drawn = win; this.drawnLabels = labels;
     var boxes = el("g", { "class": "pdv-boxes" }, frag);
     var edges = el("g", { "class": "pdv-edges" }, frag);
     var nodes = el("g", { "class": "pdv-nodes" }, frag);
     this.nodeEls = new Map();
     this.items.forEach(function (id) {
       var p = pos.get(id), g = ix.groups.get(id);
+      if (!meets(win, p.x, p.y, p.x + p.w, p.y + p.h)) return;
       if (g && !self.collapsed.get(id)) {
         var b = el("g", { "class": "pdv-group pdv-r-" + g.region + " pdv-k-" + g.kind, "data-id": id }, boxes);
         el("rect", { x: p.x, y: p.y, width: p.w, height: p.h, rx: 6 }, b);
         var lab = el("g", { "class": "pdv-group-label", "data-id": id }, b);
         el("rect", { x: p.x, y: p.y, width: Math.min(p.w, textWidth(g.label) + 30), height: GROUP_HEAD - 4, rx: 6 }, lab);
-        el("text", { x: p.x + 8, y: p.y + 15 }, lab).textContent = "\u2212 " + g.label;
+        if (labels) el("text", { x: p.x + 8, y: p.y + 15 }, lab).textContent = "\u2212 " + g.label;
         return;
       }
       var cls = "pdv-node", label;
@@ -317,13 +335,14 @@
       if (id === self.selected) cls += " pdv-selected";
       var ng = el("g", { "class": cls, "data-id": id }, nodes);
       el("rect", { x: p.x, y: p.y, width: p.w, height: p.h, rx: g ? 4 : (ix.nodes.get(id).kind === "data" ? p.h / 2 : 3) }, ng);
-      el("text", { x: p.x + p.w / 2, y: p.y + p.h / 2 + 4, "text-anchor": "middle" }, ng).textContent = label;
+      if (labels) el("text", { x: p.x + p.w / 2, y: p.y + p.h / 2 + 4, "text-anchor": "middle" }, ng).textContent = label;
       self.nodeEls.set(id, ng);
     });
     var arrow = "url(#" + this.root.id + "-arrow)";
     this.edges.forEach(function (e) {
       var a = pos.get(e.a), b = pos.get(e.b);
       if (!a || !b) return;
+      if (!meets(win, Math.min(a.x, b.x), Math.min(a.y, b.y), Math.max(a.x + a.w, b.x + b.w) + 40, Math.max(a.y + a.h, b.y + b.h))) return;
       var x1 = a.x + a.w / 2, y1 = a.y + a.h, x2 = b.x + b.w / 2, y2 = b.y, d;
       if (y2 > y1) {
         var m = (y2 - y1) / 2;
@@ -337,13 +356,25 @@
     });
     this.vp.textContent = "";
     this.vp.appendChild(frag);
-    this.applyView();
+    this.setTransform();
   };
 
   /* ---- view: pan and zoom ---- */
-  Viewer.prototype.applyView = function () {
+  Viewer.prototype.setTransform = function () {
     var v = this.view;
     this.vp.setAttribute("transform", "translate(" + v.x + "," + v.y + ") scale(" + v.s + ")");
+  };
+  Viewer.prototype.applyView = function () {
+    // moves the drawing; redraws when the view leaves what was drawn or the zoom changed a lot
+    var self = this, w = this.window(0), d = this.drawn;
+    if (!d) { this.draw(); return; }
+    this.setTransform();
+    var stale = !d || w.x0 < d.x0 || w.y0 < d.y0 || w.x1 > d.x1 || w.y1 > d.y1 ||
+      (d.x1 - d.x0) > 6 * (w.x1 - w.x0) || (this.view.s * FONT >= 3) !== this.drawnLabels;
+    if (stale && !this.pending) {
+      this.pending = true;
+      requestAnimationFrame(function () { self.pending = false; self.draw(); });
+    }
   };
   Viewer.prototype.fit = function () {
     var W = this.svg.clientWidth || 800, margin = 16;
@@ -412,8 +443,8 @@
     var after = this.pos.get(id);
     if (before && after) {
       this.view.x += (before.x - after.x) * this.view.s; this.view.y += (before.y - after.y) * this.view.s;
-      this.applyView();
     }
+    this.applyView();
   };
   Viewer.prototype.expand = function (id) {
     var self = this;
@@ -446,6 +477,7 @@
     var ix = this.ix;
     if (!ix.nodes.has(id) && !ix.groups.has(id)) throw new Error("no node or group " + id);
     this.reveal(id);
+    if (!this.drawn) this.applyView();
     if (this.selected && this.nodeEls.has(this.selected)) this.nodeEls.get(this.selected).classList.remove("pdv-selected");
     this.selected = id;
     if (this.nodeEls.has(id)) this.nodeEls.get(id).classList.add("pdv-selected");
@@ -453,8 +485,11 @@
     if (centre !== false) this.centre(id);
   };
   Viewer.prototype.visibleIds = function () {
-    return Array.from(this.nodeEls.keys());
+    // the nodes and folded groups the layout shows (drawn when the view reaches them)
+    var self = this;
+    return this.items.filter(function (id) { return !self.ix.groups.has(id) || self.collapsed.get(id); });
   };
+  Viewer.prototype.drawnIds = function () { return Array.from(this.nodeEls.keys()); };
 
   /* ---- side panel ---- */
   Viewer.prototype.showPanel = function (id) {
