@@ -576,7 +576,8 @@
     };
     Object.keys(ix.model.vars || {}).forEach(function (v) {
       if (v.toLowerCase().indexOf(q) >= 0) {
-        var t = ix.producer.get(v) || ix.consumer.get(v);
+        var info = ix.model.vars[v] || {}, t = info.persistable ?   // a parameter: where it is used
+          ix.consumer.get(v) || ix.producer.get(v) : ix.producer.get(v) || ix.consumer.get(v);
         if (t) add(v, t, "variable");
       }
     });
