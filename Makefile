@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 # CI runs the reduced suite; `make test-all` runs every case, long ones included.
 PYTEST_ARGS ?= -n 2 --dist loadfile
 
-.PHONY: install chromium demo test test-all bench fuzz proto clean
+.PHONY: install chromium demo test test-all bench fuzz proto screenshot clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -35,6 +35,10 @@ test: $(STAMP) chromium
 
 test-all: $(STAMP) chromium
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# The README's picture of the program viewer (needs the test extra's playwright and chromium).
+screenshot: $(STAMP) chromium
+	$(PY) docs/viewer_screenshot.py docs/viewer.png
 
 bench: $(STAMP)
 	$(PY) -m bench

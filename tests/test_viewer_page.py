@@ -61,7 +61,7 @@ class Opened:
 
     def panel_row(self, side, var):
         """(shape, dtype) the panel shows for variable `var` among the op's `side`."""
-        row = self.page.locator(f".pdv-panel .pdv-{side} tr", has=self.page.locator(
+        row = self.page.locator(f".pdv-panel .pdv-{side} .pdv-io", has=self.page.locator(
             ".pdv-var", has_text=var)).first
         return row.locator(".pdv-shape").inner_text(), row.locator(".pdv-dtype").inner_text()
 

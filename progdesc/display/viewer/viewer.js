@@ -482,7 +482,14 @@
     this.selected = id;
     if (this.nodeEls.has(id)) this.nodeEls.get(id).classList.add("pdv-selected");
     this.showPanel(id);
-    if (centre !== false) this.centre(id);
+    if (centre !== false) this.centre(id); else this.unhide(id);
+  };
+  Viewer.prototype.unhide = function (id) {
+    // pans sideways when the panel covers item `id`
+    var p = this.pos.get(id), v = this.view, free = this.svg.clientWidth - this.panel.offsetWidth - 16;
+    if (!p || this.panel.hidden) return;
+    var left = v.x + p.x * v.s, right = left + p.w * v.s;
+    if (right > free || left < 0) { v.x += free / 2 - (left + right) / 2; this.applyView(); }
   };
   Viewer.prototype.visibleIds = function () {
     // the nodes and folded groups the layout shows (drawn when the view reaches them)
@@ -533,17 +540,20 @@
     ["inputs", "outputs"].forEach(function (side) {
       var slots = n[side] || [];
       h("div", "pdv-section", side, P);
-      var t = h("table", "pdv-vars pdv-" + side, null, P);
+      var t = h("div", "pdv-vars pdv-" + side, null, P);
       slots.forEach(function (s) {
-        s[1].forEach(function (name, i) {
-          var v = vars[name], tr = h("tr", null, null, t);
-          h("td", "pdv-slot", i ? "" : s[0], tr);
-          var nm = h("td", "pdv-var", null, tr);
+        s[1].forEach(function (name) {
+          var v = vars[name], io = h("div", "pdv-io", null, t);
+          var head = h("div", "pdv-iohead", null, io);
+          h("span", "pdv-slot", s[0], head);
+          var nm = h("span", "pdv-var", null, head);
           var src = side === "inputs" ? ix.producer.get(name) : null;
           if (src && src !== id && !(v && v.persistable)) nm.appendChild(link(name, src)); else nm.textContent = name;
           if (v && (v.kind === "parameter" || v.persistable)) nm.classList.add("pdv-param");
-          h("td", "pdv-shape", v && v.shape ? "[" + v.shape.join(", ") + "]" : "?", tr);
-          h("td", "pdv-dtype", v ? v.dtype : "", tr);
+          var meta = h("div", "pdv-meta", null, io);
+          h("span", "pdv-shape", v && v.shape ? "[" + v.shape.join(", ") + "]" : "?", meta);
+          h("span", "pdv-dtype", v ? v.dtype : "", meta);
+          if (v && v.kind) h("span", "pdv-vkind", v.kind, meta);
           if (v && v.sharding != null) shard.push(name + ": " + (typeof v.sharding === "string" ? v.sharding : JSON.stringify(v.sharding)));
         });
       });
