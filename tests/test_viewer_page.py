@@ -254,3 +254,38 @@ def test_ten_thousand_ops_open_and_expand_all(opened):
     o.page.click(".pdv-collapse-all")
     assert sorted(o.js("v.visibleIds()")) == ["r:backward", "r:forward"]
     assert o.page.errors == []
+
+
+def test_two_notebook_outputs_on_one_page_work_apart_and_survive_a_rerender(browser, tmp_path):
+    """Notebook fragments (what `_repr_html_` returns) of two programs in one page, as a
+    notebook holds them; then the first output's script runs again, as a re-rendered
+    output's does."""
+    cnn, _ = M.demo_cnn()
+    mlp, _ = M.mlp()
+    first, second = Viewer(cnn)._repr_html_(), Viewer(mlp)._repr_html_()
+    path = tmp_path / "notebook.html"
+    path.write_text("<!doctype html><html><head><meta charset='utf-8'></head><body>"
+                    f"<div class='cell'>{first}</div><div class='cell'>{second}</div></body></html>",
+                    encoding="utf-8")
+    page = new_page(browser)
+    try:
+        page.goto(path.as_uri())
+        roots = page.eval_on_selector_all(".pdv", "els => els.map(e => e.id)")
+        assert len(roots) == 2 and roots[0] != roots[1]
+        assert page.evaluate("Object.keys(window.progdescViewers).length") == 2
+        a, b = (page.locator(f"#{r}") for r in roots)
+        assert a.locator(".pdv-fallback").count() == 0 and a.locator(".pdv-bar").count() == 1
+        a.locator('.pdv-node[data-id="g:forward/conv2d_0"]').click()
+        assert a.locator('.pdv-group[data-id="g:forward/conv2d_0"]').count() == 1
+        assert b.locator(".pdv-group").count() == 1          # the second viewer: untouched
+        b.locator(".pdv-search").fill("fc_1.w_0")
+        b.locator(".pdv-results li").first.click()
+        assert b.locator(".pdv-panel").is_visible() and a.locator(".pdv-panel").is_hidden()
+        page.evaluate(f"() => window.progdescViewer.init(document.getElementById('{roots[0]}'))")
+        assert a.locator(".pdv-bar").count() == 1 and a.locator(".pdv-canvas").count() == 1
+        a.locator('.pdv-node[data-id="g:forward/fc_0"]').click()
+        assert a.locator('.pdv-group[data-id="g:forward/fc_0"]').count() == 1
+        assert page.evaluate("document.documentElement.scrollWidth") <= 1000
+        assert page.errors == []
+    finally:
+        page.close()

@@ -3,7 +3,8 @@
    recursively; edges are lifted to the nearest visible item of each end. No library, no network. */
 (function () {
   "use strict";
-  if (window.progdescViewer) return;
+  var VERSION = 2;   // a page (a notebook) may hold an older copy of this script: replace it
+  if (window.progdescViewer && window.progdescViewer.version === VERSION) return;
   var SVGNS = "http://www.w3.org/2000/svg";
   var FONT = 12, NODE_H = 28, PAD_X = 14, GROUP_PAD = 12, GROUP_HEAD = 24;
   var GAP_X = 18, GAP_Y = 34, MAX_ROW = 1250, MIN_SCALE = 0.75, MAX_SCALE = 1.1;
@@ -87,7 +88,21 @@
     this.build();
     this.relayout();
     this.fit();
+    this.watchSize();
   }
+
+  Viewer.prototype.watchSize = function () {
+    // a notebook output may be laid out (or resized) after the script ran: fit once it has a
+    // width, and draw what a wider view reaches
+    var self = this, last = this.svg.clientWidth;
+    if (!window.ResizeObserver) return;
+    new ResizeObserver(function () {
+      var w = self.svg.clientWidth;
+      if (w === last) return;
+      var before = last; last = w;
+      if (!before) self.fit(); else self.applyView();
+    }).observe(this.svg);
+  };
 
   Viewer.prototype.build = function () {
     var self = this, root = this.root, uid = root.id;
@@ -617,5 +632,5 @@
     window.progdescViewers[root.id] = v;
     return v;
   }
-  window.progdescViewer = { init: init, Viewer: Viewer };
+  window.progdescViewer = { init: init, Viewer: Viewer, version: VERSION };
 })();
