@@ -274,13 +274,15 @@ class _Builder:
     def layer_groups(self, container, prefix, region, members):
         """Give each of `members` ([(op id, path)]) its innermost group of at least two ops
         under `container` (ids `g:<prefix>/<path>`), adding the groups. A group holding
-        all the ops of its parent group is left out (its parent shows the same ops)."""
+        all the ops of its parent group, or of the sub-block `container`, is left out (its
+        parent shows the same ops)."""
+        whole = len(members) if container.startswith("b:") else None
         counts = {}
         for _, path in members:
             for p in path:
                 counts[p] = counts.get(p, 0) + 1
         for op_id, path in members:
-            parent, parent_path, parent_count = container, "", None
+            parent, parent_path, parent_count = container, "", whole
             for p in path:
                 if counts[p] < 2:
                     break
