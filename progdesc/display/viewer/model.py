@@ -25,6 +25,7 @@ import sys
 
 from lowering import dtypes
 from lowering.desc import FORWARD_OP
+from lowering.gc_pause import gc_paused
 from progdesc.callsites import cell_name
 from progdesc.display.text import ROLE_NAMES, format_value, non_default_attrs
 
@@ -53,16 +54,18 @@ def _path(name):
 
 
 def _sub_blocks(op_desc):
-    """[(attribute name, block index)] of the blocks an op's attributes refer to."""
+    """[(what the block is to the op, block index)] of the blocks an op's attributes refer
+    to, by block index: 'body' (attribute 'block' or 'sub_block'), 'true branch'
+    ('true_block'), 'branch 2' (the third of 'blocks')."""
     out = []
-    for attr_name in sorted(op_desc.attrs):
-        attr = op_desc.attrs[attr_name]
+    for attr_name, attr in op_desc.attrs.items():
         which = attr.WhichOneof("value")
         if which == "block_idx":
-            out.append((attr_name, attr.block_idx))
+            what = attr_name.removesuffix("_block")
+            out.append(("body" if what in ("block", "sub") else f"{what} branch", attr.block_idx))
         elif which == "blocks_idx":
-            out.extend((attr_name, b) for b in attr.blocks_idx.values)
-    return out
+            out.extend((f"branch {j}", b) for j, b in enumerate(attr.blocks_idx.values))
+    return sorted(out, key=lambda item: item[1])
 
 
 def _attrs(op_desc):
@@ -208,7 +211,6 @@ class _Builder:
         self.op_group = {}      # op id -> its group id
         self.op_region = {}     # op id -> region
         self.raw_path = {}      # op id -> the op's group path before dissolving
-        self.kept_depth = {}    # op id -> how many of its path's groups were kept
         self.producer = {}      # (block, name) -> (op index, op type) of the first writer
         self.writes = {}        # block -> {name: [(op index, op id)]}
         self._edge_keys = set()
@@ -270,28 +272,27 @@ class _Builder:
                             "parent": parent, "collapsed": True, "ops": ops, **extra})
 
     def layer_groups(self, container, prefix, region, members):
-        """Give each of `members` ([(op id, path, source op id)]) its innermost group of at
-        least two ops under `container` (ids `g:<prefix>/<path>`), adding the groups. An op
-        with a source (a gradient op's forward op) takes the source's groups, as kept."""
-        members = [(op_id, path if src not in self.kept_depth
-                    else self.raw_path[src][:self.kept_depth[src]])
-                   for op_id, path, src in members]
+        """Give each of `members` ([(op id, path)]) its innermost group of at least two ops
+        under `container` (ids `g:<prefix>/<path>`), adding the groups. A group holding
+        all the ops of its parent group, or of the sub-block `container`, is left out (its
+        parent shows the same ops)."""
+        whole = len(members) if container.startswith("b:") else None
         counts = {}
         for _, path in members:
             for p in path:
                 counts[p] = counts.get(p, 0) + 1
         for op_id, path in members:
-            parent, group = container, container
-            self.kept_depth[op_id] = 0
-            for depth, p in enumerate(path):
+            parent, parent_path, parent_count = container, "", whole
+            for p in path:
                 if counts[p] < 2:
                     break
-                self.kept_depth[op_id] = depth + 1
+                if counts[p] == parent_count:
+                    continue
                 gid = f"g:{prefix}/{p}"
-                label = p[len(path[depth - 1]) + 1:] if depth else p
+                label = p[len(parent_path) + 1:] if parent_path else p
                 self.add_group(gid, label, "layer", region, parent, counts[p])
-                parent = group = gid
-            self.op_group[op_id] = group
+                parent, parent_path, parent_count = gid, p, counts[p]
+            self.op_group[op_id] = parent
 
     # --- the pass over the program ---
 
@@ -304,9 +305,9 @@ class _Builder:
                 subs = _sub_blocks(op_desc)
                 if subs:
                     owned[f"op:{b.idx}:{i}"] = subs
-                for attr_name, k in subs:
+                for what, k in subs:
                     if 0 <= k < n_blocks and k != b.idx and k not in owners:
-                        owners[k] = (b.idx, i, op_desc.type, attr_name)
+                        owners[k] = (b.idx, i, op_desc.type, what)
         owner_pos = {k: (v[0], v[1]) for k, v in owners.items()}
 
         present = set()
@@ -334,11 +335,11 @@ class _Builder:
     def block(self, k, owners, owner_pos, owned, block_region):
         b = self.desc.blocks[k]
         if k in owners:
-            ob, oi, otype, attr_name = owners[k]
+            ob, oi, otype, what = owners[k]
             owner_id = f"op:{ob}:{oi}"
             region = self.op_region.get(owner_id, "forward")
             container = f"b:{k}"
-            self.add_group(container, f"block {k} ({otype} {attr_name})", "block", region,
+            self.add_group(container, f"block {k} ({otype} {what})", "block", region,
                            self.op_group.get(owner_id, f"r:{region}"), len(b.ops),
                            owner=owner_id)
         elif k != 0:
@@ -360,10 +361,10 @@ class _Builder:
             self.op_region[op_id] = op_region
             ins, outs = _names(op_desc.inputs), _names(op_desc.outputs)
             forward = self.forward_link(k, op_desc, ins)
-            path, src = self.op_path(k, op_desc, op_region, outs, forward)
+            path = self.op_path(k, op_desc, op_region, outs, forward)
             self.raw_path[op_id] = path
             box = container or f"r:{op_region}"
-            members.setdefault((box, op_region), []).append((op_id, path, src))
+            members.setdefault((box, op_region), []).append((op_id, path))
             for name in outs:
                 self.producer.setdefault((k, name), (i, op_desc.type))
             # edges in: from the last writer of each non-persistable input
@@ -388,7 +389,7 @@ class _Builder:
                 "forward": forward,
                 "blocks": [f"b:{sb}" for _, sb in owned.get(op_id, ())
                            if 0 <= sb < len(self.desc.blocks) and sb != k]})
-        for (box, op_region), ms in sorted(members.items(), key=lambda m: m[0][1] != "forward"):
+        for (box, op_region), ms in members.items():
             prefix = op_region if container is None else f"b{k}"
             self.layer_groups(box, prefix, op_region, ms)
 
@@ -411,21 +412,23 @@ class _Builder:
         return None
 
     def op_path(self, k, op_desc, region, outs, forward):
-        """(the op's group path, the id of the op whose groups it takes, or None)."""
+        """The op's group path: for a gradient op that of its forward op (or of the op that
+        wrote the value whose gradient it writes), for an optimizer op that of the
+        parameter it updates, else that of its first output's name."""
         if region == "backward":
             if forward in self.raw_path:
-                return self.raw_path[forward], forward
-            for name in outs:   # a gradient op with no link: that of the value it is of
+                return self.raw_path[forward]
+            for name in outs:
                 cut = name.find(_GRAD)
                 made = self.producer.get((k, name[:cut])) if cut > 0 else None
                 if made is not None:
-                    return self.raw_path[f"op:{k}:{made[0]}"], f"op:{k}:{made[0]}"
+                    return self.raw_path[f"op:{k}:{made[0]}"]
         elif region == "optimizer":
             for name in outs + _names(op_desc.inputs):
                 var = self.vars.find(k, name)[0]
                 if var is not None and var.is_parameter:
-                    return _path(name), None
-        return (_path(outs[0]) if outs else []), None
+                    return _path(name)
+        return _path(outs[0]) if outs else []
 
 
 def view_model(program, *, scope=None, title=None, fetch=None):
@@ -438,7 +441,8 @@ def view_model(program, *, scope=None, title=None, fetch=None):
     fetched as, marked in the page.
     """
     b = _Builder(program, scope)
-    b.build()
+    with gc_paused():   # tens of thousands of small dicts and lists, none of them garbage
+        b.build()
     for node in b.nodes:
         if node["kind"] == "op":
             node["group"] = b.op_group.get(node["id"], f"r:{node['region']}")
