@@ -178,7 +178,8 @@
       var key = box === "" ? k : a + "\n" + b;
       var d = drawn.get(key);
       if (d) { if (d.vars.indexOf(e.var) < 0 && d.vars.length < 8) d.vars.push(e.var); }
-      else drawn.set(key, box === "" ? { a: ca, b: cb, vars: [e.var] } : { a: a, b: b, vars: [e.var] });
+      else drawn.set(key, box === "" ? { a: ca, b: cb, vars: [e.var], via: box + "\n" + k }
+                                     : { a: a, b: b, vars: [e.var], via: box + "\n" + k });
     });
     this.edges = Array.from(drawn.values());
     this.inner = inner;
@@ -223,7 +224,24 @@
       succs.get(k).forEach(function (q) { l = Math.min(l, layer.get(q) - 1); });
       layer.set(k, Math.max(0, l));
     });
-    sorted.forEach(function (k) { var l = layer.get(k); (layers[l] = layers[l] || []).push(k); });
+    // an edge across several layers runs through a thin placeholder in each layer between
+    var dummies = [], chains = this.chains;
+    if (es) es.forEach(function (e) {
+      var a = e[0], b = e[1], la = layer.get(a), lb = layer.get(b);
+      if (ix.key.get(a) > ix.key.get(b) || lb - la < 2) return;
+      var prev = a, ids = [];
+      preds.set(b, preds.get(b).filter(function (p) { return p !== a; }));
+      succs.set(a, succs.get(a).filter(function (q) { return q !== b; }));
+      for (var l = la + 1; l < lb; l++) {
+        var d = "\u0000" + (self.nDummies++);
+        layer.set(d, l); sizes.set(d, { w: 6, h: NODE_H }); preds.set(d, [prev]); succs.set(d, []);
+        succs.get(prev).push(d); ids.push(d); dummies.push(d); prev = d;
+      }
+      preds.get(b).push(prev); succs.get(prev).push(b);
+      chains.set(c + "\n" + a + "\n" + b, ids);
+    });
+    this.dummiesOf.set(c, dummies);
+    sorted.concat(dummies).forEach(function (k) { var l = layer.get(k); (layers[l] = layers[l] || []).push(k); });
     layers = layers.filter(Boolean);
     var rank = new Map();
     var setRanks = function (L) { L.forEach(function (k, i) { rank.set(k, i); }); };
@@ -285,7 +303,7 @@
       });
     });
     if (!kids.length) { minX = 0; maxX = 60; y = GAP_Y + 10; }
-    kids.forEach(function (k) { rel.get(k).x -= minX; });
+    kids.concat(dummies).forEach(function (k) { rel.get(k).x -= minX; });
     var pad = c === "" ? 0 : GROUP_PAD;
     var size = { w: Math.max(maxX - minX + 2 * pad, c === "" ? 0 : this.itemSize(c).w), h: y - GAP_Y + (c === "" ? 0 : GROUP_HEAD + GROUP_PAD) };
     this.inset.set(c, { x: pad, y: c === "" ? 0 : GROUP_HEAD });
@@ -295,10 +313,15 @@
     var t0 = performance.now(), self = this, ix = this.ix;
     this.computeVisible();
     this.rel = new Map(); this.inset = new Map();
+    this.chains = new Map(); this.dummiesOf = new Map(); this.nDummies = 0;
     this.size = this.layoutBox("");
     var pos = new Map();
     var place = function (c, ox, oy) {
       var ins = self.inset.get(c);
+      self.dummiesOf.get(c).forEach(function (d) {
+        var r = self.rel.get(d);
+        pos.set(d, { x: ox + ins.x + r.x, y: oy + ins.y + r.y, w: r.w, h: r.h });
+      });
       ix.kids.get(c).forEach(function (k) {
         var r = self.rel.get(k), p = { x: ox + ins.x + r.x, y: oy + ins.y + r.y, w: r.w, h: r.h };
         pos.set(k, p);
@@ -357,12 +380,23 @@
     this.edges.forEach(function (e) {
       var a = pos.get(e.a), b = pos.get(e.b);
       if (!a || !b) return;
-      if (!meets(win, Math.min(a.x, b.x), Math.min(a.y, b.y), Math.max(a.x + a.w, b.x + b.w) + 40, Math.max(a.y + a.h, b.y + b.h))) return;
       var x1 = a.x + a.w / 2, y1 = a.y + a.h, x2 = b.x + b.w / 2, y2 = b.y, d;
       if (y2 > y1) {
-        var m = (y2 - y1) / 2;
-        d = "M" + x1 + "," + y1 + " C" + x1 + "," + (y1 + m) + " " + x2 + "," + (y2 - m) + " " + x2 + "," + y2;
-      } else {   // upward (a cycle broken by program order): loop out to the right
+        var pts = [[x1, y1]], lo = Math.min(x1, x2), hi = Math.max(x1, x2);
+        (self.chains.get(e.via) || []).forEach(function (id) {
+          var q = pos.get(id), x = q.x + q.w / 2;
+          pts.push([x, q.y], [x, q.y + q.h]); lo = Math.min(lo, x); hi = Math.max(hi, x);
+        });
+        pts.push([x2, y2]);
+        if (!meets(win, lo, y1, hi, y2)) return;
+        d = "M" + x1 + "," + y1;
+        for (var i = 1; i < pts.length; i++) {
+          var p0 = pts[i - 1], p1 = pts[i], m = (p1[1] - p0[1]) / 2;
+          d += i % 2 === 0 ? " L" + p1[0] + "," + p1[1]   // straight down through a placeholder
+            : " C" + p0[0] + "," + (p0[1] + m) + " " + p1[0] + "," + (p1[1] - m) + " " + p1[0] + "," + p1[1];
+        }
+      } else {
+        if (!meets(win, Math.min(a.x, b.x), Math.min(a.y, b.y), Math.max(a.x + a.w, b.x + b.w) + 40, Math.max(a.y + a.h, b.y + b.h))) return;   // upward (a cycle broken by program order): loop out to the right
         var xr = Math.max(a.x + a.w, b.x + b.w) + 30;
         d = "M" + (a.x + a.w) + "," + (a.y + a.h / 2) + " C" + xr + "," + (a.y + a.h / 2) + " " + xr + "," + (b.y + b.h / 2) + " " + (b.x + b.w) + "," + (b.y + b.h / 2);
       }
