@@ -123,7 +123,8 @@
     btn("pdv-fit", "fit", "fit to width", function () { self.fit(); });
     btn("pdv-expand-all", "expand all", "expand every group", function () { self.expandAll(); });
     btn("pdv-collapse-all", "collapse all", "fold every group", function () { self.collapseAll(); });
-    var stage = h("div", "pdv-stage", null, root);
+    var stage = this.stage = h("div", "pdv-stage", null, root);
+    if (!root.style.getPropertyValue("--pdv-height")) stage.style.height = "240px";   // grows to fit
     this.svg = el("svg", { "class": "pdv-canvas" }, stage);
     var defs = el("defs", {}, this.svg);
     var m = el("marker", { id: uid + "-arrow", viewBox: "0 0 10 10", refX: "10", refY: "5",
@@ -413,6 +414,12 @@
     var v = this.view;
     this.vp.setAttribute("transform", "translate(" + v.x + "," + v.y + ") scale(" + v.s + ")");
   };
+  Viewer.prototype.fitHeight = function () {
+    // in a notebook (no height set by the page) the canvas is as tall as the drawing, 240 to 640 px
+    if (this.root.style.getPropertyValue("--pdv-height")) return;
+    var want = Math.round(Math.max(240, Math.min(640, this.size.h * this.view.s + 40)));
+    if (this.stage.offsetHeight < want) this.stage.style.height = want + "px";
+  };
   Viewer.prototype.applyView = function () {
     // moves the drawing; redraws when the view leaves what was drawn or the zoom changed a lot
     var self = this, w = this.window(0), d = this.drawn;
@@ -433,6 +440,7 @@
     this.view.x = Math.max(margin, (W - this.size.w * s) / 2);
     if (this.size.w * s > W - 2 * margin) this.view.x = margin;
     this.view.y = margin;
+    this.fitHeight();
     this.applyView();
   };
   Viewer.prototype.zoomBy = function (f, cx, cy) {
@@ -493,6 +501,7 @@
     if (before && after) {
       this.view.x += (before.x - after.x) * this.view.s; this.view.y += (before.y - after.y) * this.view.s;
     }
+    this.fitHeight();
     this.applyView();
   };
   Viewer.prototype.expand = function (id) {
