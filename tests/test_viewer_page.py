@@ -289,3 +289,40 @@ def test_two_notebook_outputs_on_one_page_work_apart_and_survive_a_rerender(brow
         assert page.errors == []
     finally:
         page.close()
+
+
+def test_names_that_look_like_markup_stay_text_and_an_empty_program_opens(browser, tmp_path):
+    """A model whose names hold `</script>` and `<!--` (the page must carry them as data,
+    not markup), and the model of an empty program."""
+    import progdesc as pd
+    hostile = "</script><b id='injected'>x</b><!--"
+    model = {"version": 1, "title": hostile, "fetch": [], "edges": [],
+             "groups": [{"id": "r:forward", "label": "forward", "kind": "region",
+                         "region": "forward", "parent": None, "collapsed": False}],
+             "nodes": [{"id": "v:a", "kind": "data", "label": hostile, "group": "r:forward",
+                        "region": "forward", "var": hostile}],
+             "vars": {hostile: {"shape": [2], "dtype": "float32", "kind": "data",
+                                "persistable": False, "sharding": None, "block": 0}}}
+    from progdesc.display.viewer.page import viewer_html
+    page = new_page(browser)
+    try:
+        for i, m in enumerate((model, Viewer(pd.Program()).model)):
+            path = tmp_path / f"m{i}.html"
+            path.write_text(viewer_html(m, standalone=True), encoding="utf-8")
+            page.goto(path.as_uri())
+            page.wait_for_selector(".pdv-canvas")
+            assert page.locator("#injected").count() == 0
+            assert page.locator(".pdv-title").inner_text() == m["title"]
+        page.goto((tmp_path / "m0.html").as_uri())
+        assert page.locator('.pdv-node[data-id="v:a"]').text_content() == hostile
+        assert page.errors == []
+    finally:
+        page.close()
+
+
+def test_viewer_html_refuses_what_is_not_a_view_model():
+    from progdesc.display.viewer.page import viewer_html
+    with pytest.raises(TypeError, match="view model dict, got list"):
+        viewer_html([], standalone=True)
+    with pytest.raises(ValueError, match="lacks 'edges', 'vars'"):
+        viewer_html({"groups": [], "nodes": []}, standalone=False)

@@ -463,6 +463,7 @@
   Viewer.prototype.bindPointer = function () {
     var self = this, svg = this.svg, drag = null;
     svg.addEventListener("pointerdown", function (e) {
+      self.results.hidden = true;
       if (e.button !== 0) return;
       drag = { x: e.clientX, y: e.clientY, vx: self.view.x, vy: self.view.y, moved: false };
     });
