@@ -192,6 +192,31 @@ def test_mlp_panel_shapes_by_searching_a_parameter(opened):
     assert o.page.errors == []
 
 
+def test_drag_pans_and_wheel_and_buttons_zoom(opened):
+    o = opened("mlp")
+    node = o.node("v:x")
+    box = node.bounding_box()
+    canvas = o.page.locator(".pdv-canvas").bounding_box()
+    start = (canvas["x"] + 40, canvas["y"] + canvas["height"] - 40)     # empty canvas
+    o.page.mouse.move(*start)
+    o.page.mouse.down()
+    o.page.mouse.move(start[0] + 120, start[1] - 60, steps=5)
+    o.page.mouse.up()
+    moved = node.bounding_box()
+    assert (moved["x"] - box["x"], moved["y"] - box["y"]) == pytest.approx((120, -60), abs=1)
+    width = moved["width"]
+    o.page.mouse.move(moved["x"] + 5, moved["y"] + 5)
+    o.page.mouse.wheel(0, -300)                                           # wheel up: zoom in
+    o.page.wait_for_function("w => document.querySelector('.pdv-node[data-id=\"v:x\"]')"
+                             ".getBoundingClientRect().width > w * 1.2", arg=width, timeout=5000)
+    o.page.click(".pdv-fit")
+    assert node.bounding_box()["width"] == pytest.approx(box["width"], rel=0.01)
+    o.page.click(".pdv-zoom-out")
+    assert node.bounding_box()["width"] == pytest.approx(box["width"] * 0.8, rel=0.01)
+    o.page.click(".pdv-fit")
+    assert o.page.errors == []
+
+
 def test_transformer_nested_groups_open_one_level_at_a_time(opened):
     o = opened("transformer")
     layer, attn = "g:forward/transformer_encoder_0", "g:forward/transformer_encoder_0.attn"
