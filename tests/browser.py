@@ -48,7 +48,8 @@ def browser():
         chromium = manager.chromium.launch(executable_path=path, args=["--no-sandbox"])
     except Exception as exc:  # any launch failure is an environment problem: skip, with it
         manager.stop()
-        pytest.skip(f"chromium at {path} failed to launch: {exc}")
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        pytest.skip(f"chromium at {path} failed to launch: {first}")
     yield chromium
     chromium.close()
     manager.stop()
