@@ -425,3 +425,31 @@ def test_imported_program_ops_join_the_layer_of_their_parameters():
                    + [(t, "linear_0") for t in ("matmul", "add", "relu")]
                    + [(t, "linear_1") for t in ("matmul", "add", "relu")]
                    + [(t, "linear_2") for t in ("matmul", "add")])
+
+
+def test_a_malformed_program_still_gets_a_model():
+    """Blocks whose parents form a cycle, a gradient link to no op, an undeclared input:
+    the model still lists every op once, in some group, with edges between its nodes."""
+    main = pd.Program()
+    with pd.program_guard(main, pd.Program()):
+        x = pd.data("x", [2, 3])
+        main.create_block()
+        ops.tanh(x)
+        main.rollback()
+        main.create_block()
+        main.rollback()
+        ops.relu(x)
+    desc = main.desc
+    desc.blocks[1].parent_idx, desc.blocks[2].parent_idx = 2, 1
+    desc.blocks[0].ops[0].attrs[FORWARD_OP].ints.values[:] = [7, 99]
+    desc.blocks[0].ops[0].inputs[0].arguments.append("undeclared")
+    model = view_model(main)
+    ops_ = _nodes(model, "op")
+    assert sorted(ops_) == ["op:0:0", "op:1:0"]
+    assert ops_["op:0:0"]["forward"] is None
+    groups = _groups(model)
+    assert all(n["group"] in groups for n in model["nodes"])
+    ids = {n["id"] for n in model["nodes"]}
+    assert all(e["src"] in ids and e["dst"] in ids for e in model["edges"])
+    assert model["vars"]["undeclared"]["shape"] is None
+    json.dumps(model)
