@@ -3,10 +3,11 @@
    recursively; edges are lifted to the nearest visible item of each end. No library, no network. */
 (function () {
   "use strict";
-  if (window.progdescViewer) return;
+  var VERSION = 2;   // a page (a notebook) may hold an older copy of this script: replace it
+  if (window.progdescViewer && window.progdescViewer.version === VERSION) return;
   var SVGNS = "http://www.w3.org/2000/svg";
   var FONT = 12, NODE_H = 28, PAD_X = 14, GROUP_PAD = 12, GROUP_HEAD = 24;
-  var GAP_X = 18, GAP_Y = 34, MAX_ROW = 1250, MIN_SCALE = 0.75, MAX_SCALE = 1.25;
+  var GAP_X = 18, GAP_Y = 34, MAX_ROW = 1250, MIN_SCALE = 0.75, MAX_SCALE = 1.1;
   var measureCtx = null, widthCache = new Map();
 
   function textWidth(s) {
@@ -87,7 +88,21 @@
     this.build();
     this.relayout();
     this.fit();
+    this.watchSize();
   }
+
+  Viewer.prototype.watchSize = function () {
+    // a notebook output may be laid out (or resized) after the script ran: fit once it has a
+    // width, and draw what a wider view reaches
+    var self = this, last = this.svg.clientWidth;
+    if (!window.ResizeObserver) return;
+    new ResizeObserver(function () {
+      var w = self.svg.clientWidth;
+      if (w === last) return;
+      var before = last; last = w;
+      if (!before) self.fit(); else self.applyView();
+    }).observe(this.svg);
+  };
 
   Viewer.prototype.build = function () {
     var self = this, root = this.root, uid = root.id;
@@ -108,7 +123,8 @@
     btn("pdv-fit", "fit", "fit to width", function () { self.fit(); });
     btn("pdv-expand-all", "expand all", "expand every group", function () { self.expandAll(); });
     btn("pdv-collapse-all", "collapse all", "fold every group", function () { self.collapseAll(); });
-    var stage = h("div", "pdv-stage", null, root);
+    var stage = this.stage = h("div", "pdv-stage", null, root);
+    if (!root.style.getPropertyValue("--pdv-height")) stage.style.height = "240px";   // grows to fit
     this.svg = el("svg", { "class": "pdv-canvas" }, stage);
     var defs = el("defs", {}, this.svg);
     var m = el("marker", { id: uid + "-arrow", viewBox: "0 0 10 10", refX: "10", refY: "5",
@@ -163,7 +179,8 @@
       var key = box === "" ? k : a + "\n" + b;
       var d = drawn.get(key);
       if (d) { if (d.vars.indexOf(e.var) < 0 && d.vars.length < 8) d.vars.push(e.var); }
-      else drawn.set(key, box === "" ? { a: ca, b: cb, vars: [e.var] } : { a: a, b: b, vars: [e.var] });
+      else drawn.set(key, box === "" ? { a: ca, b: cb, vars: [e.var], via: box + "\n" + k }
+                                     : { a: a, b: b, vars: [e.var], via: box + "\n" + k });
     });
     this.edges = Array.from(drawn.values());
     this.inner = inner;
@@ -201,8 +218,31 @@
       var l = 0;
       preds.get(k).forEach(function (p) { l = Math.max(l, layer.get(p) + 1); });
       layer.set(k, l);
-      (layers[l] = layers[l] || []).push(k);
     });
+    sorted.forEach(function (k) {   // a source sits just above its first consumer
+      if (preds.get(k).length || !succs.get(k).length) return;
+      var l = Infinity;
+      succs.get(k).forEach(function (q) { l = Math.min(l, layer.get(q) - 1); });
+      layer.set(k, Math.max(0, l));
+    });
+    // an edge across several layers runs through a thin placeholder in each layer between
+    var dummies = [], chains = this.chains;
+    if (es) es.forEach(function (e) {
+      var a = e[0], b = e[1], la = layer.get(a), lb = layer.get(b);
+      if (ix.key.get(a) > ix.key.get(b) || lb - la < 2) return;
+      var prev = a, ids = [];
+      preds.set(b, preds.get(b).filter(function (p) { return p !== a; }));
+      succs.set(a, succs.get(a).filter(function (q) { return q !== b; }));
+      for (var l = la + 1; l < lb; l++) {
+        var d = "\u0000" + (self.nDummies++);
+        layer.set(d, l); sizes.set(d, { w: 6, h: NODE_H }); preds.set(d, [prev]); succs.set(d, []);
+        succs.get(prev).push(d); ids.push(d); dummies.push(d); prev = d;
+      }
+      preds.get(b).push(prev); succs.get(prev).push(b);
+      chains.set(c + "\n" + a + "\n" + b, ids);
+    });
+    this.dummiesOf.set(c, dummies);
+    sorted.concat(dummies).forEach(function (k) { var l = layer.get(k); (layers[l] = layers[l] || []).push(k); });
     layers = layers.filter(Boolean);
     var rank = new Map();
     var setRanks = function (L) { L.forEach(function (k, i) { rank.set(k, i); }); };
@@ -264,7 +304,7 @@
       });
     });
     if (!kids.length) { minX = 0; maxX = 60; y = GAP_Y + 10; }
-    kids.forEach(function (k) { rel.get(k).x -= minX; });
+    kids.concat(dummies).forEach(function (k) { rel.get(k).x -= minX; });
     var pad = c === "" ? 0 : GROUP_PAD;
     var size = { w: Math.max(maxX - minX + 2 * pad, c === "" ? 0 : this.itemSize(c).w), h: y - GAP_Y + (c === "" ? 0 : GROUP_HEAD + GROUP_PAD) };
     this.inset.set(c, { x: pad, y: c === "" ? 0 : GROUP_HEAD });
@@ -274,10 +314,15 @@
     var t0 = performance.now(), self = this, ix = this.ix;
     this.computeVisible();
     this.rel = new Map(); this.inset = new Map();
+    this.chains = new Map(); this.dummiesOf = new Map(); this.nDummies = 0;
     this.size = this.layoutBox("");
     var pos = new Map();
     var place = function (c, ox, oy) {
       var ins = self.inset.get(c);
+      self.dummiesOf.get(c).forEach(function (d) {
+        var r = self.rel.get(d);
+        pos.set(d, { x: ox + ins.x + r.x, y: oy + ins.y + r.y, w: r.w, h: r.h });
+      });
       ix.kids.get(c).forEach(function (k) {
         var r = self.rel.get(k), p = { x: ox + ins.x + r.x, y: oy + ins.y + r.y, w: r.w, h: r.h };
         pos.set(k, p);
@@ -286,25 +331,37 @@
     };
     place("", 0, 0);
     this.pos = pos;
-    this.draw();
+    this.drawn = null;   // the next applyView draws
     this.lastLayoutMs = performance.now() - t0;
   };
 
-  /* ---- drawing ---- */
+  /* ---- drawing: only what lies in (or near) the view is in the DOM ---- */
+  Viewer.prototype.window = function (extra) {
+    // the part of the graph the view shows, in graph coordinates, widened by `extra` views
+    var v = this.view, W = this.svg.clientWidth || 1000, H = this.svg.clientHeight || 800;
+    var x0 = -v.x / v.s, y0 = -v.y / v.s, w = W / v.s, hh = H / v.s;
+    return { x0: x0 - extra * w, y0: y0 - extra * hh, x1: x0 + w + extra * w, y1: y0 + hh + extra * hh };
+  };
+  function meets(r, x0, y0, x1, y1) {
+    return x1 >= r.x0 && x0 <= r.x1 && y1 >= r.y0 && y0 <= r.y1;
+  }
   Viewer.prototype.draw = function () {
     var self = this, ix = this.ix, pos = this.pos, frag = document.createDocumentFragment();
+    var win = this.window(1), labels = this.view.s * FONT >= 3;
+    this.drawn = win; this.drawnLabels = labels;
     var boxes = el("g", { "class": "pdv-boxes" }, frag);
     var edges = el("g", { "class": "pdv-edges" }, frag);
     var nodes = el("g", { "class": "pdv-nodes" }, frag);
     this.nodeEls = new Map();
     this.items.forEach(function (id) {
       var p = pos.get(id), g = ix.groups.get(id);
+      if (!meets(win, p.x, p.y, p.x + p.w, p.y + p.h)) return;
       if (g && !self.collapsed.get(id)) {
         var b = el("g", { "class": "pdv-group pdv-r-" + g.region + " pdv-k-" + g.kind, "data-id": id }, boxes);
         el("rect", { x: p.x, y: p.y, width: p.w, height: p.h, rx: 6 }, b);
         var lab = el("g", { "class": "pdv-group-label", "data-id": id }, b);
         el("rect", { x: p.x, y: p.y, width: Math.min(p.w, textWidth(g.label) + 30), height: GROUP_HEAD - 4, rx: 6 }, lab);
-        el("text", { x: p.x + 8, y: p.y + 15 }, lab).textContent = "\u2212 " + g.label;
+        if (labels) el("text", { x: p.x + 8, y: p.y + 15 }, lab).textContent = "\u2212 " + g.label;
         return;
       }
       var cls = "pdv-node", label;
@@ -317,7 +374,7 @@
       if (id === self.selected) cls += " pdv-selected";
       var ng = el("g", { "class": cls, "data-id": id }, nodes);
       el("rect", { x: p.x, y: p.y, width: p.w, height: p.h, rx: g ? 4 : (ix.nodes.get(id).kind === "data" ? p.h / 2 : 3) }, ng);
-      el("text", { x: p.x + p.w / 2, y: p.y + p.h / 2 + 4, "text-anchor": "middle" }, ng).textContent = label;
+      if (labels) el("text", { x: p.x + p.w / 2, y: p.y + p.h / 2 + 4, "text-anchor": "middle" }, ng).textContent = label;
       self.nodeEls.set(id, ng);
     });
     var arrow = "url(#" + this.root.id + "-arrow)";
@@ -326,9 +383,21 @@
       if (!a || !b) return;
       var x1 = a.x + a.w / 2, y1 = a.y + a.h, x2 = b.x + b.w / 2, y2 = b.y, d;
       if (y2 > y1) {
-        var m = (y2 - y1) / 2;
-        d = "M" + x1 + "," + y1 + " C" + x1 + "," + (y1 + m) + " " + x2 + "," + (y2 - m) + " " + x2 + "," + y2;
-      } else {   // upward (a cycle broken by program order): loop out to the right
+        var pts = [[x1, y1]], lo = Math.min(x1, x2), hi = Math.max(x1, x2);
+        (self.chains.get(e.via) || []).forEach(function (id) {
+          var q = pos.get(id), x = q.x + q.w / 2;
+          pts.push([x, q.y], [x, q.y + q.h]); lo = Math.min(lo, x); hi = Math.max(hi, x);
+        });
+        pts.push([x2, y2]);
+        if (!meets(win, lo, y1, hi, y2)) return;
+        d = "M" + x1 + "," + y1;
+        for (var i = 1; i < pts.length; i++) {
+          var p0 = pts[i - 1], p1 = pts[i], m = (p1[1] - p0[1]) / 2;
+          d += i % 2 === 0 ? " L" + p1[0] + "," + p1[1]   // straight down through a placeholder
+            : " C" + p0[0] + "," + (p0[1] + m) + " " + p1[0] + "," + (p1[1] - m) + " " + p1[0] + "," + p1[1];
+        }
+      } else {
+        if (!meets(win, Math.min(a.x, b.x), Math.min(a.y, b.y), Math.max(a.x + a.w, b.x + b.w) + 40, Math.max(a.y + a.h, b.y + b.h))) return;   // upward (a cycle broken by program order): loop out to the right
         var xr = Math.max(a.x + a.w, b.x + b.w) + 30;
         d = "M" + (a.x + a.w) + "," + (a.y + a.h / 2) + " C" + xr + "," + (a.y + a.h / 2) + " " + xr + "," + (b.y + b.h / 2) + " " + (b.x + b.w) + "," + (b.y + b.h / 2);
       }
@@ -337,13 +406,31 @@
     });
     this.vp.textContent = "";
     this.vp.appendChild(frag);
-    this.applyView();
+    this.setTransform();
   };
 
   /* ---- view: pan and zoom ---- */
-  Viewer.prototype.applyView = function () {
+  Viewer.prototype.setTransform = function () {
     var v = this.view;
     this.vp.setAttribute("transform", "translate(" + v.x + "," + v.y + ") scale(" + v.s + ")");
+  };
+  Viewer.prototype.fitHeight = function () {
+    // in a notebook (no height set by the page) the canvas is as tall as the drawing, 240 to 640 px
+    if (this.root.style.getPropertyValue("--pdv-height")) return;
+    var want = Math.round(Math.max(240, Math.min(640, this.size.h * this.view.s + 40)));
+    if (this.stage.offsetHeight < want) this.stage.style.height = want + "px";
+  };
+  Viewer.prototype.applyView = function () {
+    // moves the drawing; redraws when the view leaves what was drawn or the zoom changed a lot
+    var self = this, w = this.window(0), d = this.drawn;
+    if (!d) { this.draw(); return; }
+    this.setTransform();
+    var stale = !d || w.x0 < d.x0 || w.y0 < d.y0 || w.x1 > d.x1 || w.y1 > d.y1 ||
+      (d.x1 - d.x0) > 6 * (w.x1 - w.x0) || (this.view.s * FONT >= 3) !== this.drawnLabels;
+    if (stale && !this.pending) {
+      this.pending = true;
+      requestAnimationFrame(function () { self.pending = false; self.draw(); });
+    }
   };
   Viewer.prototype.fit = function () {
     var W = this.svg.clientWidth || 800, margin = 16;
@@ -353,6 +440,7 @@
     this.view.x = Math.max(margin, (W - this.size.w * s) / 2);
     if (this.size.w * s > W - 2 * margin) this.view.x = margin;
     this.view.y = margin;
+    this.fitHeight();
     this.applyView();
   };
   Viewer.prototype.zoomBy = function (f, cx, cy) {
@@ -375,6 +463,7 @@
   Viewer.prototype.bindPointer = function () {
     var self = this, svg = this.svg, drag = null;
     svg.addEventListener("pointerdown", function (e) {
+      self.results.hidden = true;
       if (e.button !== 0) return;
       drag = { x: e.clientX, y: e.clientY, vx: self.view.x, vy: self.view.y, moved: false };
     });
@@ -412,8 +501,9 @@
     var after = this.pos.get(id);
     if (before && after) {
       this.view.x += (before.x - after.x) * this.view.s; this.view.y += (before.y - after.y) * this.view.s;
-      this.applyView();
     }
+    this.fitHeight();
+    this.applyView();
   };
   Viewer.prototype.expand = function (id) {
     var self = this;
@@ -446,15 +536,26 @@
     var ix = this.ix;
     if (!ix.nodes.has(id) && !ix.groups.has(id)) throw new Error("no node or group " + id);
     this.reveal(id);
+    if (!this.drawn) this.applyView();
     if (this.selected && this.nodeEls.has(this.selected)) this.nodeEls.get(this.selected).classList.remove("pdv-selected");
     this.selected = id;
     if (this.nodeEls.has(id)) this.nodeEls.get(id).classList.add("pdv-selected");
     this.showPanel(id);
-    if (centre !== false) this.centre(id);
+    if (centre !== false) this.centre(id); else this.unhide(id);
+  };
+  Viewer.prototype.unhide = function (id) {
+    // pans sideways when the panel covers item `id`
+    var p = this.pos.get(id), v = this.view, free = this.svg.clientWidth - this.panel.offsetWidth - 16;
+    if (!p || this.panel.hidden) return;
+    var left = v.x + p.x * v.s, right = left + p.w * v.s;
+    if (right > free || left < 0) { v.x += free / 2 - (left + right) / 2; this.applyView(); }
   };
   Viewer.prototype.visibleIds = function () {
-    return Array.from(this.nodeEls.keys());
+    // the nodes and folded groups the layout shows (drawn when the view reaches them)
+    var self = this;
+    return this.items.filter(function (id) { return !self.ix.groups.has(id) || self.collapsed.get(id); });
   };
+  Viewer.prototype.drawnIds = function () { return Array.from(this.nodeEls.keys()); };
 
   /* ---- side panel ---- */
   Viewer.prototype.showPanel = function (id) {
@@ -498,17 +599,20 @@
     ["inputs", "outputs"].forEach(function (side) {
       var slots = n[side] || [];
       h("div", "pdv-section", side, P);
-      var t = h("table", "pdv-vars pdv-" + side, null, P);
+      var t = h("div", "pdv-vars pdv-" + side, null, P);
       slots.forEach(function (s) {
-        s[1].forEach(function (name, i) {
-          var v = vars[name], tr = h("tr", null, null, t);
-          h("td", "pdv-slot", i ? "" : s[0], tr);
-          var nm = h("td", "pdv-var", null, tr);
+        s[1].forEach(function (name) {
+          var v = vars[name], io = h("div", "pdv-io", null, t);
+          var head = h("div", "pdv-iohead", null, io);
+          h("span", "pdv-slot", s[0], head);
+          var nm = h("span", "pdv-var", null, head);
           var src = side === "inputs" ? ix.producer.get(name) : null;
           if (src && src !== id && !(v && v.persistable)) nm.appendChild(link(name, src)); else nm.textContent = name;
           if (v && (v.kind === "parameter" || v.persistable)) nm.classList.add("pdv-param");
-          h("td", "pdv-shape", v && v.shape ? "[" + v.shape.join(", ") + "]" : "?", tr);
-          h("td", "pdv-dtype", v ? v.dtype : "", tr);
+          var meta = h("div", "pdv-meta", null, io);
+          h("span", "pdv-shape", v && v.shape ? "[" + v.shape.join(", ") + "]" : "?", meta);
+          h("span", "pdv-dtype", v ? v.dtype : "", meta);
+          if (v && v.kind) h("span", "pdv-vkind", v.kind, meta);
           if (v && v.sharding != null) shard.push(name + ": " + (typeof v.sharding === "string" ? v.sharding : JSON.stringify(v.sharding)));
         });
       });
@@ -541,7 +645,8 @@
     };
     Object.keys(ix.model.vars || {}).forEach(function (v) {
       if (v.toLowerCase().indexOf(q) >= 0) {
-        var t = ix.producer.get(v) || ix.consumer.get(v);
+        var info = ix.model.vars[v] || {}, t = info.persistable ?   // a parameter: where it is used
+          ix.consumer.get(v) || ix.producer.get(v) : ix.producer.get(v) || ix.consumer.get(v);
         if (t) add(v, t, "variable");
       }
     });
@@ -571,5 +676,5 @@
     window.progdescViewers[root.id] = v;
     return v;
   }
-  window.progdescViewer = { init: init, Viewer: Viewer };
+  window.progdescViewer = { init: init, Viewer: Viewer, version: VERSION };
 })();
