@@ -405,3 +405,51 @@ def test_viewer_html_save_and_program_display(mlp, tmp_path):
     table = main.table()._repr_html_()
     assert table.count('<tr class="pd-op') == len(main.global_block().desc.ops)
     assert np.all([t in table for t in ("fc_0.w_0", "adam")])
+
+
+def test_imported_program_ops_join_the_layer_of_their_parameters():
+    """Paddle's LeNet, imported: its ops' outputs are named flat ('conv2d_2.output',
+    'add_0.out'), only its parameters name layers ('conv2d_0.w_0', 'linear_1.b_0'). An op
+    joins the layer of the parameter it reads; the bias add, activation, pooling and
+    flattening after it join that layer too."""
+    from progdesc import paddle
+    path = os.path.join(os.path.dirname(__file__), "fixtures", "paddle", "lenet", "legacy",
+                        "model")
+    program, _, _ = paddle.load_inference_model(path, scope=pd.Scope())
+    model = view_model(program)
+    got = [(n["type"], n["group"].removeprefix("g:forward/"))
+           for n in model["nodes"] if n["kind"] == "op"]
+    conv = ["conv2d", "reshape", "add", "relu", "pool2d"]    # conv, its bias, act, pool
+    assert got == ([(t, "conv2d_0") for t in conv]
+                   + [(t, "conv2d_1") for t in conv + ["reshape"]]   # + the flatten
+                   + [(t, "linear_0") for t in ("matmul", "add", "relu")]
+                   + [(t, "linear_1") for t in ("matmul", "add", "relu")]
+                   + [(t, "linear_2") for t in ("matmul", "add")])
+
+
+def test_a_malformed_program_still_gets_a_model():
+    """Blocks whose parents form a cycle, a gradient link to no op, an undeclared input:
+    the model still lists every op once, in some group, with edges between its nodes."""
+    main = pd.Program()
+    with pd.program_guard(main, pd.Program()):
+        x = pd.data("x", [2, 3])
+        main.create_block()
+        ops.tanh(x)
+        main.rollback()
+        main.create_block()
+        main.rollback()
+        ops.relu(x)
+    desc = main.desc
+    desc.blocks[1].parent_idx, desc.blocks[2].parent_idx = 2, 1
+    desc.blocks[0].ops[0].attrs[FORWARD_OP].ints.values[:] = [7, 99]
+    desc.blocks[0].ops[0].inputs[0].arguments.append("undeclared")
+    model = view_model(main)
+    ops_ = _nodes(model, "op")
+    assert sorted(ops_) == ["op:0:0", "op:1:0"]
+    assert ops_["op:0:0"]["forward"] is None
+    groups = _groups(model)
+    assert all(n["group"] in groups for n in model["nodes"])
+    ids = {n["id"] for n in model["nodes"]}
+    assert all(e["src"] in ids and e["dst"] in ids for e in model["edges"])
+    assert model["vars"]["undeclared"]["shape"] is None
+    json.dumps(model)

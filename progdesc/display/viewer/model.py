@@ -211,6 +211,7 @@ class _Builder:
         self.op_group = {}      # op id -> its group id
         self.op_region = {}     # op id -> region
         self.raw_path = {}      # op id -> the op's group path before dissolving
+        self.inferred = set()   # ids of the ops whose path came from parameters or dataflow
         self.producer = {}      # (block, name) -> (op index, op type) of the first writer
         self.writes = {}        # block -> {name: [(op index, op id)]}
         self._edge_keys = set()
@@ -361,7 +362,7 @@ class _Builder:
             self.op_region[op_id] = op_region
             ins, outs = _names(op_desc.inputs), _names(op_desc.outputs)
             forward = self.forward_link(k, op_desc, ins)
-            path = self.op_path(k, op_desc, op_region, outs, forward)
+            path = self.op_path(k, i, op_desc, op_region, ins, outs, forward, owner_pos)
             self.raw_path[op_id] = path
             box = container or f"r:{op_region}"
             members.setdefault((box, op_region), []).append((op_id, path))
@@ -411,10 +412,11 @@ class _Builder:
                     return f"op:{k}:{made[0]}"
         return None
 
-    def op_path(self, k, op_desc, region, outs, forward):
+    def op_path(self, k, i, op_desc, region, ins, outs, forward, owner_pos):
         """The op's group path: for a gradient op that of its forward op (or of the op that
         wrote the value whose gradient it writes), for an optimizer op that of the
-        parameter it updates, else that of its first output's name."""
+        parameter it updates, else that of its first output's name; see `inferred_path`
+        for an op whose output name holds no layer (an imported program's)."""
         if region == "backward":
             if forward in self.raw_path:
                 return self.raw_path[forward]
@@ -428,7 +430,41 @@ class _Builder:
                 var = self.vars.find(k, name)[0]
                 if var is not None and var.is_parameter:
                     return _path(name)
-        return _path(outs[0]) if outs else []
+        path = _path(outs[0]) if outs else []
+        if len(path) <= 1:
+            inferred = self.inferred_path(k, i, ins, owner_pos)
+            if inferred and inferred != path:   # (not a layer's own op, 'fc_0.out')
+                self.inferred.add(f"op:{k}:{i}")
+                return inferred
+        return path
+
+    def inferred_path(self, k, i, ins, owner_pos):
+        """The layer of an op whose output name names no layer ('conv2d_2.output',
+        'add_0.out', as imported programs name them): that of the first parameter it reads
+        with one ('conv2d_0.w_0' -> conv2d_0), else the deepest layer shared by the ops
+        that wrote its inputs if each of them got its layer this way (the bias add and
+        activation after a convolution join it; q @ k joins the attention holding both
+        projections); [] if none."""
+        found = [self.vars.find(k, name)[0] for name in ins]
+        for name, var in zip(ins, found):
+            if var is not None and var.is_parameter and _path(name):
+                return _path(name)
+        shared = None
+        for name, var in zip(ins, found):
+            if var is not None and var.persistable:
+                continue
+            src = self.writer(k, name, i, owner_pos)
+            if src not in self.inferred:
+                return []
+            path = self.raw_path[src]
+            if shared is None:
+                shared = path
+            else:
+                n = 0
+                while n < len(shared) and n < len(path) and shared[n] == path[n]:
+                    n += 1
+                shared = shared[:n]
+        return shared or []
 
 
 def view_model(program, *, scope=None, title=None, fetch=None):
