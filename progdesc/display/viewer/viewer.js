@@ -9,6 +9,9 @@
   var FONT = 12, NODE_H = 28, PAD_X = 14, GROUP_PAD = 12, GROUP_HEAD = 24;
   var GAP_X = 18, GAP_Y = 34, MAX_ROW = 1250, MIN_SCALE = 0.75, MAX_SCALE = 1.1;
   var measureCtx = null, widthCache = new Map();
+  // ports: where an edge enters a box (above the child it goes to) or leaves it (below the
+  // child it comes from), named after that child
+  var IN = "\u0001in:", OUT = "\u0001out:";
 
   function textWidth(s) {
     var w = widthCache.get(s);
@@ -66,6 +69,11 @@
       for (var q = p; q; q = self.groups.get(q)._parent) {
         if (!(self.key.get(q) <= i)) self.key.set(q, i);
       }
+    });
+    // a sub-block hangs below the op that owns it (cond, while, scan): a dashed link lays it out
+    this.links = model.edges.slice();
+    model.groups.forEach(function (g) {
+      if (g.owner && self.nodes.has(g.owner)) self.links.push({ src: g.owner, dst: g.id, var: "", own: true });
     });
     this.producer = new Map(); this.consumer = new Map();
     model.nodes.forEach(function (n) {
@@ -163,8 +171,8 @@
     this.rep = function (id) { return rep.has(id) ? id : self.visibleItem(id); };
     // edges: lifted, deduped; per container the edges between its children for layering
     var drawn = new Map(), inner = new Map();
-    ix.model.edges.forEach(function (e) {
-      if (!ix.nodes.has(e.src) || !ix.nodes.has(e.dst)) return;
+    ix.links.forEach(function (e) {
+      if (!ix.depth.has(e.src) || !ix.depth.has(e.dst)) return;
       var a = self.rep(e.src), b = self.rep(e.dst);
       if (a === b) return;
       var ca = a, cb = b, da = ix.depth.get(a), db = ix.depth.get(b);
@@ -172,15 +180,26 @@
       while (db > da) { cb = ix.parentOf(cb); db--; }
       if (ca === cb) return;  // one end inside the other (a group and its own op): nothing to draw
       while (ix.parentOf(ca) !== ix.parentOf(cb)) { ca = ix.parentOf(ca); cb = ix.parentOf(cb); }
-      var box = ix.parentOf(ca), k = ca + "\n" + cb;
-      if (!inner.has(box)) inner.set(box, new Map());
-      inner.get(box).set(k, [ca, cb]);
+      var box = ix.parentOf(ca);
+      // the edge's legs, one per box it crosses: out of each open box around a (to the box's
+      // exit port), across the common box, into each open box around b (from its entry port);
       // edges between regions are drawn once, region to region
-      var key = box === "" ? k : a + "\n" + b;
+      var legs = [], x;
+      if (box !== "") for (x = a; x !== ca; x = ix.parentOf(x)) legs.push([ix.parentOf(x), x, OUT + x]);
+      legs.push([box, ca, cb]);
+      var into = [];
+      if (box !== "") for (x = b; x !== cb; x = ix.parentOf(x)) into.push([ix.parentOf(x), IN + x, x]);
+      legs = legs.concat(into.reverse());
+      legs.forEach(function (l) {
+        l.push(l.join("\n"));
+        if (!inner.has(l[0])) inner.set(l[0], new Map());
+        inner.get(l[0]).set(l[3], [l[1], l[2]]);
+      });
+      var key = (e.own ? "own\n" : "") + (box === "" ? ca + "\n" + cb : a + "\n" + b);
       var d = drawn.get(key);
       if (d) { if (d.vars.indexOf(e.var) < 0 && d.vars.length < 8) d.vars.push(e.var); }
-      else drawn.set(key, box === "" ? { a: ca, b: cb, vars: [e.var], via: box + "\n" + k }
-                                     : { a: a, b: b, vars: [e.var], via: box + "\n" + k });
+      else drawn.set(key, box === "" ? { a: ca, b: cb, vars: [e.var], legs: legs, own: e.own }
+                                     : { a: a, b: b, vars: [e.var], legs: legs, own: e.own });
     });
     this.edges = Array.from(drawn.values());
     this.inner = inner;
@@ -208,8 +227,10 @@
     var preds = new Map(), succs = new Map();
     sorted.forEach(function (k) { preds.set(k, []); succs.set(k, []); });
     var es = this.inner.get(c);
+    var isPort = function (id) { return id.charAt(0) === "\u0001"; };
     if (es) es.forEach(function (e) {
       var a = e[0], b = e[1];
+      if (isPort(a) || isPort(b)) return;
       if (ix.key.get(a) > ix.key.get(b)) { var t = a; a = b; b = t; }  // program order breaks cycles
       preds.get(b).push(a); succs.get(a).push(b);
     });
@@ -225,23 +246,29 @@
       succs.get(k).forEach(function (q) { l = Math.min(l, layer.get(q) - 1); });
       layer.set(k, Math.max(0, l));
     });
-    // an edge across several layers runs through a thin placeholder in each layer between
-    var dummies = [], chains = this.chains;
+    // an edge across several layers runs through a thin placeholder in each layer between;
+    // one entering the box comes from its top (the entry port), one leaving goes to its bottom
+    var dummies = [], chains = this.chains, last = -1, ins = [], outs = [];
+    sorted.forEach(function (k) { last = Math.max(last, layer.get(k)); });
     if (es) es.forEach(function (e) {
-      var a = e[0], b = e[1], la = layer.get(a), lb = layer.get(b);
-      if (ix.key.get(a) > ix.key.get(b) || lb - la < 2) return;
-      var prev = a, ids = [];
-      preds.set(b, preds.get(b).filter(function (p) { return p !== a; }));
-      succs.set(a, succs.get(a).filter(function (q) { return q !== b; }));
+      var a = e[0], b = e[1], into = isPort(a), out = isPort(b);
+      var la = into ? -1 : layer.get(a), lb = out ? last + 1 : layer.get(b);
+      var ids = [], prev = into ? null : a;
+      chains.set(c + "\n" + a + "\n" + b, ids);
+      if (into) ins.push([a, ids, b]); else if (out) outs.push([b, ids, a]);
+      if (!into && !out && (ix.key.get(a) > ix.key.get(b) || lb - la < 2)) return;
+      if (!into && !out) {
+        preds.set(b, preds.get(b).filter(function (p) { return p !== a; }));
+        succs.set(a, succs.get(a).filter(function (q) { return q !== b; }));
+      }
       for (var l = la + 1; l < lb; l++) {
         var d = "\u0000" + (self.nDummies++);
-        layer.set(d, l); sizes.set(d, { w: 6, h: NODE_H }); preds.set(d, [prev]); succs.set(d, []);
-        succs.get(prev).push(d); ids.push(d); dummies.push(d); prev = d;
+        layer.set(d, l); sizes.set(d, { w: 6, h: NODE_H }); preds.set(d, prev ? [prev] : []); succs.set(d, []);
+        if (prev) succs.get(prev).push(d);
+        ids.push(d); dummies.push(d); prev = d;
       }
-      preds.get(b).push(prev); succs.get(prev).push(b);
-      chains.set(c + "\n" + a + "\n" + b, ids);
+      if (!out && prev) { preds.get(b).push(prev); succs.get(prev).push(b); }
     });
-    this.dummiesOf.set(c, dummies);
     sorted.concat(dummies).forEach(function (k) { var l = layer.get(k); (layers[l] = layers[l] || []).push(k); });
     layers = layers.filter(Boolean);
     var rank = new Map();
@@ -296,7 +323,8 @@
         shift = nw ? shift / nw : 0;
         R.forEach(function (k, i) {
           var s = sizes.get(k), x = xs[i] + (shift > 0 ? shift : 0);
-          rel.set(k, { x: x, y: y + (rh - s.h) / 2, w: s.w, h: s.h });
+          if (k.charAt(0) === "\u0000") rel.set(k, { x: x, y: y, w: s.w, h: rh });   // a placeholder: the row's height
+          else rel.set(k, { x: x, y: y + (rh - s.h) / 2, w: s.w, h: s.h });
           cx.set(k, x + s.w / 2);
           minX = Math.min(minX, x); maxX = Math.max(maxX, x + s.w);
         });
@@ -305,6 +333,16 @@
     });
     if (!kids.length) { minX = 0; maxX = 60; y = GAP_Y + 10; }
     kids.concat(dummies).forEach(function (k) { rel.get(k).x -= minX; });
+    // ports: at the box's top and bottom edge, above and below the legs they feed
+    var ports = [], height = y - GAP_Y;
+    var port = function (l, first, py) {
+      var ids = l[1], r = rel.get(ids.length ? ids[first ? 0 : ids.length - 1] : l[2]);
+      rel.set(l[0], { x: r.x + r.w / 2, y: py, w: 0, h: 0 });
+      ports.push(l[0]);
+    };
+    ins.forEach(function (l) { port(l, true, -GROUP_HEAD); });
+    outs.forEach(function (l) { port(l, false, height + GROUP_PAD); });
+    this.dummiesOf.set(c, dummies.concat(ports));
     var pad = c === "" ? 0 : GROUP_PAD;
     var size = { w: Math.max(maxX - minX + 2 * pad, c === "" ? 0 : this.itemSize(c).w), h: y - GAP_Y + (c === "" ? 0 : GROUP_HEAD + GROUP_PAD) };
     this.inset.set(c, { x: pad, y: c === "" ? 0 : GROUP_HEAD });
@@ -383,24 +421,31 @@
       if (!a || !b) return;
       var x1 = a.x + a.w / 2, y1 = a.y + a.h, x2 = b.x + b.w / 2, y2 = b.y, d;
       if (y2 > y1) {
-        var pts = [[x1, y1]], lo = Math.min(x1, x2), hi = Math.max(x1, x2);
-        (self.chains.get(e.via) || []).forEach(function (id) {
+        // through the legs' ports and placeholders: a curve to the top of each, straight down it
+        var pts = [[x1, y1, y1]], lo = Math.min(x1, x2), hi = Math.max(x1, x2);
+        var via = function (id) {
           var q = pos.get(id), x = q.x + q.w / 2;
-          pts.push([x, q.y], [x, q.y + q.h]); lo = Math.min(lo, x); hi = Math.max(hi, x);
+          pts.push([x, q.y, q.y + q.h]); lo = Math.min(lo, x); hi = Math.max(hi, x);
+        };
+        e.legs.forEach(function (l) {
+          if (l[1].charAt(0) === "\u0001") via(l[1]);
+          (self.chains.get(l[3]) || []).forEach(via);
+          if (l[2].charAt(0) === "\u0001") via(l[2]);
         });
-        pts.push([x2, y2]);
+        pts.push([x2, y2, y2]);
         if (!meets(win, lo, y1, hi, y2)) return;
         d = "M" + x1 + "," + y1;
         for (var i = 1; i < pts.length; i++) {
-          var p0 = pts[i - 1], p1 = pts[i], m = (p1[1] - p0[1]) / 2;
-          d += i % 2 === 0 ? " L" + p1[0] + "," + p1[1]   // straight down through a placeholder
-            : " C" + p0[0] + "," + (p0[1] + m) + " " + p1[0] + "," + (p1[1] - m) + " " + p1[0] + "," + p1[1];
+          var p0 = pts[i - 1], p1 = pts[i], m = (p1[1] - p0[2]) / 2;
+          d += " C" + p0[0] + "," + (p0[2] + m) + " " + p1[0] + "," + (p1[1] - m) + " " + p1[0] + "," + p1[1];
+          if (p1[2] > p1[1]) d += " L" + p1[0] + "," + p1[2];
         }
       } else {
         if (!meets(win, Math.min(a.x, b.x), Math.min(a.y, b.y), Math.max(a.x + a.w, b.x + b.w) + 40, Math.max(a.y + a.h, b.y + b.h))) return;   // upward (a cycle broken by program order): loop out to the right
         var xr = Math.max(a.x + a.w, b.x + b.w) + 30;
         d = "M" + (a.x + a.w) + "," + (a.y + a.h / 2) + " C" + xr + "," + (a.y + a.h / 2) + " " + xr + "," + (b.y + b.h / 2) + " " + (b.x + b.w) + "," + (b.y + b.h / 2);
       }
+      if (e.own) { el("path", { d: d, "class": "pdv-own" }, edges); return; }
       var path = el("path", { d: d, "marker-end": arrow }, edges);
       el("title", {}, path).textContent = e.vars.join(", ");
     });
