@@ -236,6 +236,37 @@ def test_transformer_nested_groups_open_one_level_at_a_time(opened):
     assert o.page.errors == []
 
 
+THROUGH_NODES = """() => {
+  const boxes = [...document.querySelectorAll('.pdv-node rect')].map(r => r.getBBox());
+  const through = [];
+  document.querySelectorAll('.pdv-edges path').forEach(p => {
+    const length = p.getTotalLength();
+    for (let t = 0; t <= length; t += 3) {
+      const q = p.getPointAtLength(t);
+      if (boxes.some(r => q.x > r.x + 1 && q.x < r.x + r.width - 1 && q.y > r.y + 1 && q.y < r.y + r.height - 1)) {
+        through.push(p.getAttribute('d').slice(0, 60)); return;
+      }
+    }
+  });
+  return {edges: document.querySelectorAll('.pdv-edges path').length, through: through};
+}"""
+
+
+def test_no_edge_runs_through_a_node_with_everything_open(opened):
+    """Residual connections skip over whole sub-layers: with every group of the transformer
+    open and the view zoomed out to take it all in, no edge passes through a node's box."""
+    o = opened("transformer")
+    o.page.click(".pdv-expand-all")
+    for _ in range(12):
+        o.page.click(".pdv-zoom-out")
+    o.page.wait_for_timeout(50)          # the redraw of what the wider view reaches
+    drawn = o.page.locator(".pdv-node").count()
+    assert drawn == len(o.program.global_block().ops) + 1
+    seen = o.page.evaluate(THROUGH_NODES)
+    assert seen["edges"] > 100 and seen["through"] == [], seen
+    assert o.page.errors == []
+
+
 def test_sub_blocks_are_groups_that_open(opened):
     o = opened("control_flow")
     program = o.program

@@ -324,7 +324,7 @@
         R.forEach(function (k, i) {
           var s = sizes.get(k), x = xs[i] + (shift > 0 ? shift : 0);
           if (k.charAt(0) === "\u0000") rel.set(k, { x: x, y: y, w: s.w, h: rh });   // a placeholder: the row's height
-          else rel.set(k, { x: x, y: y + (rh - s.h) / 2, w: s.w, h: s.h });
+          else rel.set(k, { x: x, y: y + (rh - s.h) / 2, w: s.w, h: s.h, rt: y, rb: y + rh });
           cx.set(k, x + s.w / 2);
           minX = Math.min(minX, x); maxX = Math.max(maxX, x + s.w);
         });
@@ -362,7 +362,8 @@
         pos.set(d, { x: ox + ins.x + r.x, y: oy + ins.y + r.y, w: r.w, h: r.h });
       });
       ix.kids.get(c).forEach(function (k) {
-        var r = self.rel.get(k), p = { x: ox + ins.x + r.x, y: oy + ins.y + r.y, w: r.w, h: r.h };
+        var r = self.rel.get(k), p = { x: ox + ins.x + r.x, y: oy + ins.y + r.y, w: r.w, h: r.h,
+          rt: oy + ins.y + r.rt, rb: oy + ins.y + r.rb };   // and the top and bottom of its row
         pos.set(k, p);
         if (ix.groups.has(k) && !self.collapsed.get(k)) place(k, p.x, p.y);
       });
@@ -422,7 +423,9 @@
       var x1 = a.x + a.w / 2, y1 = a.y + a.h, x2 = b.x + b.w / 2, y2 = b.y, d;
       if (y2 > y1) {
         // through the legs' ports and placeholders: a curve to the top of each, straight down it
-        var pts = [[x1, y1, y1]], lo = Math.min(x1, x2), hi = Math.max(x1, x2);
+        // (an edge leaves its row straight down and enters the next straight down: a node lower
+        // than its row's tallest item would otherwise have curves through that item)
+        var pts = [[x1, y1, Math.max(y1, a.rb || y1)]], lo = Math.min(x1, x2), hi = Math.max(x1, x2);
         var via = function (id) {
           var q = pos.get(id), x = q.x + q.w / 2;
           pts.push([x, q.y, q.y + q.h]); lo = Math.min(lo, x); hi = Math.max(hi, x);
@@ -432,9 +435,9 @@
           (self.chains.get(l[3]) || []).forEach(via);
           if (l[2].charAt(0) === "\u0001") via(l[2]);
         });
-        pts.push([x2, y2, y2]);
+        pts.push([x2, Math.min(y2, b.rt == null ? y2 : b.rt), y2]);
         if (!meets(win, lo, y1, hi, y2)) return;
-        d = "M" + x1 + "," + y1;
+        d = "M" + x1 + "," + y1 + (pts[0][2] > y1 ? " L" + x1 + "," + pts[0][2] : "");
         for (var i = 1; i < pts.length; i++) {
           var p0 = pts[i - 1], p1 = pts[i], m = (p1[1] - p0[2]) / 2;
           d += " C" + p0[0] + "," + (p0[2] + m) + " " + p1[0] + "," + (p1[1] - m) + " " + p1[0] + "," + p1[1];
