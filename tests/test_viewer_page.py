@@ -48,7 +48,7 @@ class Opened:
         return self.page.evaluate(f"() => {{ const v = {self.viewer}; return {expr}; }}")
 
     def selected(self):
-        return self.page.get_attribute(".pdv-node.pdv-selected", "data-id")
+        return self.page.get_attribute(".pdv-canvas .pdv-selected", "data-id")
 
     def node(self, id):
         return self.page.locator(f'.pdv-node[data-id="{id}"]')
@@ -143,6 +143,7 @@ def test_search_finds_a_variable_and_the_panel_shows_its_shape(opened):
     assert o.page.is_visible(".pdv-panel")
     assert o.page.locator(".pdv-panel .pdv-ptitle").inner_text() == "pool2d"
     assert o.panel_row("outputs", out) == ("[-1, 32, 4, 4]", "float32")   # 32 x 4 x 4, demo.py
+    assert o.page.locator(".pdv-panel .pdv-io.pdv-hit .pdv-var").inner_text() == out
     assert o.node(f"op:0:{pool}").is_visible()
     assert o.page.errors == []
 
@@ -177,6 +178,17 @@ def test_gradient_of_link_reveals_and_selects_the_forward_op(opened):
     assert o.selected() == f"op:0:{fwd}"
     assert o.node(f"op:0:{fwd}").is_visible()
     assert o.page.locator(".pdv-panel .pdv-ptitle").inner_text() == "conv2d"
+    assert o.page.errors == []
+
+
+def test_search_ranks_a_layer_by_its_name_and_opens_it(opened):
+    o = opened("cnn")
+    o.page.fill(".pdv-search", "conv2d_1")
+    first = o.page.locator(".pdv-results li").first
+    assert first.locator(".pdv-rkind").inner_text() == "layer"
+    first.click()
+    assert o.selected() == "g:forward/conv2d_1"
+    assert o.page.locator(".pdv-panel .pdv-ptitle").inner_text() == "conv2d_1"
     assert o.page.errors == []
 
 

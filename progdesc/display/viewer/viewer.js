@@ -396,7 +396,8 @@
       var p = pos.get(id), g = ix.groups.get(id);
       if (!meets(win, p.x, p.y, p.x + p.w, p.y + p.h)) return;
       if (g && !self.collapsed.get(id)) {
-        var b = el("g", { "class": "pdv-group pdv-r-" + g.region + " pdv-k-" + g.kind, "data-id": id }, boxes);
+        var b = el("g", { "class": "pdv-group pdv-r-" + g.region + " pdv-k-" + g.kind + (id === self.selected ? " pdv-selected" : ""), "data-id": id }, boxes);
+        self.nodeEls.set(id, b);
         el("rect", { x: p.x, y: p.y, width: p.w, height: p.h, rx: 6 }, b);
         var lab = el("g", { "class": "pdv-group-label", "data-id": id }, b);
         el("rect", { x: p.x, y: p.y, width: Math.min(p.w, textWidth(g.label) + 30), height: GROUP_HEAD - 4, rx: 6 }, lab);
@@ -580,7 +581,7 @@
     }
     if (changed) this.relayout();
   };
-  Viewer.prototype.select = function (id, centre) {
+  Viewer.prototype.select = function (id, centre, variable) {
     var ix = this.ix;
     if (!ix.nodes.has(id) && !ix.groups.has(id)) throw new Error("no node or group " + id);
     this.reveal(id);
@@ -588,7 +589,7 @@
     if (this.selected && this.nodeEls.has(this.selected)) this.nodeEls.get(this.selected).classList.remove("pdv-selected");
     this.selected = id;
     if (this.nodeEls.has(id)) this.nodeEls.get(id).classList.add("pdv-selected");
-    this.showPanel(id);
+    this.showPanel(id, variable);
     if (centre !== false) this.centre(id); else this.unhide(id);
   };
   Viewer.prototype.unhide = function (id) {
@@ -606,7 +607,7 @@
   Viewer.prototype.drawnIds = function () { return Array.from(this.nodeEls.keys()); };
 
   /* ---- side panel ---- */
-  Viewer.prototype.showPanel = function (id) {
+  Viewer.prototype.showPanel = function (id, variable) {
     var self = this, ix = this.ix, P = this.panel, vars = ix.model.vars || {};
     P.textContent = "";
     var close = h("button", "pdv-close", "\u00d7", P); close.type = "button"; close.title = "close";
@@ -650,7 +651,7 @@
       var t = h("div", "pdv-vars pdv-" + side, null, P);
       slots.forEach(function (s) {
         s[1].forEach(function (name) {
-          var v = vars[name], io = h("div", "pdv-io", null, t);
+          var v = vars[name], io = h("div", "pdv-io" + (name === variable ? " pdv-hit" : ""), null, t);
           var head = h("div", "pdv-iohead", null, io);
           h("span", "pdv-slot", s[0], head);
           var nm = h("span", "pdv-var", null, head);
@@ -687,31 +688,36 @@
     R.textContent = "";
     q = q.trim().toLowerCase();
     if (!q) { R.hidden = true; return; }
+    // exact names first, then names that start with the text, then the rest, 40 at most
     var out = [], LIMIT = 40;
-    var add = function (text, target, kind) {
-      if (out.length < LIMIT) out.push([text, target, kind]);
+    var add = function (name, text, target, kind, hit) {
+      var at = name.toLowerCase().indexOf(q);
+      if (at < 0) return;
+      out.push([text, target, kind, name.length === q.length ? 0 : at === 0 ? 1 : 2, out.length, hit]);
     };
     Object.keys(ix.model.vars || {}).forEach(function (v) {
-      if (v.toLowerCase().indexOf(q) >= 0) {
-        var info = ix.model.vars[v] || {}, t = info.persistable ?   // a parameter: where it is used
-          ix.consumer.get(v) || ix.producer.get(v) : ix.producer.get(v) || ix.consumer.get(v);
-        if (t) add(v, t, "variable");
-      }
+      var info = ix.model.vars[v] || {}, t = info.persistable ?   // a parameter: where it is used
+        ix.consumer.get(v) || ix.producer.get(v) : ix.producer.get(v) || ix.consumer.get(v);
+      if (t) add(v, v, t, "variable", v);
     });
     ix.model.nodes.forEach(function (n) {
       if (n.kind !== "op") return;
-      if (n.id.toLowerCase() === q || n.type.toLowerCase().indexOf(q) >= 0 || n.label.toLowerCase().indexOf(q) >= 0)
-        add(n.type + "  " + n.id, n.id, "op");
+      if (n.id.toLowerCase() === q) add(n.id, n.type + "  " + n.id, n.id, "op");
+      else if (n.type.toLowerCase().indexOf(q) >= 0) add(n.type, n.type + "  " + n.id, n.id, "op");
+      else add(n.label, n.label + "  " + n.id, n.id, "op");
     });
     ix.groups.forEach(function (g, id) {
-      if (g.label.toLowerCase().indexOf(q) >= 0) add(g.label, id, g.kind);
+      var path = id.replace(/^[a-z]:/, "");
+      if (g.label.toLowerCase().indexOf(q) >= 0) add(g.label, path, id, g.kind); else add(path, path, id, g.kind);
     });
+    out.sort(function (a, b) { return a[3] - b[3] || a[4] - b[4]; });
+    out = out.slice(0, LIMIT);
     if (!out.length) h("li", "pdv-noresult", "no match", R);
     out.forEach(function (r) {
       var li = h("li", "pdv-result", null, R);
       h("span", "pdv-rtext", r[0], li); h("span", "pdv-rkind", r[2], li);
       li.setAttribute("data-id", r[1]);
-      li.addEventListener("click", function () { R.hidden = true; self.select(r[1]); });
+      li.addEventListener("click", function () { R.hidden = true; self.select(r[1], true, r[5]); });
     });
     R.hidden = false;
   };
