@@ -37,9 +37,12 @@
     if (parent) parent.appendChild(e);
     return e;
   }
+  function dims(shape) {
+    return shape == null ? "?" : "[" + shape.map(function (d) { return d == null ? "?" : d; }).join(", ") + "]";
+  }
   function shapeText(v) {
     if (!v) return "?";
-    var s = v.shape == null ? "?" : "[" + v.shape.join(", ") + "]";
+    var s = dims(v.shape);
     return s + " " + (v.dtype || "");
   }
 
@@ -659,7 +662,7 @@
           if (src && src !== id && !(v && v.persistable)) nm.appendChild(link(name, src)); else nm.textContent = name;
           if (v && (v.kind === "parameter" || v.persistable)) nm.classList.add("pdv-param");
           var meta = h("div", "pdv-meta", null, io);
-          h("span", "pdv-shape", v && v.shape ? "[" + v.shape.join(", ") + "]" : "?", meta);
+          h("span", "pdv-shape", dims(v && v.shape), meta);
           h("span", "pdv-dtype", v ? v.dtype : "", meta);
           if (v && v.kind) h("span", "pdv-vkind", v.kind, meta);
           if (v && v.sharding != null) shard.push(name + ": " + (typeof v.sharding === "string" ? v.sharding : JSON.stringify(v.sharding)));
