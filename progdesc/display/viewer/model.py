@@ -10,24 +10,24 @@ takes a fraction of a second).
   'backward' or 'optimizer' (optimizer and learning-rate ops).
 - Layer groups: a forward op's group path is the dotted prefixes of its first
   output's name (`enc_0.attn.query.matmul_0.out` -> `enc_0` > `enc_0.attn` >
-  `enc_0.attn.query` > `enc_0.attn.query.matmul_0`); a gradient op takes the
-  path of the forward op it is the gradient of, an optimizer op that of the
-  parameter it updates. A group that would hold a single op is dissolved
-  into its parent.
+  `enc_0.attn.query` > `enc_0.attn.query.matmul_0`). When that name holds no
+  layer (imported programs: 'conv2d_2.output'), the op joins the layer of the
+  parameter it reads, or the one the ops it reads from joined. A gradient op
+  takes the path of its forward op, an optimizer op that of the parameter it
+  updates. A group that would hold a single op is dissolved into its parent; one
+  holding every op of its parent is left out.
 - Sub-blocks (cond, scan, while) are `b:<k>` groups under the group of the op
   that owns them.
 - Parameters and other persistable variables are not nodes and make no edges;
   feed variables (and variables no op writes) are data nodes.
 """
-import linecache
-import os
-import sys
+import bisect
 
 from lowering import dtypes
 from lowering.desc import FORWARD_OP
 from lowering.gc_pause import gc_paused
-from progdesc.callsites import cell_name
 from progdesc.display.text import ROLE_NAMES, format_value, non_default_attrs
+from progdesc.display.viewer.sources import SourceLines
 
 __all__ = ["SCHEMA_VERSION", "view_model"]
 
@@ -81,44 +81,6 @@ def _attrs(op_desc):
             text = text[:_MAX_ATTR_CHARS - 1] + "\u2026"
         shown.append([name, text])
     return shown
-
-
-class _Sources:
-    """The text of the user's line a callsite ('train.py:12', 'In[3]:2') names, when the
-    file can be found among loaded modules, the script and IPython's cells; else ''."""
-
-    def __init__(self):
-        self._files = None
-        self._lines = {}
-
-    def _index(self):
-        files = {}
-        candidates = list(linecache.cache)
-        candidates += [getattr(m, "__file__", None) for m in list(sys.modules.values())]
-        candidates.append(sys.argv[0] if sys.argv else None)
-        for path in candidates:
-            if not isinstance(path, str) or not path:
-                continue
-            files.setdefault(os.path.basename(path), path)
-            label = cell_name(path) if path.startswith("<") or "ipykernel" in path else None
-            if label:
-                files[label] = path   # the newest cell of that number wins
-        return files
-
-    def __call__(self, callsite):
-        if not callsite:
-            return ""
-        if callsite not in self._lines:
-            file, _, line = callsite.rpartition(":")
-            text = ""
-            if line.isdigit():
-                if self._files is None:
-                    self._files = self._index()
-                path = self._files.get(file) or (file if os.path.isfile(file) else None)
-                if path:
-                    text = linecache.getline(path, int(line)).strip()
-            self._lines[callsite] = f"{callsite}  {text}" if text else callsite
-        return self._lines[callsite]
 
 
 class _Vars:
@@ -203,7 +165,7 @@ class _Builder:
         self.desc = program.desc
         self.scope = scope
         self.vars = _Vars(self.desc)
-        self.sources = _Sources()
+        self.sources = SourceLines()
         self.groups, self.nodes, self.edges = [], [], []
         self.group_ids = set()
         self.var_entries = {}
@@ -242,13 +204,12 @@ class _Builder:
         seen = set()
         while block_idx is not None and block_idx not in seen:
             seen.add(block_idx)
-            found = None
-            for index, op_id in self.writes.get(block_idx, {}).get(name, ()):
-                if before is not None and index >= before:
-                    break
-                found = op_id
-            if found is not None:
-                return found
+            written = self.writes.get(block_idx, {}).get(name)
+            if written:   # [(op index, op id)] in op order
+                n = len(written) if before is None else bisect.bisect_left(
+                    written, before, key=lambda w: w[0])
+                if n:
+                    return written[n - 1][1]
             if block_idx in owners:
                 block_idx, before = owners[block_idx]
             else:
