@@ -174,6 +174,8 @@ class _Builder:
         self.op_region = {}     # op id -> region
         self.raw_path = {}      # op id -> the op's group path before dissolving
         self.inferred = set()   # ids of the ops whose path came from parameters or dataflow
+        self.constants = set()  # ids of the ops with a name of their own that read no value
+        self.first_reader = {}  # (block, name) -> the id of the first op that reads it
         self.producer = {}      # (block, name) -> (op index, op type) of the first writer
         self.writes = {}        # block -> {name: [(op index, op id)]}
         self._edge_keys = set()
@@ -315,7 +317,7 @@ class _Builder:
         block_region[k] = region
 
         writes = self.writes.setdefault(k, {})
-        members = {}   # container -> [(op id, raw path)]
+        members = {}   # (container, region) -> [op id]
         for i, op_desc in enumerate(b.ops):
             op_id = f"op:{k}:{i}"
             op_region = region or _REGION_OF_ROLE.get(
@@ -326,7 +328,7 @@ class _Builder:
             path = self.op_path(k, i, op_desc, op_region, ins, outs, forward, owner_pos)
             self.raw_path[op_id] = path
             box = container or f"r:{op_region}"
-            members.setdefault((box, op_region), []).append((op_id, path))
+            members.setdefault((box, op_region), []).append(op_id)
             for name in outs:
                 self.producer.setdefault((k, name), (i, op_desc.type))
             # edges in: from the last writer of each non-persistable input
@@ -334,6 +336,7 @@ class _Builder:
                 var = self.note_var(k, name)
                 if var is not None and var.persistable:
                     continue
+                self.first_reader.setdefault((k, name), op_id)
                 src = self.writer(k, name, i, owner_pos)
                 if src is None:
                     src = self.data_node(k, name, container or "r:forward",
@@ -351,9 +354,16 @@ class _Builder:
                 "forward": forward,
                 "blocks": [f"b:{sb}" for _, sb in owned.get(op_id, ())
                            if 0 <= sb < len(self.desc.blocks) and sb != k]})
-        for (box, op_region), ms in members.items():
+        for op_id in self.constants:   # a constant goes where its first reader went
+            block, i = op_id.split(":")[1:]
+            outs = _names(b.ops[int(i)].outputs) if int(block) == k else ()
+            reader = self.first_reader.get((k, outs[0])) if outs else None
+            if reader in self.inferred:
+                self.raw_path[op_id] = self.raw_path[reader]
+        for (box, op_region), ids in members.items():
             prefix = op_region if container is None else f"b{k}"
-            self.layer_groups(box, prefix, op_region, ms)
+            self.layer_groups(box, prefix, op_region,
+                              [(op_id, self.raw_path[op_id]) for op_id in ids])
 
     def forward_link(self, k, op_desc, ins):
         """The id of the forward op a gradient op comes from: recorded by append_backward
@@ -397,24 +407,30 @@ class _Builder:
             if inferred and inferred != path:   # (not a layer's own op, 'fc_0.out')
                 self.inferred.add(f"op:{k}:{i}")
                 return inferred
+            if all(v is not None and v.persistable
+                   for v in (self.vars.find(k, name)[0] for name in ins)):
+                self.constants.add(f"op:{k}:{i}")
         return path
 
     def inferred_path(self, k, i, ins, owner_pos):
         """The layer of an op whose output name names no layer ('conv2d_2.output',
-        'add_0.out', as imported programs name them): that of the first parameter it reads
-        with one ('conv2d_0.w_0' -> conv2d_0), else the deepest layer shared by the ops
-        that wrote its inputs if each of them got its layer this way (the bias add and
-        activation after a convolution join it; q @ k joins the attention holding both
-        projections); [] if none."""
+        'add_0.out', as imported programs name them): that of the first parameter (or other
+        persistable variable) it reads with one ('conv2d_0.w_0' -> conv2d_0), else the deepest layer shared by the ops
+        that wrote its inputs if each of them got its layer this way, constants aside (the
+        bias add and activation after a convolution join it; q @ k joins the attention
+        holding both projections); [] if none. A constant (an op that reads no value)
+        joins the layer of its first reader, if that got its layer this way."""
         found = [self.vars.find(k, name)[0] for name in ins]
-        for name, var in zip(ins, found):
-            if var is not None and var.is_parameter and _path(name):
+        for name, var in zip(ins, found):   # a parameter, or a layer's state (norm.mean)
+            if var is not None and var.persistable and _path(name):
                 return _path(name)
         shared = None
         for name, var in zip(ins, found):
             if var is not None and var.persistable:
                 continue
             src = self.writer(k, name, i, owner_pos)
+            if src in self.constants:
+                continue
             if src not in self.inferred:
                 return []
             path = self.raw_path[src]
