@@ -453,3 +453,44 @@ def test_a_malformed_program_still_gets_a_model():
     assert all(e["src"] in ids and e["dst"] in ids for e in model["edges"])
     assert model["vars"]["undeclared"]["shape"] is None
     json.dumps(model)
+
+
+def test_imported_flax_ops_join_their_submodules():
+    """An nnx model imported by from_flax: JAX names no layers, the submodules' parameters
+    and state do (`conv.kernel`, `norm.mean`, `drop.rngs.key`). Each op reading one sits in
+    that submodule's group, and a constant sits with the op that first reads it."""
+    nnx = pytest.importorskip("flax.nnx")
+
+    class Net(nnx.Module):
+        def __init__(self, rngs):
+            self.conv = nnx.Conv(1, 4, (3, 3), rngs=rngs)
+            self.norm = nnx.BatchNorm(4, rngs=rngs)
+            self.drop = nnx.Dropout(0.2, rngs=rngs)
+            self.dense = nnx.Linear(4 * 4 * 4, 3, rngs=rngs)
+
+        def __call__(self, x):
+            x = nnx.relu(self.norm(self.conv(x)))
+            return self.dense(self.drop(x.reshape(x.shape[0], -1)))
+
+    program, _, _ = pd.from_flax(Net(nnx.Rngs(0)), None, np.zeros((2, 4, 4, 1), np.float32),
+                                 scope=pd.Scope(), eval_mode=True)
+    model = view_model(program)
+    ops_ = [n for n in model["nodes"] if n["kind"] == "op"]
+    persistable = {v.name for v in program.global_block().desc.vars if v.persistable}
+    seen = set()
+    for n in ops_:
+        reads = [a for _, names in n["inputs"] for a in names if a in persistable]
+        if reads:
+            layer = reads[0].split(".")[0]
+            assert n["group"] == f"g:forward/{layer}", (n["id"], n["type"], reads)
+            seen.add(layer)
+    assert seen == {"conv", "norm", "drop", "dense"}
+    first_reader = {}
+    for n in ops_:
+        for _, names in n["inputs"]:
+            for a in names:
+                first_reader.setdefault(a, n)
+    constants = [n for n in ops_ if n["type"] == "fill_constant"]
+    joined = [n for n in constants if first_reader[n["outputs"][0][1][0]]["group"] != "r:forward"]
+    assert joined and all(n["group"] == first_reader[n["outputs"][0][1][0]]["group"]
+                          for n in joined)

@@ -10,24 +10,24 @@ takes a fraction of a second).
   'backward' or 'optimizer' (optimizer and learning-rate ops).
 - Layer groups: a forward op's group path is the dotted prefixes of its first
   output's name (`enc_0.attn.query.matmul_0.out` -> `enc_0` > `enc_0.attn` >
-  `enc_0.attn.query` > `enc_0.attn.query.matmul_0`); a gradient op takes the
-  path of the forward op it is the gradient of, an optimizer op that of the
-  parameter it updates. A group that would hold a single op is dissolved
-  into its parent.
+  `enc_0.attn.query` > `enc_0.attn.query.matmul_0`). When that name holds no
+  layer (imported programs: 'conv2d_2.output'), the op joins the layer of the
+  parameter it reads, or the one the ops it reads from joined. A gradient op
+  takes the path of its forward op, an optimizer op that of the parameter it
+  updates. A group that would hold a single op is dissolved into its parent; one
+  holding every op of its parent is left out.
 - Sub-blocks (cond, scan, while) are `b:<k>` groups under the group of the op
   that owns them.
 - Parameters and other persistable variables are not nodes and make no edges;
   feed variables (and variables no op writes) are data nodes.
 """
-import linecache
-import os
-import sys
+import bisect
 
 from lowering import dtypes
 from lowering.desc import FORWARD_OP
 from lowering.gc_pause import gc_paused
-from progdesc.callsites import cell_name
 from progdesc.display.text import ROLE_NAMES, format_value, non_default_attrs
+from progdesc.display.viewer.sources import SourceLines
 
 __all__ = ["SCHEMA_VERSION", "view_model"]
 
@@ -81,44 +81,6 @@ def _attrs(op_desc):
             text = text[:_MAX_ATTR_CHARS - 1] + "\u2026"
         shown.append([name, text])
     return shown
-
-
-class _Sources:
-    """The text of the user's line a callsite ('train.py:12', 'In[3]:2') names, when the
-    file can be found among loaded modules, the script and IPython's cells; else ''."""
-
-    def __init__(self):
-        self._files = None
-        self._lines = {}
-
-    def _index(self):
-        files = {}
-        candidates = list(linecache.cache)
-        candidates += [getattr(m, "__file__", None) for m in list(sys.modules.values())]
-        candidates.append(sys.argv[0] if sys.argv else None)
-        for path in candidates:
-            if not isinstance(path, str) or not path:
-                continue
-            files.setdefault(os.path.basename(path), path)
-            label = cell_name(path) if path.startswith("<") or "ipykernel" in path else None
-            if label:
-                files[label] = path   # the newest cell of that number wins
-        return files
-
-    def __call__(self, callsite):
-        if not callsite:
-            return ""
-        if callsite not in self._lines:
-            file, _, line = callsite.rpartition(":")
-            text = ""
-            if line.isdigit():
-                if self._files is None:
-                    self._files = self._index()
-                path = self._files.get(file) or (file if os.path.isfile(file) else None)
-                if path:
-                    text = linecache.getline(path, int(line)).strip()
-            self._lines[callsite] = f"{callsite}  {text}" if text else callsite
-        return self._lines[callsite]
 
 
 class _Vars:
@@ -203,7 +165,7 @@ class _Builder:
         self.desc = program.desc
         self.scope = scope
         self.vars = _Vars(self.desc)
-        self.sources = _Sources()
+        self.sources = SourceLines()
         self.groups, self.nodes, self.edges = [], [], []
         self.group_ids = set()
         self.var_entries = {}
@@ -212,6 +174,8 @@ class _Builder:
         self.op_region = {}     # op id -> region
         self.raw_path = {}      # op id -> the op's group path before dissolving
         self.inferred = set()   # ids of the ops whose path came from parameters or dataflow
+        self.constants = set()  # ids of the ops with a name of their own that read no value
+        self.first_reader = {}  # (block, name) -> the id of the first op that reads it
         self.producer = {}      # (block, name) -> (op index, op type) of the first writer
         self.writes = {}        # block -> {name: [(op index, op id)]}
         self._edge_keys = set()
@@ -242,13 +206,12 @@ class _Builder:
         seen = set()
         while block_idx is not None and block_idx not in seen:
             seen.add(block_idx)
-            found = None
-            for index, op_id in self.writes.get(block_idx, {}).get(name, ()):
-                if before is not None and index >= before:
-                    break
-                found = op_id
-            if found is not None:
-                return found
+            written = self.writes.get(block_idx, {}).get(name)
+            if written:   # [(op index, op id)] in op order
+                n = len(written) if before is None else bisect.bisect_left(
+                    written, before, key=lambda w: w[0])
+                if n:
+                    return written[n - 1][1]
             if block_idx in owners:
                 block_idx, before = owners[block_idx]
             else:
@@ -354,7 +317,7 @@ class _Builder:
         block_region[k] = region
 
         writes = self.writes.setdefault(k, {})
-        members = {}   # container -> [(op id, raw path)]
+        members = {}   # (container, region) -> [op id]
         for i, op_desc in enumerate(b.ops):
             op_id = f"op:{k}:{i}"
             op_region = region or _REGION_OF_ROLE.get(
@@ -365,7 +328,7 @@ class _Builder:
             path = self.op_path(k, i, op_desc, op_region, ins, outs, forward, owner_pos)
             self.raw_path[op_id] = path
             box = container or f"r:{op_region}"
-            members.setdefault((box, op_region), []).append((op_id, path))
+            members.setdefault((box, op_region), []).append(op_id)
             for name in outs:
                 self.producer.setdefault((k, name), (i, op_desc.type))
             # edges in: from the last writer of each non-persistable input
@@ -373,6 +336,7 @@ class _Builder:
                 var = self.note_var(k, name)
                 if var is not None and var.persistable:
                     continue
+                self.first_reader.setdefault((k, name), op_id)
                 src = self.writer(k, name, i, owner_pos)
                 if src is None:
                     src = self.data_node(k, name, container or "r:forward",
@@ -390,9 +354,16 @@ class _Builder:
                 "forward": forward,
                 "blocks": [f"b:{sb}" for _, sb in owned.get(op_id, ())
                            if 0 <= sb < len(self.desc.blocks) and sb != k]})
-        for (box, op_region), ms in members.items():
+        for op_id in self.constants:   # a constant goes where its first reader went
+            block, i = op_id.split(":")[1:]
+            outs = _names(b.ops[int(i)].outputs) if int(block) == k else ()
+            reader = self.first_reader.get((k, outs[0])) if outs else None
+            if reader in self.inferred:
+                self.raw_path[op_id] = self.raw_path[reader]
+        for (box, op_region), ids in members.items():
             prefix = op_region if container is None else f"b{k}"
-            self.layer_groups(box, prefix, op_region, ms)
+            self.layer_groups(box, prefix, op_region,
+                              [(op_id, self.raw_path[op_id]) for op_id in ids])
 
     def forward_link(self, k, op_desc, ins):
         """The id of the forward op a gradient op comes from: recorded by append_backward
@@ -436,24 +407,30 @@ class _Builder:
             if inferred and inferred != path:   # (not a layer's own op, 'fc_0.out')
                 self.inferred.add(f"op:{k}:{i}")
                 return inferred
+            if all(v is not None and v.persistable
+                   for v in (self.vars.find(k, name)[0] for name in ins)):
+                self.constants.add(f"op:{k}:{i}")
         return path
 
     def inferred_path(self, k, i, ins, owner_pos):
         """The layer of an op whose output name names no layer ('conv2d_2.output',
-        'add_0.out', as imported programs name them): that of the first parameter it reads
-        with one ('conv2d_0.w_0' -> conv2d_0), else the deepest layer shared by the ops
-        that wrote its inputs if each of them got its layer this way (the bias add and
-        activation after a convolution join it; q @ k joins the attention holding both
-        projections); [] if none."""
+        'add_0.out', as imported programs name them): that of the first parameter (or other
+        persistable variable) it reads with one ('conv2d_0.w_0' -> conv2d_0), else the deepest layer shared by the ops
+        that wrote its inputs if each of them got its layer this way, constants aside (the
+        bias add and activation after a convolution join it; q @ k joins the attention
+        holding both projections); [] if none. A constant (an op that reads no value)
+        joins the layer of its first reader, if that got its layer this way."""
         found = [self.vars.find(k, name)[0] for name in ins]
-        for name, var in zip(ins, found):
-            if var is not None and var.is_parameter and _path(name):
+        for name, var in zip(ins, found):   # a parameter, or a layer's state (norm.mean)
+            if var is not None and var.persistable and _path(name):
                 return _path(name)
         shared = None
         for name, var in zip(ins, found):
             if var is not None and var.persistable:
                 continue
             src = self.writer(k, name, i, owner_pos)
+            if src in self.constants:
+                continue
             if src not in self.inferred:
                 return []
             path = self.raw_path[src]
