@@ -394,3 +394,28 @@ def test_viewer_html_refuses_what_is_not_a_view_model():
         viewer_html([], standalone=True)
     with pytest.raises(ValueError, match="lacks 'edges', 'vars'"):
         viewer_html({"groups": [], "nodes": []}, standalone=False)
+
+
+def test_a_model_with_a_cycle_of_group_parents_still_opens(browser, tmp_path):
+    from progdesc.display.viewer.page import viewer_html
+    group = {"kind": "layer", "region": "forward", "collapsed": True, "ops": 1}
+    model = {"version": 1, "title": "broken", "fetch": [], "vars": {},
+             "groups": [{"id": "r:forward", "label": "forward", "kind": "region", "region": "forward",
+                         "parent": None, "collapsed": False},
+                        dict(group, id="g:a", label="a", parent="g:b"),
+                        dict(group, id="g:b", label="b", parent="g:a")],
+             "nodes": [{"id": "op:0:0", "kind": "op", "type": "relu", "label": "relu", "group": "g:a",
+                        "region": "forward", "inputs": [], "outputs": [], "attrs": [],
+                        "callsite": "", "forward": None, "blocks": []}],
+             "edges": [{"src": "op:0:0", "dst": "op:0:9", "var": "dangling"}]}
+    path = tmp_path / "broken.html"
+    path.write_text(viewer_html(model, standalone=True), encoding="utf-8")
+    page = new_page(browser)
+    try:
+        page.goto(path.as_uri())
+        page.wait_for_selector(".pdv-node")
+        page.click(".pdv-expand-all")
+        assert page.locator('.pdv-node[data-id="op:0:0"]').count() == 1
+        assert page.errors == []
+    finally:
+        page.close()

@@ -54,16 +54,22 @@
     this.kids = new Map([["", []]]);          // container id -> child group ids, then node ids
     this.depth = new Map([["", 0]]);
     this.key = new Map();                     // item -> smallest node index inside it
-    this.order = [];                          // group ids, parents first
     model.groups.forEach(function (g) { self.groups.set(g.id, g); self.kids.set(g.id, []); });
     model.groups.forEach(function (g) {
       var p = g.parent && self.groups.has(g.parent) ? g.parent : "";
       g._parent = p; self.kids.get(p).push(g.id);
     });
     var visit = function (id, d) {
-      self.kids.get(id).forEach(function (c) { self.depth.set(c, d + 1); self.order.push(c); visit(c, d + 1); });
+      self.kids.get(id).forEach(function (c) { self.depth.set(c, d + 1); visit(c, d + 1); });
     };
     visit("", 0);
+    model.groups.forEach(function (g) {   // a group in a cycle of parents (a broken model): a root
+      if (self.depth.has(g.id)) return;
+      var sibs = self.kids.get(g._parent);
+      sibs.splice(sibs.indexOf(g.id), 1);
+      g._parent = ""; self.kids.get("").push(g.id); self.depth.set(g.id, 1);
+      visit(g.id, 1);
+    });
     model.nodes.forEach(function (n, i) {
       var p = n.group && self.groups.has(n.group) ? n.group : "";
       n._parent = p; self.nodes.set(n.id, n); self.kids.get(p).push(n.id);
