@@ -459,7 +459,7 @@
         d = "M" + (a.x + a.w) + "," + (a.y + a.h / 2) + " C" + xr + "," + (a.y + a.h / 2) + " " + xr + "," + (b.y + b.h / 2) + " " + (b.x + b.w) + "," + (b.y + b.h / 2);
       }
       if (e.own) { el("path", { d: d, "class": "pdv-own" }, edges); return; }
-      var path = el("path", { d: d, "marker-end": arrow }, edges);
+      var path = el("path", { d: d, "marker-end": arrow, "class": y2 > y1 ? "" : "pdv-back" }, edges);
       el("title", {}, path).textContent = e.vars.join(", ");
     });
     this.vp.textContent = "";
