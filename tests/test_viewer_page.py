@@ -271,9 +271,9 @@ def test_no_edge_runs_through_a_node_with_everything_open(opened):
     o.page.click(".pdv-expand-all")
     for _ in range(12):
         o.page.click(".pdv-zoom-out")
-    o.page.wait_for_timeout(50)          # the redraw of what the wider view reaches
-    drawn = o.page.locator(".pdv-node").count()
-    assert drawn == len(o.program.global_block().ops) + 1
+    every = len(o.program.global_block().ops) + 1                     # the ops and x
+    o.page.wait_for_function(f"() => document.querySelectorAll('.pdv-node').length === {every}",
+                             timeout=5000)   # the redraw of what the wider view reaches
     seen = o.page.evaluate(THROUGH_NODES)
     assert seen["edges"] > 100 and seen["through"] == [], seen
     assert o.page.errors == []
