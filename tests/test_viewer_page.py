@@ -201,6 +201,10 @@ def test_mlp_panel_shapes_by_searching_a_parameter(opened):
     assert o.panel_row("inputs", "x") == ("[-1, 784]", "float32")
     assert o.panel_row("inputs", "fc_0.w_0") == ("[784, 128]", "float32")
     assert o.panel_row("outputs", block.ops[first].output("Out")[0]) == ("[-1, 128]", "float32")
+    callsite = o.page.locator(".pdv-panel .pdv-callsite .pdv-val").inner_text()
+    line = next(i for i, text in enumerate(Path(M.__file__).read_text().splitlines(), 1)
+                if "hidden = layers.fc(x, 128" in text)
+    assert callsite.startswith(f"viewer_models.py:{line}") and "layers.fc(x, 128" in callsite
     assert o.page.errors == []
 
 
