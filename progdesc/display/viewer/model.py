@@ -174,7 +174,8 @@ class _Builder:
         self.op_region = {}     # op id -> region
         self.raw_path = {}      # op id -> the op's group path before dissolving
         self.inferred = set()   # ids of the ops whose path came from parameters or dataflow
-        self.constants = set()  # ids of the ops with a name of their own that read no value
+        self.plumbing = set()   # ids of the ops with a name of their own that compute from
+                                # constants and feeds only (a shape, a mask, a constant)
         self.first_reader = {}  # (block, name) -> the id of the first op that reads it
         self.producer = {}      # (block, name) -> (op index, op type) of the first writer
         self.writes = {}        # block -> {name: [(op index, op id)]}
@@ -354,12 +355,13 @@ class _Builder:
                 "forward": forward,
                 "blocks": [f"b:{sb}" for _, sb in owned.get(op_id, ())
                            if 0 <= sb < len(self.desc.blocks) and sb != k]})
-        for op_id in self.constants:   # a constant goes where its first reader went
-            block, i = op_id.split(":")[1:]
-            outs = _names(b.ops[int(i)].outputs) if int(block) == k else ()
+        for i in range(len(b.ops) - 1, -1, -1):   # plumbing goes where its first reader went
+            op_id = f"op:{k}:{i}"
+            outs = _names(b.ops[i].outputs) if op_id in self.plumbing else ()
             reader = self.first_reader.get((k, outs[0])) if outs else None
             if reader in self.inferred:
                 self.raw_path[op_id] = self.raw_path[reader]
+                self.inferred.add(op_id)
         for (box, op_region), ids in members.items():
             prefix = op_region if container is None else f"b{k}"
             self.layer_groups(box, prefix, op_region,
@@ -407,19 +409,28 @@ class _Builder:
             if inferred and inferred != path:   # (not a layer's own op, 'fc_0.out')
                 self.inferred.add(f"op:{k}:{i}")
                 return inferred
-            if all(v is not None and v.persistable
-                   for v in (self.vars.find(k, name)[0] for name in ins)):
-                self.constants.add(f"op:{k}:{i}")
+            if all(self.from_plumbing(k, i, name, owner_pos) for name in ins):
+                self.plumbing.add(f"op:{k}:{i}")
         return path
+
+    def from_plumbing(self, k, i, name, owner_pos):
+        """Whether input `name` of op `i` of block `k` is persistable, a feed, or written by
+        plumbing (see `inferred_path`)."""
+        var = self.vars.find(k, name)[0]
+        if var is not None and var.persistable:
+            return True
+        src = self.writer(k, name, i, owner_pos)
+        return src is None or src in self.plumbing
 
     def inferred_path(self, k, i, ins, owner_pos):
         """The layer of an op whose output name names no layer ('conv2d_2.output',
         'add_0.out', as imported programs name them): that of the first parameter (or other
-        persistable variable) it reads with one ('conv2d_0.w_0' -> conv2d_0), else the deepest layer shared by the ops
-        that wrote its inputs if each of them got its layer this way, constants aside (the
-        bias add and activation after a convolution join it; q @ k joins the attention
-        holding both projections); [] if none. A constant (an op that reads no value)
-        joins the layer of its first reader, if that got its layer this way."""
+        persistable variable) it reads with one ('conv2d_0.w_0' -> conv2d_0), else the
+        deepest layer shared by the ops that wrote its inputs if each of them got its layer
+        this way, plumbing aside (the bias add and activation after a convolution join it;
+        q @ k joins the attention holding both projections); [] if none. Plumbing (an op
+        computing from constants and feeds only: `fill_constant`, `dim_size(x)`) joins
+        the layer of its first reader, if that got its layer this way."""
         found = [self.vars.find(k, name)[0] for name in ins]
         for name, var in zip(ins, found):   # a parameter, or a layer's state (norm.mean)
             if var is not None and var.persistable and _path(name):
@@ -429,7 +440,7 @@ class _Builder:
             if var is not None and var.persistable:
                 continue
             src = self.writer(k, name, i, owner_pos)
-            if src in self.constants:
+            if src in self.plumbing:
                 continue
             if src not in self.inferred:
                 return []
