@@ -255,6 +255,22 @@
       succs.get(k).forEach(function (q) { l = Math.min(l, layer.get(q) - 1); });
       layer.set(k, Math.max(0, l));
     });
+    // a layer wider than MAX_ROW becomes several, one under the other (the later layers move
+    // down), so that edges to its lower rows run through placeholders, not across the upper ones
+    var byLayer = [];
+    sorted.forEach(function (k) { var l = layer.get(k); (byLayer[l] = byLayer[l] || []).push(k); });
+    var moved = 0;
+    byLayer.forEach(function (L) {
+      if (!L) return;
+      var w = 0, sub = 0;
+      L.forEach(function (k) {
+        var kw = sizes.get(k).w + GAP_X;
+        if (w && w + kw > MAX_ROW) { sub++; w = 0; }
+        w += kw;
+        layer.set(k, layer.get(k) + moved + sub);
+      });
+      moved += sub;
+    });
     // an edge across several layers runs through a thin placeholder in each layer between;
     // one entering the box comes from its top (the entry port), one leaving goes to its bottom
     var dummies = [], chains = this.chains, last = -1, ins = [], outs = [];
@@ -297,48 +313,34 @@
       if (sweep % 2 === 0) for (var i = 1; i < layers.length; i++) bary(layers[i], preds);
       else for (var j = layers.length - 2; j >= 0; j--) bary(layers[j], succs);
     }
-    // coordinates: rows top to bottom; a layer wider than MAX_ROW wraps into several rows
+    // coordinates: layers top to bottom, each packed left to right near its predecessors
     var cx = new Map(), rel = this.rel, y = 0, minX = Infinity, maxX = -Infinity;
-    layers.forEach(function (L) {
-      var total = 0;
-      L.forEach(function (k) { total += sizes.get(k).w + GAP_X; });
-      var rows = [];
-      if (total > MAX_ROW && L.length > 1) {
-        var row = [], w = 0;
-        L.forEach(function (k) {
-          var kw = sizes.get(k).w + GAP_X;
-          if (row.length && w + kw > MAX_ROW) { rows.push(row); row = []; w = 0; }
-          row.push(k); w += kw;
-        });
-        rows.push(row);
-      } else rows.push(L);
-      rows.forEach(function (R) {
-        var rh = 0, want = [], right = -Infinity;
-        R.forEach(function (k) {
-          var ps = preds.get(k), s = 0, n = 0;
-          ps.forEach(function (p) { if (cx.has(p)) { s += cx.get(p); n++; } });
-          want.push(n && rows.length === 1 ? s / n : null);
-          rh = Math.max(rh, sizes.get(k).h);
-        });
-        // pack left to right at the wished centres, then centre the run on its wishes
-        var xs = [], shift = 0, nw = 0;
-        R.forEach(function (k, i) {
-          var w = sizes.get(k).w, x = want[i] == null ? right + GAP_X : want[i] - w / 2;
-          if (right === -Infinity && want[i] == null) x = 0;
-          x = Math.max(x, right + GAP_X);
-          xs.push(x); right = x + w;
-          if (want[i] != null) { shift += want[i] - (x + w / 2); nw++; }
-        });
-        shift = nw ? shift / nw : 0;
-        R.forEach(function (k, i) {
-          var s = sizes.get(k), x = xs[i] + (shift > 0 ? shift : 0);
-          if (k.charAt(0) === "\u0000") rel.set(k, { x: x, y: y, w: s.w, h: rh });   // a placeholder: the row's height
-          else rel.set(k, { x: x, y: y + (rh - s.h) / 2, w: s.w, h: s.h, rt: y, rb: y + rh });
-          cx.set(k, x + s.w / 2);
-          minX = Math.min(minX, x); maxX = Math.max(maxX, x + s.w);
-        });
-        y += rh + GAP_Y;
+    layers.forEach(function (R) {
+      var rh = 0, want = [], right = -Infinity;
+      R.forEach(function (k) {
+        var ps = preds.get(k), s = 0, n = 0;
+        ps.forEach(function (p) { if (cx.has(p)) { s += cx.get(p); n++; } });
+        want.push(n ? s / n : null);
+        rh = Math.max(rh, sizes.get(k).h);
       });
+      // pack left to right at the wished centres, then centre the run on its wishes
+      var xs = [], shift = 0, nw = 0;
+      R.forEach(function (k, i) {
+        var w = sizes.get(k).w, x = want[i] == null ? right + GAP_X : want[i] - w / 2;
+        if (right === -Infinity && want[i] == null) x = 0;
+        x = Math.max(x, right + GAP_X);
+        xs.push(x); right = x + w;
+        if (want[i] != null) { shift += want[i] - (x + w / 2); nw++; }
+      });
+      shift = nw ? shift / nw : 0;
+      R.forEach(function (k, i) {
+        var s = sizes.get(k), x = xs[i] + (shift > 0 ? shift : 0);
+        if (k.charAt(0) === "\u0000") rel.set(k, { x: x, y: y, w: s.w, h: rh });   // a placeholder: the row's height
+        else rel.set(k, { x: x, y: y + (rh - s.h) / 2, w: s.w, h: s.h, rt: y, rb: y + rh });
+        cx.set(k, x + s.w / 2);
+        minX = Math.min(minX, x); maxX = Math.max(maxX, x + s.w);
+      });
+      y += rh + GAP_Y;
     });
     if (!kids.length) { minX = 0; maxX = 60; y = GAP_Y + 10; }
     kids.concat(dummies).forEach(function (k) { rel.get(k).x -= minX; });
