@@ -423,3 +423,22 @@ def test_a_model_with_a_cycle_of_group_parents_still_opens(browser, tmp_path):
         assert page.errors == []
     finally:
         page.close()
+
+
+def test_a_notebook_holding_an_older_viewer_script_gets_the_new_one(browser, tmp_path):
+    """A notebook page keeps the scripts of earlier outputs: an output made by another
+    progdesc version must not run with that version's viewer."""
+    mlp, _ = M.mlp()
+    old = ("<script>window.progdescViewer = {version: 'older', "
+           "init: function () { throw new Error('the older viewer ran'); }};</script>")
+    path = tmp_path / "notebook.html"
+    path.write_text(f"<!doctype html><html><body>{old}{Viewer(mlp)._repr_html_()}</body></html>",
+                    encoding="utf-8")
+    page = new_page(browser)
+    try:
+        page.goto(path.as_uri())
+        page.wait_for_selector(".pdv-node")
+        assert page.evaluate("window.progdescViewer.version") != "older"
+        assert page.errors == []
+    finally:
+        page.close()

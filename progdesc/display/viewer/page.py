@@ -4,6 +4,7 @@
 and no server: a whole HTML document (standalone, for `Viewer.save`) or a fragment for a
 notebook output, whose element id is unique per call so several viewers share a page.
 """
+import hashlib
 import html
 import json
 import uuid
@@ -16,7 +17,11 @@ FALLBACK = ("The program viewer needs JavaScript: trust the notebook (or open th
 
 @lru_cache(maxsize=None)
 def _asset(name):
-    return resources.files(__package__).joinpath(name).read_text(encoding="utf-8")
+    text = resources.files(__package__).joinpath(name).read_text(encoding="utf-8")
+    if name == "viewer.js":   # its version: a notebook page keeps one copy per version
+        digest = hashlib.sha256(text.encode()).hexdigest()[:12]
+        text = text.replace('"__PDV_VERSION__"', json.dumps(digest))
+    return text
 
 
 def _script_json(model):

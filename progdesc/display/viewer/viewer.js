@@ -3,7 +3,9 @@
    recursively; edges are lifted to the nearest visible item of each end. No library, no network. */
 (function () {
   "use strict";
-  var VERSION = 2;   // a page (a notebook) may hold an older copy of this script: replace it
+  // a page (a notebook) may hold another copy of this script: page.py puts a hash of the
+  // script here, and a copy whose hash differs is replaced
+  var VERSION = "__PDV_VERSION__";
   if (window.progdescViewer && window.progdescViewer.version === VERSION) return;
   var SVGNS = "http://www.w3.org/2000/svg";
   var FONT = 12, NODE_H = 28, PAD_X = 14, GROUP_PAD = 12, GROUP_HEAD = 24;
@@ -154,6 +156,9 @@
     this.search.addEventListener("keydown", function (e) {
       if (e.key === "Enter") { var f = self.results.querySelector("li"); if (f) f.click(); }
       if (e.key === "Escape") { self.results.hidden = true; }
+    });
+    root.addEventListener("keydown", function (e) {
+      if (e.key === "Escape" && e.target !== self.search) self.panel.hidden = true;
     });
     this.bindPointer();
   };
