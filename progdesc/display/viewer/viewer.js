@@ -89,8 +89,10 @@
     this.producer = new Map(); this.consumer = new Map();
     model.nodes.forEach(function (n) {
       if (n.kind === "data") { self.producer.set(n.var, n.id); return; }
-      (n.outputs || []).forEach(function (s) { s[1].forEach(function (v) { if (!self.producer.has(v)) self.producer.set(v, n.id); }); });
-      (n.inputs || []).forEach(function (s) { s[1].forEach(function (v) { if (!self.consumer.has(v)) self.consumer.set(v, n.id); }); });
+      var first = function (map, slots) {   // the first op that writes (reads) each variable
+        (slots || []).forEach(function (s) { s[1].forEach(function (v) { if (!map.has(v)) map.set(v, n.id); }); });
+      };
+      first(self.producer, n.outputs); first(self.consumer, n.inputs);
     });
   }
   Index.prototype.parentOf = function (id) {
@@ -360,7 +362,8 @@
     outs.forEach(function (l) { port(l, false, height + GROUP_PAD); });
     this.dummiesOf.set(c, dummies.concat(ports));
     var pad = c === "" ? 0 : GROUP_PAD;
-    var size = { w: Math.max(maxX - minX + 2 * pad, c === "" ? 0 : this.itemSize(c).w), h: y - GAP_Y + (c === "" ? 0 : GROUP_HEAD + GROUP_PAD) };
+    var size = { w: Math.max(maxX - minX + 2 * pad, c === "" ? 0 : this.itemSize(c).w),
+                 h: y - GAP_Y + (c === "" ? 0 : GROUP_HEAD + GROUP_PAD) };
     this.inset.set(c, { x: pad, y: c === "" ? 0 : GROUP_HEAD });
     return size;
   };
@@ -412,7 +415,8 @@
       var p = pos.get(id), g = ix.groups.get(id);
       if (!meets(win, p.x, p.y, p.x + p.w, p.y + p.h)) return;
       if (g && !self.collapsed.get(id)) {
-        var b = el("g", { "class": "pdv-group pdv-r-" + g.region + " pdv-k-" + g.kind + (id === self.selected ? " pdv-selected" : ""), "data-id": id }, boxes);
+        var b = el("g", { "class": "pdv-group pdv-r-" + g.region + " pdv-k-" + g.kind +
+          (id === self.selected ? " pdv-selected" : ""), "data-id": id }, boxes);
         self.nodeEls.set(id, b);
         el("rect", { x: p.x, y: p.y, width: p.w, height: p.h, rx: 6 }, b);
         var lab = el("g", { "class": "pdv-group-label", "data-id": id }, b);
@@ -460,10 +464,12 @@
           d += " C" + p0[0] + "," + (p0[2] + m) + " " + p1[0] + "," + (p1[1] - m) + " " + p1[0] + "," + p1[1];
           if (p1[2] > p1[1]) d += " L" + p1[0] + "," + p1[2];
         }
-      } else {
-        if (!meets(win, Math.min(a.x, b.x), Math.min(a.y, b.y), Math.max(a.x + a.w, b.x + b.w) + 40, Math.max(a.y + a.h, b.y + b.h))) return;   // upward (a cycle broken by program order): loop out to the right
+      } else {   // upward (a cycle broken by program order): a loop out to the right
+        if (!meets(win, Math.min(a.x, b.x), Math.min(a.y, b.y), Math.max(a.x + a.w, b.x + b.w) + 40,
+                   Math.max(a.y + a.h, b.y + b.h))) return;
         var xr = Math.max(a.x + a.w, b.x + b.w) + 30;
-        d = "M" + (a.x + a.w) + "," + (a.y + a.h / 2) + " C" + xr + "," + (a.y + a.h / 2) + " " + xr + "," + (b.y + b.h / 2) + " " + (b.x + b.w) + "," + (b.y + b.h / 2);
+        var ya = a.y + a.h / 2, yb = b.y + b.h / 2;
+        d = "M" + (a.x + a.w) + "," + ya + " C" + xr + "," + ya + " " + xr + "," + yb + " " + (b.x + b.w) + "," + yb;
       }
       if (e.own) { el("path", { d: d, "class": "pdv-own" }, edges); return; }
       var path = el("path", { d: d, "marker-end": arrow, "class": y2 > y1 ? "" : "pdv-back" }, edges);
@@ -659,7 +665,10 @@
     var path = [];
     for (var p = n._parent; p; p = ix.groups.get(p)._parent) path.unshift(ix.groups.get(p).label);
     row("group", path.join(" / "));
-    if (n.forward) row("gradient of", link(ix.nodes.has(n.forward) ? ix.nodes.get(n.forward).type + " (" + n.forward + ")" : n.forward, n.forward, "pdv-link pdv-grad-link"));
+    if (n.forward) {
+      var fwd = ix.nodes.get(n.forward);
+      row("gradient of", fwd ? link(fwd.type + " (" + n.forward + ")", n.forward, "pdv-link pdv-grad-link") : n.forward);
+    }
     var shard = [];
     ["inputs", "outputs"].forEach(function (side) {
       var slots = n[side] || [];
