@@ -39,7 +39,9 @@ class Opened:
         self.program, self.facts = MODELS[name]()
         self.name = name
         self.page = new_page(browser)
-        path = Viewer(self.program).save(folder / f"{name}.html")   # a file: as a person opens it
+        viewer = Viewer(self.program)
+        self.model = viewer.model
+        path = viewer.save(folder / f"{name}.html")   # a file: as a person opens it
         self.page.goto(path.as_uri())
         self.page.wait_for_selector(".pdv-node")
         self.viewer = "Object.values(window.progdescViewers)[0]"
@@ -326,6 +328,28 @@ def test_ten_thousand_ops_open_and_expand_all(opened):
     o.page.click(".pdv-collapse-all")
     assert sorted(o.js("v.visibleIds()")) == ["r:backward", "r:forward"]
     assert o.page.errors == []
+
+
+def test_ten_thousand_ops_without_layers_open(opened, tmp_path):
+    """The same 10k ops with no layer groups (as a program imported without layer names may
+    be): every op is laid out at once when the page opens."""
+    from progdesc.display.viewer.page import viewer_html
+    o = opened("ops10k")
+    model = dict(o.model, groups=[dict(g, collapsed=False) for g in o.model["groups"]
+                                  if g["kind"] == "region"])
+    model["nodes"] = [dict(n, group="r:" + n["region"]) for n in o.model["nodes"]]
+    path = tmp_path / "flat.html"
+    path.write_text(viewer_html(model, standalone=True), encoding="utf-8")
+    page = new_page(o.page.context.browser)
+    try:
+        page.goto(path.as_uri())
+        page.wait_for_selector(".pdv-node", timeout=10_000)
+        count = page.evaluate("Object.values(window.progdescViewers)[0].visibleIds().length")
+        assert count == len(o.program.global_block().ops) + 1
+        assert page.evaluate("document.documentElement.scrollWidth") <= 1000
+        assert page.errors == []
+    finally:
+        page.close()
 
 
 def test_two_notebook_outputs_on_one_page_work_apart_and_survive_a_rerender(browser, tmp_path):

@@ -9,7 +9,7 @@
   if (window.progdescViewer && window.progdescViewer.version === VERSION) return;
   var SVGNS = "http://www.w3.org/2000/svg";
   var FONT = 12, NODE_H = 28, PAD_X = 14, GROUP_PAD = 12, GROUP_HEAD = 24;
-  var GAP_X = 18, GAP_Y = 34, MAX_ROW = 1250, MIN_SCALE = 0.75, MAX_SCALE = 1.1;
+  var GAP_X = 18, GAP_Y = 34, MAX_ROW = 1250, MIN_SCALE = 0.75, MAX_SCALE = 1.1, MAX_SPAN = 60;
   var measureCtx = null, widthCache = new Map();
   // ports: where an edge enters a box (above the child it goes to) or leaves it (below the
   // child it comes from), named after that child
@@ -280,7 +280,7 @@
     });
     // an edge across several layers runs through a thin placeholder in each layer between;
     // one entering the box comes from its top (the entry port), one leaving goes to its bottom
-    var dummies = [], chains = this.chains, last = -1, ins = [], outs = [];
+    var dummies = [], chains = this.chains, last = -1, ins = [], outs = [], budget = 2 * kids.length + 100;
     sorted.forEach(function (k) { last = Math.max(last, layer.get(k)); });
     if (es) es.forEach(function (e) {
       var a = e[0], b = e[1], into = isPort(a), out = isPort(b);
@@ -289,6 +289,9 @@
       chains.set(c + "\n" + a + "\n" + b, ids);
       if (into) ins.push([a, ids, b]); else if (out) outs.push([b, ids, a]);
       if (!into && !out && (ix.key.get(a) > ix.key.get(b) || lb - la < 2)) return;
+      // a flat graph of thousands of ops has edges across thousands of layers: placeholders
+      // for all of them would be quadratic, so past a budget long edges are drawn directly
+      if (lb - la > MAX_SPAN || dummies.length + lb - la > budget) return;
       if (!into && !out) {
         preds.set(b, preds.get(b).filter(function (p) { return p !== a; }));
         succs.set(a, succs.get(a).filter(function (q) { return q !== b; }));
