@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 # CI runs the reduced suite; `make test-all` runs every case, long ones included.
 PYTEST_ARGS ?= -n 2 --dist loadfile
 
-.PHONY: install demo test test-all bench fuzz proto clean
+.PHONY: install chromium demo test test-all bench fuzz proto screenshot clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -19,11 +19,26 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(PY) -m progdesc demo --save-dir build/digits_model
 
-test: $(STAMP)
+# Debian's chromium for the browser tests (tests/browser.py skips them without it): installed
+# when missing and root or passwordless sudo can run apt-get, quietly; never fails the target.
+chromium:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || { \
+	  command -v apt-get >/dev/null 2>&1 || exit 0; \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; elif sudo -n true >/dev/null 2>&1; then SUDO="sudo -n"; else exit 0; fi; \
+	  APT="$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get -qq"; \
+	  $$APT install -y chromium >/dev/null 2>&1 || \
+	  { $$APT update >/dev/null 2>&1 && $$APT install -y chromium >/dev/null 2>&1; } || \
+	  echo "note: chromium could not be installed; the browser tests will be skipped"; }
+
+test: $(STAMP) chromium
 	$(PY) -m pytest $(PYTEST_ARGS) -m "not slow"
 
-test-all: $(STAMP)
+test-all: $(STAMP) chromium
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# The README's picture of the program viewer (needs the test extra's playwright and chromium).
+screenshot: $(STAMP) chromium
+	$(PY) docs/viewer_screenshot.py docs/viewer.png
 
 bench: $(STAMP)
 	$(PY) -m bench

@@ -31,6 +31,8 @@ Sections (all by default; pick with --only):
   onnx       imported ONNX models (bench/onnx.py, a subprocess on the CPU backend): import
              time of a 100-node model; ResNet-18 and a GPT-2 block built with onnx.helper,
              inference step vs onnxruntime on the same cores;
+  viewer     the notebook viewer's page in headless Chromium (bench/viewer.py): open and
+             expand-all times at 1k and 10k ops (skipped without Playwright or Chromium);
   concurrency  plain JAX code (an un-jitted jax.hessian, a jitted MLP step) compiled by 4
              processes at once, with progdesc imported against without (bench/concurrency.py).
 
@@ -53,6 +55,7 @@ import time
 
 from bench import build_scaling, concurrency, imported, multistep, overhead, peaks
 from bench import onnx as onnx_bench
+from bench import viewer as viewer_bench
 from bench import paddle as paddle_bench
 from bench import workloads as W
 from bench.common import fmt_s, hlo_summary, interleaved
@@ -60,13 +63,13 @@ from bench.common import fmt_s, hlo_summary, interleaved
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 SECTIONS = ("torch", "steps", "first", "overhead", "build", "multistep", "imported",
-            "paddle", "onnx", "concurrency")
+            "paddle", "onnx", "concurrency", "viewer")
 TARGETS = {
     "step": ("<=", 1.05), "first": ("<=", 1.0), "memory": ("<=", 1.2),
     "overhead": ("<=", 1.5), "exponent": ("<=", 1.1), "build10k": ("<", 2.0),
     "multistep": (">=", 1.5), "concurrency": ("<=", 1.1), "imported": ("<=", 1.05),
     "paddle_import": ("<", 1.0), "onnx_import": ("<", 0.5),
-    "torch_f32": ("<=", 1.0), "torch_bf16": ("<=", 0.8),
+    "torch_f32": ("<=", 1.0), "torch_bf16": ("<=", 0.8), "viewer": ("<", 1.0),
 }
 # issue 14's targets against PyTorch: the large transformer's float32 step against
 # torch.compile (TF32 on a GPU), its bf16 step against torch.compile with bf16 autocast
@@ -342,6 +345,10 @@ def table(res):
             add(f"  ({t['n_ops_total']} ops after backward, {t['n_forward_ops']} forward)",
                 " + ".join(f"{t[p + '_s']:.2f}" for p in ("build", "backward", "lower")) + " s",
                 "build10k", t["total_s"], "{:.2f} s")
+    for r in res.get("viewer", {}).get("rows", []):
+        add(f"viewer at {r['ops']} ops: expand all (open)",
+            f"{r['expand_all_s']:.2f} s ({r['open_s']:.2f} s)", "viewer", r["expand_all_s"],
+            "{:.2f} s")
     m = res.get("multistep")
     if m:
         if "ratio" in m:
@@ -517,6 +524,9 @@ def main(argv=None):
     if "build" in only:
         log("build + append_backward + lower (synthetic fc/tanh chains):")
         results["build"] = build_scaling.run(sizes, trace=args.trace, log=log)
+    if "viewer" in only:
+        log("the notebook viewer in headless Chromium (1000x800):")
+        results["viewer"] = viewer_bench.run((1000, 10000), log=log)
     if "overhead" in only:
         log("Executor.run overhead:")
         results["overhead"] = overhead.run(steps=overhead_calls, log=log)

@@ -9,6 +9,7 @@ import functools
 import itertools
 import numbers
 import operator
+import os
 
 from google.protobuf import message as _pb_message
 from google.protobuf import text_format
@@ -819,19 +820,43 @@ class Program:
         return f"<Program {len(self.blocks)} block(s), {n} op(s)>"
 
     def _repr_html_(self):
-        from progdesc.display import program_html
-        return program_html(self)
+        from progdesc.display.viewer import Viewer
+        return Viewer(self)._repr_html_()
+
+    def table(self):
+        """The program as a table, one row per op (what Jupyter showed for a program before
+        the viewer): Jupyter shows it, `str()` gives the text listing."""
+        from progdesc.display import ProgramTable
+        return ProgramTable(self)
 
     def to_dot(self, **options):
         """Graphviz DOT text of the program (see progdesc.display.program_dot)."""
         from progdesc.display import program_dot
         return program_dot(self, **options)
 
-    def render(self, path=None, format="svg", **options):
-        """Draw the program's graph: Graphviz's `dot` when installed, else an SVG laid out in
-        Python; Jupyter shows the result (see progdesc.display.render)."""
+    def render(self, path=None, format=None, **options):
+        """Show or draw the program.
+
+        With no path, format or drawing option (only the viewer's `scope`, `title`,
+        `fetch`), a `Viewer`: the interactive viewer, which Jupyter shows. A path ending in
+        '.html' (or `format='html'`) writes the viewer's standalone page there. Any other
+        path, a `format` ('svg', 'png', ...) or a drawing option (`collapse`, `engine`,
+        `show_backward`, ...) draws the static graph (see progdesc.display.render): SVG or
+        an image that needs no JavaScript, for documents and previews.
+        """
         from progdesc.display import render
-        return render(self, path, format=format, **options)
+        from progdesc.display.viewer import VIEWER_OPTIONS, Viewer
+        to_html = format == "html" or (format is None and path is not None and os.fspath(
+            path).lower().endswith((".html", ".htm")))
+        if to_html or (path is None and format is None and set(options) <= VIEWER_OPTIONS):
+            unknown = sorted(set(options) - VIEWER_OPTIONS)
+            if unknown:
+                raise TypeError(f"render() to HTML writes the interactive viewer, which takes "
+                                f"{', '.join(sorted(VIEWER_OPTIONS))}; got {', '.join(unknown)} "
+                                "(a static drawing option: give format='svg' or an .svg path)")
+            viewer = Viewer(self, **options)
+            return viewer if path is None else viewer.save(path)
+        return render(self, path, format=format or "svg", **options)
 
 
 def _declared_dims(shape, name):

@@ -8,6 +8,8 @@ import os
 
 os.environ["PROGDESC_COMPILATION_CACHE"] = "0"
 
+pytest_plugins = ["browser"]  # tests/browser.py: headless Chromium fixtures
+
 
 def pytest_collection_finish(session):
     """JAX's 64-bit switch is global: a test module that turns it on when imported changes

@@ -73,7 +73,7 @@ def _rows(text, cls):
 
 def test_program_html_lists_ops_variables_shapes_and_attrs():
     main, _, _ = _mlp()
-    text = main._repr_html_()
+    text = main.table()._repr_html_()
     assert text == display.program_html(main)
     op_rows = _rows(text, "pd-op")
     assert len(op_rows) == len(main.global_block().ops)
@@ -94,7 +94,7 @@ def test_program_html_lists_ops_variables_shapes_and_attrs():
 
 def test_html_tells_roles_apart():
     main, _, _ = _mlp()
-    text = main._repr_html_()
+    text = main.table()._repr_html_()
     roles = [op.role for op in main.global_block().ops]
     marked = re.findall(r'<tr class="pd-op pd-role-(\w+)" data-role="(\w+)"', text)
     assert [a for a, _ in marked] == roles
@@ -105,7 +105,7 @@ def test_html_tells_roles_apart():
     assert bwd and all("@GRAD" in r or ".grad" in r for r in bwd)
     assert "backward ops</td>" in text and "optimize ops</td>" in text
     # the forward-only clone has no backward rows
-    assert "pd-role-backward" not in main.clone(for_test=True)._repr_html_()
+    assert "pd-role-backward" not in main.clone(for_test=True).table()._repr_html_()
 
 
 def test_html_escapes_names():
@@ -113,7 +113,7 @@ def test_html_escapes_names():
     with pd.program_guard(main, pd.Program()):
         x = pd.data("<b>", [2, 2])
         ops.relu(x, name='a"&<i>')
-    for text in (main._repr_html_(), main.global_block()._repr_html_()):
+    for text in (main.table()._repr_html_(), main.global_block()._repr_html_()):
         assert "<b>" not in text.replace("<b>relu</b>", "").replace("<b>block 0</b>", "") \
             .replace("<b>Program</b>", "")
         assert "&lt;b&gt;" in text
@@ -144,7 +144,7 @@ def test_block_html_and_nested_blocks(op_with_block):
         main.rollback()
         main.global_block().append_op(name, inputs={"X": x}, outputs={"Out": "y"},
                                       attrs={"sub_block": sub.idx})
-    text = main._repr_html_()
+    text = main.table()._repr_html_()
     # block 1 is shown once, nested in the row after the op that refers to it
     assert text.count("<b>block 1</b>") == 1
     nested = text.index('<tr class="pd-nested">')
@@ -429,7 +429,7 @@ def test_svg_nested_block_is_a_box_around_its_ops(op_with_block):
 def test_render_without_graphviz_draws_svg_in_python(monkeypatch):
     main = _tiny()
     monkeypatch.setattr(shutil, "which", lambda name, *a, **k: None)   # no 'dot' anywhere
-    drawing = main.render()
+    drawing = main.render(format="svg")   # the static drawing (no path: the viewer)
     assert drawing.engine == "python" and drawing.format == "svg"
     root = _svg(drawing._repr_svg_())
     assert drawing._repr_png_() is None

@@ -4,6 +4,11 @@ Each notebook runs in a fresh IPython kernel started with this interpreter (a
 kernel spec written to a temporary JUPYTER_PATH), with the repository on
 PYTHONPATH and matplotlib's non-interactive Agg backend, so no display and no
 installed kernel are needed. A cell error fails the test and names the cell.
+
+A program left as a cell's result shows in the interactive viewer; notebooks 01-07 each
+show at least one. With PROGDESC_VIEWER_DUMP set to a directory, each output carrying the
+viewer is written there as a standalone page, `<notebook>_cell<index>.html`, for the
+browser tests to open.
 """
 import ast
 import importlib.util
@@ -19,6 +24,9 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 KERNEL = "progdesc-test"
 TIMEOUT_PER_CELL = 300
+VIEWER_ROOT = '<div class="pdv"'
+SHOWS_VIEWER = {"01_quickstart", "02_gradients", "03_export", "04_control_flow",
+                "05_data_parallel", "06_eager", "07_jax_flax"}
 
 
 def test_notebooks_exist():
@@ -92,10 +100,12 @@ def test_notebook_runs(path, kernel_env, tmp_path):
             bars = [o["data"]["text/plain"] for c in nb.cells for o in c.get("outputs", [])
                     if re.search(r"\d+/\d+ \[", o.get("data", {}).get("text/plain", ""))]
             assert len(bars) == 1 and re.search(r"100%\|.*\| (\d+)/\1 \[", bars[0]), bars
+    viewers = _viewer_outputs(path, nb)
+    if path.stem in SHOWS_VIEWER:
+        assert viewers, f"{path.name} shows no program in the viewer"
     if path.stem == "01_quickstart":
         shown = [o for c in nb.cells for o in c.get("outputs", [])
                  if "text/html" in o.get("data", {})]
-        assert any('class="pd-program"' in o["data"]["text/html"] for o in shown)
         assert any('class="pd-scope"' in o["data"]["text/html"] for o in shown)
         assert any("image/png" in o.get("data", {}) for c in nb.cells
                    for o in c.get("outputs", []))
@@ -139,9 +149,7 @@ def test_notebook_runs(path, kernel_env, tmp_path):
         exported = [float(line.rsplit(" ", 1)[1]) for line in printed.splitlines()
                     if "max |exported - Executor|" in line]
         assert len(exported) == 2 and max(exported) < 1e-4
-        shown = [o for c in nb.cells for o in c.get("outputs", [])
-                 if "text/html" in o.get("data", {})]
-        assert any('class="pd-program"' in o["data"]["text/html"] for o in shown)
+        assert viewers   # the imported program, shown
     if path.stem == "07_jax_flax":
         printed = "".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", [])
                           if o.output_type == "stream")
@@ -172,3 +180,27 @@ def test_notebook_runs(path, kernel_env, tmp_path):
         written = diffs("written ONNX in onnxruntime - Executor")   # saved back, run by ORT
         assert len(written) == 2 and max(written) < 1e-5
         assert "('x', ['batch', 16])" in printed   # the dim_param written back
+
+
+def _viewer_outputs(path, nb):
+    """{cell index: viewer HTML} of the cells whose result carries the viewer. Every cell
+    whose result is a Program must show it in the viewer. Written to PROGDESC_VIEWER_DUMP
+    (a directory) when set, each as a standalone page."""
+    found = {}
+    for i, cell in enumerate(nb.cells):
+        for out in cell.get("outputs", []):
+            data = out.get("data", {})
+            html = data.get("text/html", "")
+            if data.get("text/plain", "").startswith("<Program "):
+                assert html.startswith(VIEWER_ROOT), \
+                    f"{path.name} cell {i}: a program's output is not the viewer"
+            if VIEWER_ROOT in html:
+                found[i] = html
+    dump = os.environ.get("PROGDESC_VIEWER_DUMP")
+    if dump:
+        os.makedirs(dump, exist_ok=True)
+        for i, html in found.items():
+            page = ('<!doctype html><html><head><meta charset="utf-8"></head><body>'
+                    f"{html}</body></html>")
+            pathlib.Path(dump, f"{path.stem}_cell{i}.html").write_text(page, encoding="utf-8")
+    return found

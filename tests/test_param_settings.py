@@ -122,10 +122,10 @@ def test_print_and_html_show_the_settings_where_set():
     lines = str(main).splitlines()
     assert "  param fc_0.w_0: float32[3, 2] {lr=0.5, l2=0.2}" in lines
     assert "  param fc_0.b_0: float32[2] {lr=3}" in lines
-    text = main._repr_html_()
+    text = main.table()._repr_html_()
     assert "<td>{lr=0.5, l2=0.2}</td>" in text and "<td>{lr=3}</td>" in text
     plain = pd.Program()
     with pd.program_guard(plain, pd.Program()):
         layers.fc(pd.data("x", [None, 3]), 2)
     assert "  param fc_0.w_0: float32[3, 2]" in str(plain).splitlines()
-    assert "lr=" not in str(plain) and "lr=" not in plain._repr_html_()
+    assert "lr=" not in str(plain) and "lr=" not in plain.table()._repr_html_()

@@ -170,7 +170,7 @@ def test_print_html_and_progdesc_show_name_a_non_default_policy(tmp_path, capsys
     with pd.program_guard(main, startup):
         out = layers.fc(pd.data("x", [None, 3]), 2)
     assert str(main).splitlines()[0] == "program (format 1, seed 0, precision highest)"
-    assert "\u00b7 precision highest" in main._repr_html_()
+    assert "\u00b7 precision highest" in main.table()._repr_html_()
     scope = pd.Scope()
     pd.Executor().run(startup, scope=scope)
     export.export_compiled(tmp_path / "m.pdx", main, ["x"], [out], scope,
@@ -182,4 +182,4 @@ def test_print_html_and_progdesc_show_name_a_non_default_policy(tmp_path, capsys
     assert "; precision: highest" in shown and "precision highest)" in shown
     main.precision = "default"
     assert str(main).splitlines()[0] == "program (format 1, seed 0)"
-    assert "\u00b7 precision" not in main._repr_html_()
+    assert "\u00b7 precision" not in main.table()._repr_html_()

@@ -24,7 +24,7 @@ from lowering.desc import slot_map
 from progdesc.display.graph import ROLE_COLORS, role_of, sub_blocks
 from progdesc.display.text import format_value, non_default_attrs, param_settings_text, type_str
 
-__all__ = ["block_html", "program_html", "scope_html"]
+__all__ = ["ProgramTable", "block_html", "program_html", "scope_html"]
 
 _MAX_ATTR_CHARS = 80
 
@@ -183,6 +183,23 @@ def program_html(program):
             parts.append(_block_table(block, shown))
     parts.append("</div>")
     return "".join(parts)
+
+
+class ProgramTable:
+    """A program shown as a table (`Program.table()`): Jupyter shows `program_html`, `str()`
+    gives the text listing."""
+
+    def __init__(self, program):
+        self.program = program
+
+    def __str__(self):
+        return str(self.program)
+
+    def __repr__(self):
+        return f"<ProgramTable of {self.program!r}>"
+
+    def _repr_html_(self):
+        return program_html(self.program)
 
 
 def block_html(block):
