@@ -1,7 +1,9 @@
 """Reductions: mean, reduce_sum / mean / max / min / prod / all / any, argmax, argmin, top_k,
 sort, cumsum / cumprod / cummax / cummin, and reduce_window (sum, max or min over sliding windows).
 
-`axis` lists the reduced axes (negative counts from the end; empty means all).
+`axis` lists the reduced axes (negative counts from the end; empty means all; a lone int is
+one axis). `mean` is reduce_mean under the name Paddle programs use, with the same
+attributes, rule and gradient, so that `ops.mean(x)` keeps meaning the mean of everything.
 Gradients re-insert the reduced axes as size-1 dims (`unsqueeze`, unless
 `keep_dim`) and broadcast back against the input. reduce_window differentiates through
 `reduce_window_grad` and `reduce_window_jvp`, lowered with `jax.vjp` / `jax.jvp`

@@ -17,7 +17,7 @@ Executor run with the same RNG state draws.
 A feed declared with a batch dim first (`pd.data("x", [None, 4])`) also takes one example
 without it (shape [4]), as a per-example function under `jax.vmap` gets it: when every
 such feed is one example, the program runs on a batch of one and each fetch declared with
-a batch dim first loses it again.
+a batch dim first (of size 1 in that run) loses it again.
 """
 import warnings
 
@@ -98,7 +98,8 @@ def as_jax(program, feed, fetch, scope=None, *, mutable=False):
             values = tuple(convert_feed(var, x) for var, x in zip(feed_vars, feeds))
             fetched, written = lowered.fn(values, {}, state)
         if example:
-            fetched = [f[0] if batch else f for f, batch in zip(fetched, batch_fetches)]
+            fetched = [f[0] if batch and f.shape[0] == 1 else f
+                       for f, batch in zip(fetched, batch_fetches)]
         out = fetched[0] if single else tuple(fetched)
         if mutable:
             return out, {n: written[n] for n in updated}
