@@ -1,13 +1,16 @@
 """`import progdesc` loads no optional package, and every public name still resolves.
 
-Each check runs in a fresh interpreter (a module already imported by another test would
-hide a lazy one), as a user's first `import progdesc` does. No timing is asserted here:
-bench/import_time.py measures it.
+The checks run in one fresh interpreter (a module already imported by another test would
+hide a lazy one), in the order a user meets them: a bare `import progdesc`, a first
+training step (which loads optax), explicit imports of the lazy submodules, then every
+public name. No timing is asserted here: bench/import_time.py measures it.
 """
 import json
 import os
 import subprocess
 import sys
+
+import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -25,60 +28,12 @@ PACKAGES = ("progdesc", "progdesc.amp", "progdesc.control_flow", "progdesc.custo
             "progdesc.translate")
 
 
-def _python(code):
-    env = dict(os.environ, PYTHONPATH=ROOT, JAX_PLATFORMS="cpu")
-    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
-
-def test_import_progdesc_loads_no_optional_package():
-    loaded = _python(f"import json, sys\nimport progdesc\n"
-                     f"print(json.dumps([m for m in {OPTIONAL!r} if m in sys.modules]))")
-    assert loaded == []
-
-
-def test_every_public_name_resolves_after_a_bare_import():
-    """Touch `pd.X` for each X of each package's __all__ (progdesc's own first, before any
-    submodule is imported explicitly), and the names `import progdesc` used to bind."""
-    missing = _python(f"""
-import importlib, json
+_SCRIPT = f"""
+import importlib, json, sys
 import progdesc as pd
-missing = [n for n in pd.__all__ if getattr(pd, n, None) is None]
-missing += [n for n in ("interop", "translate", "export_check", "__version__")
-            if not hasattr(pd, n)]
-for package in {PACKAGES!r}:
-    module = importlib.import_module(package)
-    missing += [package + "." + n for n in module.__all__ if getattr(module, n, None) is None]
-print(json.dumps(missing))
-""")
-    assert missing == []
+report = {{"loaded": [m for m in {OPTIONAL!r} if m in sys.modules]}}
 
-
-def test_lazy_names_are_the_functions_after_their_modules_are_imported():
-    """Importing the submodule `progdesc.interop.from_jax` must not turn the package's
-    `from_jax` (a function of the same name) into the module."""
-    kinds = _python("""
-import json
-import progdesc.interop.as_jax, progdesc.interop.from_jax, progdesc.interop.from_flax
-import progdesc as pd
-from progdesc.interop import as_jax, from_flax, from_jax
-print(json.dumps([type(f).__name__ for f in (as_jax, from_flax, from_jax, pd.as_jax,
-                                             pd.from_flax, pd.from_jax)]
-                 + [type(pd.export).__name__, pd.export.export_compiled.__name__]))
-""")
-    assert kinds == ["function"] * 6 + ["module", "export_compiled"]
-
-
-def test_an_optimizer_still_trains_with_optax_loaded_on_first_use():
-    """The optimizer ops import optax when their rules first run (shape inference while the
-    program is built, or lowering): Adam's first step, against its formula."""
-    got = _python("""
-import json, sys
-import numpy as np
-import progdesc as pd
-before = "optax" in sys.modules
+# a first Adam step: optax loads when the optimizer's rule first runs
 main, startup = pd.Program(), pd.Program()
 with pd.program_guard(main, startup):
     w = pd.create_parameter([3], "float32", attr="w",
@@ -88,10 +43,54 @@ with pd.program_guard(main, startup):
 exe, scope = pd.Executor(), pd.Scope()
 exe.run(startup, scope=scope)
 exe.run(main, scope=scope, fetch_list=[loss])
-print(json.dumps({"before": before, "after": "optax" in sys.modules,
-                  "w": scope.get("w").tolist()}))
-""")
-    assert not got["before"] and got["after"]
-    # Adam's first step: m / sqrt(v) after bias correction is g / |g|, so each weight moves
-    # by the learning rate against its gradient's sign: 1 - 0.1
-    assert all(abs(v - 0.9) < 1e-5 for v in got["w"]), got["w"]
+report["optax_after_step"] = "optax" in sys.modules
+report["w"] = scope.get("w").tolist()
+
+# importing a submodule named as its package's function must leave the function there
+import progdesc.interop.as_jax, progdesc.interop.from_jax, progdesc.interop.from_flax
+from progdesc.interop import as_jax, from_flax, from_jax
+report["kinds"] = [type(f).__name__ for f in (as_jax, from_flax, from_jax, pd.as_jax,
+                                              pd.from_flax, pd.from_jax, pd.export)]
+
+missing = [n for n in pd.__all__ if getattr(pd, n, None) is None]
+missing += [n for n in ("interop", "translate", "export_check", "__version__")
+            if not hasattr(pd, n)]
+for package in {PACKAGES!r}:
+    module = importlib.import_module(package)
+    missing += [package + "." + n for n in module.__all__ if getattr(module, n, None) is None]
+report["missing"] = missing
+print(json.dumps(report))
+"""
+
+
+@pytest.fixture(scope="module")
+def fresh():
+    """What the script above saw, in a fresh interpreter."""
+    env = dict(os.environ, PYTHONPATH=ROOT, JAX_PLATFORMS="cpu")
+    done = subprocess.run([sys.executable, "-c", _SCRIPT], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_import_progdesc_loads_no_optional_package(fresh):
+    assert fresh["loaded"] == []
+
+
+def test_an_optimizer_still_trains_with_optax_loaded_on_first_use(fresh):
+    """Adam's first step: m / sqrt(v) after bias correction is g / |g|, so each weight
+    moves by the learning rate against its gradient's sign: 1 - 0.1."""
+    assert fresh["optax_after_step"]
+    assert all(abs(v - 0.9) < 1e-5 for v in fresh["w"]), fresh["w"]
+
+
+def test_lazy_names_are_the_functions_after_their_modules_are_imported(fresh):
+    """Importing the submodule `progdesc.interop.from_jax` must not turn the package's
+    `from_jax` (a function of the same name) into the module."""
+    assert fresh["kinds"] == ["function"] * 6 + ["module"]
+
+
+def test_every_public_name_resolves_after_a_bare_import(fresh):
+    """`pd.X` for each X of each package's __all__, and the names `import progdesc` used to
+    bind before they were lazy."""
+    assert fresh["missing"] == []
