@@ -245,7 +245,7 @@ def _safe_filename(name, taken):
 
 
 def _is_compiled(path):
-    """Whether `path` is a file beginning as a compiled artifact (`export.MAGIC`) does."""
+    """Whether `path` is a file that begins as a compiled artifact does (`export.MAGIC`)."""
     from progdesc import export
     if not os.path.isfile(path):
         return False
@@ -254,6 +254,7 @@ def _is_compiled(path):
 
 
 def _check_feeds(feeds, feed_names):
+    """UsageError unless `feeds` (name -> value) gives exactly the model's feeds."""
     unknown = sorted(set(feeds) - set(feed_names))
     missing = [n for n in feed_names if n not in feeds]
     if unknown or missing:

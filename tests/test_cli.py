@@ -209,6 +209,8 @@ def small_model(tmp_path_factory):
     exe.run(startup, scope=scope)
     io.save_inference_model(tmp / "m", ["x"], [out], exe, main, scope)
     export.export_compiled(tmp / "m.pdx", main, ["x"], [out], scope, platforms=("cpu",))
+    export.export_compiled(tmp / "p.pdx", main, ["x"], [out], scope, platforms=("cpu",),
+                           embed_params=False)
     np.save(tmp / "x.npy", np.arange(6, dtype=np.float32).reshape(2, 3))
     np.save(tmp / "wide.npy", np.ones((2, 5), np.float32))
     (tmp / "progdesc").write_text(CONSOLE_SCRIPT)
@@ -222,6 +224,12 @@ def test_run_takes_a_compiled_artifact(small_model):
     assert "fc_0.out: float32[2, 2]" in done.stdout
     x = np.load(tmp / "x.npy")
     np.testing.assert_allclose(np.load(tmp / "out" / "fc_0.out.npy"), x @ w + b, rtol=1e-6)
+
+
+def test_run_refuses_an_artifact_that_takes_its_parameters(small_model, capsys):
+    tmp, _, _ = small_model
+    code, _, err = in_process(capsys, "run", tmp / "p.pdx", "--feed", f"x={tmp / 'x.npy'}")
+    assert code == 2 and "takes its parameters as inputs" in err, err
 
 
 def test_export_refuses_a_compiled_artifact_saying_what_it_is(small_model, capsys):
