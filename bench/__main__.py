@@ -34,9 +34,10 @@ Sections (all by default; pick with --only):
   viewer     the notebook viewer's page in headless Chromium (bench/viewer.py): open and
              expand-all times at 1k and 10k ops (skipped without Playwright or Chromium);
   concurrency  plain JAX code (an un-jitted jax.hessian, a jitted MLP step) compiled by 4
-             processes at once, with progdesc imported against without (bench/concurrency.py).
+             processes at once, with progdesc imported against without (bench/concurrency.py);
+  import     `import progdesc` against `import jax`, fresh processes (bench/import_time.py).
 
-The sections that run in subprocesses (torch, first, concurrency, paddle, onnx) run before this
+The sections that run in subprocesses (torch, first, concurrency, paddle, onnx, import) run before this
 process starts its JAX backend, which on a GPU holds most of the device's memory from then on.
 
 Prints a table with every ratio next to its target (PASS/FAIL) and writes JSON to
@@ -53,7 +54,7 @@ import sys
 import tempfile
 import time
 
-from bench import build_scaling, concurrency, imported, multistep, overhead, peaks
+from bench import build_scaling, concurrency, import_time, imported, multistep, overhead, peaks
 from bench import onnx as onnx_bench
 from bench import viewer as viewer_bench
 from bench import paddle as paddle_bench
@@ -63,7 +64,7 @@ from bench.common import fmt_s, hlo_summary, interleaved
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 SECTIONS = ("torch", "steps", "first", "overhead", "build", "multistep", "imported",
-            "paddle", "onnx", "concurrency", "viewer")
+            "paddle", "onnx", "concurrency", "viewer", "import")
 TARGETS = {
     "step": ("<=", 1.05), "first": ("<=", 1.0), "memory": ("<=", 1.2),
     "overhead": ("<=", 1.5), "exponent": ("<=", 1.1), "build10k": ("<", 2.0),
@@ -371,6 +372,11 @@ def table(res):
             add(f"{c['processes']} processes compiling at once, {what}: with/without progdesc",
                 f"{c[w]['with_s']:.2f} s / {c[w]['without_s']:.2f} s", "concurrency",
                 c[w]["ratio"], "x{:.2f}")
+    i = res.get("import")
+    if i:
+        rows.append(("import progdesc / import jax (fresh processes)",
+                     f"{i['progdesc_s']:.2f} s / {i['jax_s']:.2f} s", f"x{i['ratio']:.2f}",
+                     "reference", ""))
     head = ("measure", "progdesc / reference", "value", "target", "")
     widths = [max(len(str(r[i])) for r in rows + [head]) for i in range(5)]
     lines = [" | ".join(str(c).ljust(w) for c, w in zip(head, widths)),
@@ -511,6 +517,9 @@ def main(argv=None):
     if "concurrency" in only:
         log("plain JAX code compiled by 4 processes at once, progdesc imported or not:")
         results["concurrency"] = concurrency.run(rounds=1 if args.quick else 3, log=log)
+    if "import" in only:
+        log("import progdesc against import jax (fresh processes):")
+        results["import"] = import_time.run(rounds=3 if args.quick else 9, log=log)
     if "paddle" in only:
         log("imported Paddle ResNet-18 (CPU backend, subprocesses), against Paddle's own timings:")
         results["paddle"] = paddle_bench.run(log=log, quick=args.quick)

@@ -90,23 +90,32 @@ class Attr:
 
     `where` is a constraint on what the value means (lowering.constraints: a range,
     positive sizes, a choice of strings, a shape that fits in memory), checked with
-    the type whenever an op is appended or loaded.
+    the type whenever an op is appended or loaded. `lone_int` lets an `ints` attribute
+    take a single int as a one-element list (`axis=1` is `axis=[1]`): set it where that
+    is the only reading (axes, shapes), not on per-dimension sizes such as strides,
+    where 2 would as well mean [2, 2].
     """
     name: str
     type: str
     default: Any = REQUIRED
     doc: str = ""
     where: Any = None
+    lone_int: bool = False
 
     def __post_init__(self):
         if self.type not in ATTR_TYPES:
             raise ValueError(f"attribute {self.name!r}: unknown type {self.type!r}")
+        if self.lone_int and self.type != "ints":
+            raise ValueError(f"attribute {self.name!r}: lone_int is for 'ints' attributes, "
+                             f"not {self.type!r}")
 
     def check(self, value):
         """Return `value` normalized to this attribute's type, or raise AttributeTypeError."""
         scalar = _LIST_ELEMENT.get(self.type)
         if scalar is None:
             return self._check_scalar(self.type, value)
+        if self.lone_int and isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+            return (self._check_scalar(scalar, value),)
         if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
             raise self._wrong(value)
         return tuple([self._check_scalar(scalar, v) for v in value])
@@ -139,7 +148,8 @@ class Attr:
 
     def _wrong(self, value, why=None, kind=None):
         got = f"{type(value).__name__} {value!r}"
-        return AttributeTypeError(f"attribute '{self.name}' expects {kind or self.type}, got {got}"
+        expected = kind or (f"{self.type} or one int" if self.lone_int else self.type)
+        return AttributeTypeError(f"attribute '{self.name}' expects {expected}, got {got}"
                                   + (f" ({why})" if why else ""))
 
 

@@ -2,8 +2,12 @@
 
 Errors, warnings and every OpDesc name the user's line, not progdesc's: the innermost
 frame whose code is outside progdesc and lowering (and outside the functions progdesc
-compiles itself, those of `progdesc.ops`).
+compiles itself, those of `progdesc.ops`). Under the `progdesc` command the command line
+is the user's input: the frames that started the command (a console script, runpy) are not
+searched (`command_frame`).
 """
+import contextlib
+import contextvars
 import os
 import sys
 
@@ -15,6 +19,8 @@ PACKAGE_DIRS = tuple(os.path.dirname(os.path.abspath(m)) + os.sep for m in (
 GENERATED_PREFIX = "<progdesc."
 """How the file names of code progdesc compiles itself begin (the functions of progdesc.ops)."""
 
+_COMMAND = contextvars.ContextVar("progdesc_command_frame", default=None)
+
 _USER_FILES = {}   # code file name -> its base name, "" (progdesc's or lowering's code) or _CELL
 _CELL = object()   # an IPython cell: named by its execution count, which a rerun changes
 
@@ -24,10 +30,21 @@ def is_internal(path):
     return path.startswith(GENERATED_PREFIX) or os.path.abspath(path).startswith(PACKAGE_DIRS)
 
 
+@contextlib.contextmanager
+def command_frame(frame):
+    """Within it, no frame from `frame` (the `progdesc` command's entry) outwards is the
+    user's: errors name the command's arguments, not the script that launched it."""
+    token = _COMMAND.set(frame)
+    try:
+        yield
+    finally:
+        _COMMAND.reset(token)
+
+
 def user_callsite():
     """'file:line' of the innermost frame outside progdesc and lowering ('In[3]:2' in a cell)."""
-    frame = sys._getframe(1)
-    while frame is not None:
+    frame, stop = sys._getframe(1), _COMMAND.get()
+    while frame is not None and frame is not stop:
         site = _site_of(frame)
         if site:
             return site
@@ -38,8 +55,8 @@ def user_callsite():
 def user_call():
     """'minimize called at train.py:7': the progdesc function the user's code called, and the
     line of that call (as `user_callsite` names it); '' when no frame is the user's."""
-    frame, called = sys._getframe(1), None
-    while frame is not None:
+    frame, called, stop = sys._getframe(1), None, _COMMAND.get()
+    while frame is not None and frame is not stop:
         site = _site_of(frame)
         if site:
             return f"{called} called at {site}" if called else site

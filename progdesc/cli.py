@@ -2,16 +2,18 @@
 
     progdesc demo [--epochs N] [--save-dir DIR]
     progdesc show FILE_OR_MODEL_DIR
-    progdesc run MODEL_DIR --feed NAME=PATH.npy ... [--fetch NAME ...] [--out DIR]
+    progdesc run MODEL --feed NAME=PATH.npy ... [--fetch NAME ...] [--out DIR]
     progdesc export MODEL_DIR -o FILE [--platforms cpu,cuda,tpu] [--params-as-inputs]
 
 MODEL_DIR is an inference model directory of ours, a PaddlePaddle model (its
 directory, the path prefix of its .pdmodel or .json, or that file), or an ONNX model
 (a .onnx file, its external data beside it). An ONNX model is exported with its
-symbolic dims (dim_param) as symbolic dims of the same names.
+symbolic dims (dim_param) as symbolic dims of the same names. `run` also takes a
+compiled artifact (`.pdx`, what `export` writes).
 
 Bad arguments and unreadable or invalid files end with exit code 2 and one
-line on stderr.
+line on stderr, which names the command and the argument at fault (the model, a
+`--feed` or a `--fetch`), never the script that launched the command.
 """
 import argparse
 import io as _io
@@ -49,10 +51,11 @@ def _parser():
                                       "ONNX model (translated), or a compiled artifact's header.")
     show.add_argument("path", metavar="FILE",
                       help="file, inference model directory, Paddle model or .onnx file")
-    run = sub.add_parser("run", help="run an inference model on .npy inputs",
-                         description="Run an inference model directory on NumPy .npy feeds; "
+    run = sub.add_parser("run", help="run an inference model or a .pdx on .npy inputs",
+                         description="Run an inference model (a directory, a Paddle or ONNX "
+                                     "model) or a compiled .pdx artifact on NumPy .npy feeds; "
                                      "print the results or save them as .npy files.")
-    run.add_argument("model_dir", metavar="MODEL_DIR")
+    run.add_argument("model_dir", metavar="MODEL")
     run.add_argument("--feed", action="append", default=[], metavar="NAME=PATH.npy",
                      help="a feed and the .npy file holding its value (repeat for each feed)")
     run.add_argument("--fetch", action="append", metavar="NAME",
@@ -76,12 +79,36 @@ def main(argv=None):
     """Entry point; returns the exit code."""
     args = _parser().parse_args(argv)
     from lowering.errors import ProgdescError
+    from progdesc.callsites import command_frame
     try:
-        return _COMMANDS[args.command](args)
+        with command_frame(sys._getframe()):
+            return _COMMANDS[args.command](args)
     except (ProgdescError, UsageError, OSError) as e:
         message = " ".join(str(e).split())
+        concerns = _argument_of(args, e)
+        if concerns:
+            message += f" ({concerns})"
         print(f"progdesc {args.command}: error: {message}", file=sys.stderr)
         return 2
+
+
+def _argument_of(args, error):
+    """The command-line argument `error` is about, when its message does not name it: the
+    --feed or --fetch of its variable, else the model; '' for none."""
+    message = str(error)
+    var = getattr(error, "var", None)
+    if var is not None:
+        for spec in getattr(args, "feed", None) or ():
+            if spec.partition("=")[0] == var:
+                return f"--feed {spec}"
+        if var in (getattr(args, "fetch", None) or ()):
+            return f"--fetch {var}"
+    model = getattr(args, "model_dir", None) or getattr(args, "path", None)
+    named = [getattr(args, a, None) for a in ("model_dir", "path", "output", "out")]
+    if model is None or isinstance(error, UsageError) or any(
+            n and str(n) in message for n in named):
+        return ""
+    return f"model {model}"
 
 
 def _demo(args):
@@ -217,21 +244,55 @@ def _safe_filename(name, taken):
     return stem + ".npy"
 
 
+def _is_compiled(path):
+    """Whether `path` is a file that begins as a compiled artifact does (`export.MAGIC`)."""
+    from progdesc import export
+    if not os.path.isfile(path):
+        return False
+    with open(path, "rb") as f:
+        return f.read(len(export.MAGIC)) == export.MAGIC
+
+
+def _check_feeds(feeds, feed_names):
+    """UsageError unless `feeds` (name -> value) gives exactly the model's feeds."""
+    unknown = sorted(set(feeds) - set(feed_names))
+    missing = [n for n in feed_names if n not in feeds]
+    if unknown or missing:
+        raise UsageError(f"the model's feeds are {feed_names}; "
+                         + (f"unknown: {unknown}" if unknown else f"missing: {missing}"))
+
+
+def _run_compiled(path, feeds, fetch):
+    """(fetch names, results) of the compiled artifact at `path` on `feeds`."""
+    from progdesc import export
+    model = export.load_compiled(path)
+    if model.header["params"]:
+        raise UsageError(f"'{path}' takes its parameters as inputs (exported with "
+                         "--params-as-inputs): run the model it was exported from instead")
+    _check_feeds(feeds, model.feed_names)
+    unknown = [n for n in fetch or () if n not in model.fetch_names]
+    if unknown:
+        raise UsageError(f"a compiled artifact returns only {model.fetch_names}; "
+                         f"cannot --fetch {unknown}")
+    results = dict(zip(model.fetch_names, model(**feeds)))
+    names = fetch or model.fetch_names
+    return names, [results[n] for n in names]
+
+
 def _run(args):
     import numpy as np
 
     import progdesc as pd
     from progdesc import io
     feeds = dict(_load_npy(spec) for spec in args.feed)
-    exe, scope = pd.Executor(), pd.Scope()
-    program, feed_names, fetch_targets = _load_model(args.model_dir, exe, scope)
-    unknown = sorted(set(feeds) - set(feed_names))
-    missing = [n for n in feed_names if n not in feeds]
-    if unknown or missing:
-        raise UsageError(f"the model's feeds are {feed_names}; "
-                         + (f"unknown: {unknown}" if unknown else f"missing: {missing}"))
-    fetch = args.fetch or [v.name for v in fetch_targets]
-    results = exe.run(program, feed=feeds, fetch_list=fetch, scope=scope)
+    if _is_compiled(args.model_dir):
+        fetch, results = _run_compiled(args.model_dir, feeds, args.fetch)
+    else:
+        exe, scope = pd.Executor(), pd.Scope()
+        program, feed_names, fetch_targets = _load_model(args.model_dir, exe, scope)
+        _check_feeds(feeds, feed_names)
+        fetch = args.fetch or [v.name for v in fetch_targets]
+        results = exe.run(program, feed=feeds, fetch_list=fetch, scope=scope)
     taken = set()
     if args.out:
         os.makedirs(args.out, exist_ok=True)
@@ -256,6 +317,9 @@ def _export(args):
     if bad or not platforms:
         raise UsageError(f"unknown platform(s) {bad or [args.platforms]}; "
                          f"choose from {', '.join(PLATFORMS)}")
+    if _is_compiled(args.model_dir):
+        raise UsageError(f"'{args.model_dir}' is a compiled artifact already: export takes the "
+                         "model it came from (run it with 'progdesc run')")
     scope = pd.Scope()
     program, feed_names, fetch_targets = _load_model(args.model_dir, None, scope)
     polymorphic = True

@@ -50,7 +50,8 @@ def _docstring(opdef):
         lines.append(f"    {slot.name.lower()}: Variable ({slot.dtypes} dtype{extra}). {slot.doc}".rstrip())
     for a in opdef.attrs:
         default = "required" if a.default is registry.REQUIRED else f"default {a.default!r}"
-        lines.append(f"    {a.name}: {a.type}, {default}. {a.doc}".rstrip())
+        kind = f"{a.type} (or one int)" if a.lone_int else a.type
+        lines.append(f"    {a.name}: {kind}, {default}. {a.doc}".rstrip())
     lines.append("    name: prefix of the output variables' names.")
     outs = ", ".join(s.name + (" (list)" if s.many else "") for s in opdef.outputs)
     lines += ["", f"Returns: the output Variable(s): {outs}."]

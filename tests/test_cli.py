@@ -185,3 +185,86 @@ def test_a_paddle_model_is_shown_run_and_exported(tmp_path):
                                    reference[f"pir_output_b{batch}"], rtol=1e-5, atol=1e-5)
     done = progdesc("show", tmp_path / "missing" / "model")
     assert done.returncode == 2 and done.stderr.count("\n") == 1
+
+
+CONSOLE_SCRIPT = """\
+import sys
+from progdesc.cli import main
+if __name__ == '__main__':
+    sys.argv[0] = sys.argv[0].removesuffix('.exe')
+    sys.exit(main())
+"""
+"""What pip writes as the `progdesc` console script (the wrapper errors once named)."""
+
+
+@pytest.fixture(scope="module")
+def small_model(tmp_path_factory):
+    """A one-layer model saved as a directory and exported as a .pdx, its weights, and feeds."""
+    from progdesc import export, layers
+    tmp = tmp_path_factory.mktemp("small")
+    main, startup = pd.Program(), pd.Program()
+    with pd.program_guard(main, startup):
+        out = layers.fc(pd.data("x", [None, 3]), 2)
+    exe, scope = pd.Executor(device="cpu"), pd.Scope()
+    exe.run(startup, scope=scope)
+    io.save_inference_model(tmp / "m", ["x"], [out], exe, main, scope)
+    export.export_compiled(tmp / "m.pdx", main, ["x"], [out], scope, platforms=("cpu",))
+    export.export_compiled(tmp / "p.pdx", main, ["x"], [out], scope, platforms=("cpu",),
+                           embed_params=False)
+    np.save(tmp / "x.npy", np.arange(6, dtype=np.float32).reshape(2, 3))
+    np.save(tmp / "wide.npy", np.ones((2, 5), np.float32))
+    (tmp / "progdesc").write_text(CONSOLE_SCRIPT)
+    return tmp, scope.get("fc_0.w_0"), scope.get("fc_0.b_0")
+
+
+def test_run_takes_a_compiled_artifact(small_model):
+    tmp, w, b = small_model
+    done = progdesc("run", tmp / "m.pdx", "--feed", f"x={tmp / 'x.npy'}", "--out", tmp / "out")
+    assert done.returncode == 0, done.stderr
+    assert "fc_0.out: float32[2, 2]" in done.stdout
+    x = np.load(tmp / "x.npy")
+    np.testing.assert_allclose(np.load(tmp / "out" / "fc_0.out.npy"), x @ w + b, rtol=1e-6)
+
+
+def test_run_refuses_an_artifact_that_takes_its_parameters(small_model, capsys):
+    tmp, _, _ = small_model
+    code, _, err = in_process(capsys, "run", tmp / "p.pdx", "--feed", f"x={tmp / 'x.npy'}")
+    assert code == 2 and "takes its parameters as inputs" in err, err
+
+
+def test_export_refuses_a_compiled_artifact_saying_what_it_is(small_model, capsys):
+    tmp, _, _ = small_model
+    code, _, err = in_process(capsys, "export", tmp / "m.pdx", "-o", tmp / "again.pdx")
+    assert code == 2 and "is a compiled artifact already" in err
+    assert not (tmp / "again.pdx").exists()
+
+
+@pytest.mark.parametrize("launcher, model, expected", [
+    ("console script", "m", "variable 'x': feed has shape [2, 5], the variable expects [-1, 3]"),
+    ("python -m", "m.pdx", "variable 'x': got shape [2, 5], the artifact takes ['batch', 3]")])
+def test_errors_name_the_command_and_the_argument_not_the_launcher(small_model, launcher,
+                                                                    model, expected):
+    tmp, _, _ = small_model
+    args = ["run", tmp / model, "--feed", f"x={tmp / 'wide.npy'}"]
+    if launcher == "python -m":
+        done = progdesc(*args)
+    else:
+        env = dict(os.environ, PYTHONPATH=ROOT, JAX_PLATFORMS="cpu")
+        done = subprocess.run([sys.executable, tmp / "progdesc", *map(str, args)], env=env,
+                              capture_output=True, text=True, timeout=600)
+    line, = done.stderr.strip().splitlines()
+    assert done.returncode == 2
+    assert line.startswith(f"progdesc run: error: {expected}"), line
+    assert line.endswith(f"(--feed x={tmp / 'wide.npy'})"), line
+    assert "called at" not in line and "runpy" not in line
+
+
+def test_a_bad_fetch_names_its_argument(small_model, capsys):
+    """In process too, the caller's frames are not searched for a user line."""
+    tmp, _, _ = small_model
+    _, _, err = in_process(capsys, "run", tmp / "m", "--feed", f"x={tmp / 'x.npy'}",
+                           "--fetch", "nope")
+    line, = err.strip().splitlines()
+    assert line.startswith("progdesc run: error: variable 'nope'"), line
+    assert line.endswith("(--fetch nope)"), line
+    assert "called at" not in line

@@ -15,7 +15,8 @@ from lowering.registry import Attr, Out, op
 
 
 @op("assign_value", inputs=[], outputs=[Out("Out")],
-    attrs={"shape": Attr("shape", "ints", doc="dims of the result", where=Dims()),
+    attrs={"shape": Attr("shape", "ints", doc="dims of the result", where=Dims(),
+                       lone_int=True),
            "dtype": Attr("dtype", "dtype", "float32", doc="element type of the result"),
            "values": Attr("values", "float64s", (), doc="the elements of a float result, "
                           "in row-major order"),

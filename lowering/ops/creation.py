@@ -13,7 +13,7 @@ from lowering import checks, dtypes
 from lowering.constraints import Dims, non_negative
 from lowering.registry import Attr, In, Out, op
 
-_SHAPE = Attr("shape", "ints", doc="dims of the result", where=Dims())
+_SHAPE = Attr("shape", "ints", doc="dims of the result", where=Dims(), lone_int=True)
 _DTYPE = Attr("dtype", "dtype", "float32", doc="element type of the result")
 
 

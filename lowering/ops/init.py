@@ -9,7 +9,7 @@ from lowering import checks
 from lowering.constraints import Dims, non_negative, one_of
 from lowering.registry import Attr, Out, op
 
-_SHAPE = Attr("shape", "ints", doc="shape of the tensor", where=Dims())
+_SHAPE = Attr("shape", "ints", doc="shape of the tensor", where=Dims(), lone_int=True)
 _DTYPE = Attr("dtype", "dtype", "float32")
 
 

@@ -11,9 +11,11 @@ differentiable.
 
 LearningRate and Step are scalars of shape [] or [1]. Step is the count of
 updates already applied (int or float), the `count` of optax's states.
+
+Each rule imports optax itself: it loads (with the jax.scipy it imports) when a program
+with an optimizer op is first lowered, not with progdesc.
 """
 import jax.numpy as jnp
-import optax
 
 from lowering import dtypes
 from lowering.constraints import between, non_negative, positive
@@ -35,6 +37,7 @@ def _scalar(x, dtype):
 
 def _descend(param, updates, lr):
     """param - lr * updates, in the parameter's dtype (optax.apply_updates)."""
+    import optax
     scaled, _ = optax.scale_by_learning_rate(_scalar(lr, param.dtype)).update(
         updates, optax.EmptyState())
     return optax.apply_updates(param, scaled)
@@ -53,6 +56,7 @@ def sgd(Param, Grad, LearningRate):
     same_dtype=("Param", "Grad", "Velocity"), differentiable=False)
 def momentum(Param, Grad, Velocity, LearningRate, *, mu, use_nesterov):
     """Heavy-ball or Nesterov momentum: velocity = mu * velocity + grad (optax.sgd with momentum)."""
+    import optax
     updates, state = optax.trace(decay=mu, nesterov=use_nesterov).update(
         Grad, optax.TraceState(trace=Velocity))
     return _descend(Param, updates, LearningRate), state.trace.astype(Velocity.dtype)
@@ -68,6 +72,7 @@ _ADAM_ATTRS = {"beta1": _f64("beta1", 0.9, where=between(0, 1, open_hi=True)),
 
 def _adam(Param, Grad, Moment1, Moment2, Step, beta1, beta2, epsilon):
     """optax.scale_by_adam's direction and new moments, from the op's inputs."""
+    import optax
     # the count in the parameter's dtype: bias corrections computed as optax does in float32
     state = optax.ScaleByAdamState(count=_scalar(Step, Param.dtype), mu=Moment1, nu=Moment2)
     updates, state = optax.scale_by_adam(beta1, beta2, epsilon).update(Grad, state)
@@ -88,6 +93,7 @@ def adam(Param, Grad, Moment1, Moment2, LearningRate, Step, *, beta1, beta2, eps
 def adamw(Param, Grad, Moment1, Moment2, LearningRate, Step, *, beta1, beta2, epsilon,
           weight_decay):
     """Adam with decoupled weight decay: step along adam + weight_decay * Param (optax.adamw)."""
+    import optax
     updates, m1, m2 = _adam(Param, Grad, Moment1, Moment2, Step, beta1, beta2, epsilon)
     updates, _ = optax.add_decayed_weights(weight_decay).update(
         updates, optax.EmptyState(), Param)
@@ -110,6 +116,7 @@ def rmsprop(Param, Grad, MeanSquare, LearningRate, MeanGrad=None, Moment=None, *
     accumulates lr-scaled steps (Moment = momentum * Moment + lr * step) and
     is subtracted from the parameter.
     """
+    import optax
     if centered and MeanGrad is None:
         raise ProgramError("centered rmsprop needs the MeanGrad input")
     if momentum and Moment is None:
@@ -143,6 +150,7 @@ def increment(X, *, step):
     differentiable=False)
 def clip_by_global_norm(X, *, max_norm):
     """Scale every X by max_norm / (global norm of all X) when that norm exceeds max_norm."""
+    import optax
     clipped, _ = optax.clip_by_global_norm(max_norm).update(list(X), optax.EmptyState())
     return [c.astype(x.dtype) for c, x in zip(clipped, X)]
 
@@ -155,6 +163,7 @@ _KINDS = ("constant", "exponential_decay", "cosine", "polynomial", "piecewise")
 def _schedule(kind, *, learning_rate, decay_steps, decay_rate, staircase, alpha, end_value,
               power, boundaries, values):
     """The optax schedule an lr_schedule op's attributes describe."""
+    import optax
     sched = optax.schedules
     if kind == "constant":
         return sched.constant_schedule(learning_rate)
@@ -221,6 +230,7 @@ def linear_warmup(Step, LearningRate, *, warmup_steps, start_value, end_value, o
     LearningRate is the wrapped schedule, evaluated by its own op at
     count - warmup_steps (optax.join_schedules).
     """
+    import optax
     count = jnp.maximum(Step - jnp.asarray(offset, Step.dtype), jnp.zeros((), Step.dtype))
     warm = optax.schedules.linear_schedule(start_value, end_value, warmup_steps)
     joined = optax.schedules.join_schedules([warm, lambda _: LearningRate], [warmup_steps])

@@ -1,7 +1,9 @@
 """Reductions: mean, reduce_sum / mean / max / min / prod / all / any, argmax, argmin, top_k,
 sort, cumsum / cumprod / cummax / cummin, and reduce_window (sum, max or min over sliding windows).
 
-`axis` lists the reduced axes (negative counts from the end; empty means all).
+`axis` lists the reduced axes (negative counts from the end; empty means all; a lone int is
+one axis). `mean` is reduce_mean under the name Paddle programs use, with the same
+attributes, rule and gradient, so that `ops.mean(x)` keeps meaning the mean of everything.
 Gradients re-insert the reduced axes as size-1 dims (`unsqueeze`, unless
 `keep_dim`) and broadcast back against the input. reduce_window differentiates through
 `reduce_window_grad` and `reduce_window_jvp`, lowered with `jax.vjp` / `jax.jvp`
@@ -19,7 +21,7 @@ from lowering.errors import ShapeError
 from lowering.ops.collective import local_vjp
 from lowering.registry import REQUIRED, Attr, In, Out, op
 
-_REDUCE_ATTRS = {"axis": Attr("axis", "ints", ()), "keep_dim": False}
+_REDUCE_ATTRS = {"axis": Attr("axis", "ints", (), lone_int=True), "keep_dim": False}
 
 
 def _axes(axis):
@@ -55,19 +57,6 @@ def _divide(g, name, count, out):
     return g.call("div", name, count, out=out)
 
 
-@op("mean", inputs=[In("X", "float")], outputs=[Out("Out")])
-def mean(X):
-    """Mean of all elements of `X`, of shape ()."""
-    return jnp.mean(X)
-
-
-@mean.gradient
-def _(g):
-    x = g.input("X")
-    spread = g.call("expand_as", g.out_grad("Out"), x)
-    _divide(g, spread, _count(g, tuple(range(len(g.var(x)[0])))), g.in_grad("X"))
-
-
 @op("reduce_sum", inputs=[In("X", "number")], outputs=[Out("Out")], attrs=_REDUCE_ATTRS)
 def reduce_sum(X, *, axis, keep_dim):
     """Sum of `X` over `axis`, in the dtype of `X`."""
@@ -85,7 +74,15 @@ def reduce_mean(X, *, axis, keep_dim):
     return jnp.mean(X, axis=_axes(axis), keepdims=keep_dim)
 
 
+@op("mean", inputs=[In("X", "float")], outputs=[Out("Out")], attrs=_REDUCE_ATTRS)
+def mean(X, *, axis, keep_dim):
+    """Mean of `X` over `axis`, by default of all its elements (shape ()): reduce_mean under
+    the name Paddle programs and most scripts use."""
+    return jnp.mean(X, axis=_axes(axis), keepdims=keep_dim)
+
+
 @reduce_mean.gradient
+@mean.gradient
 def _(g):
     spread = g.call("expand_as", _keep_dim(g, g.out_grad("Out")), g.input("X"))
     _divide(g, spread, _count(g, _reduced_axes(g)), g.in_grad("X"))

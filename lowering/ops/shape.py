@@ -31,7 +31,7 @@ _LIKE = In("X", differentiable=False, doc="only its shape (and dtype) is used")
 
 
 @op("reshape", inputs=[In("X")], outputs=[Out("Out")],
-    attrs={"shape": Attr("shape", "ints", REQUIRED, where=Dims(least=-1))})
+    attrs={"shape": Attr("shape", "ints", REQUIRED, where=Dims(least=-1), lone_int=True)})
 def reshape(X, *, shape):
     """Reshape `X`; a 0 in `shape` copies the input dim at that position, one -1 is inferred."""
     target = tuple(X.shape[i] if d == 0 and i < X.ndim else d for i, d in enumerate(shape))
@@ -228,8 +228,9 @@ def _slices(ndim, axes, starts, ends, strides):
     return tuple(index)
 
 
-_SLICE_ATTRS = {"axes": Attr("axes", "ints", REQUIRED), "starts": Attr("starts", "ints", REQUIRED),
-                "ends": Attr("ends", "ints", REQUIRED), "strides": Attr("strides", "ints", ())}
+_SLICE_ATTRS = {"axes": Attr("axes", "ints", REQUIRED, lone_int=True),
+                "starts": Attr("starts", "ints", REQUIRED, lone_int=True),
+                "ends": Attr("ends", "ints", REQUIRED, lone_int=True), "strides": Attr("strides", "ints", ())}
 
 
 @op("slice", inputs=[In("X")], outputs=[Out("Out")], attrs=_SLICE_ATTRS)
@@ -269,7 +270,7 @@ def _(g):
            **{k: g.attr(k) for k in _SLICE_ATTRS})
 
 
-@op("squeeze", inputs=[In("X")], outputs=[Out("Out")], attrs={"axes": Attr("axes", "ints", ())})
+@op("squeeze", inputs=[In("X")], outputs=[Out("Out")], attrs={"axes": Attr("axes", "ints", (), lone_int=True)})
 def squeeze(X, *, axes):
     """Drop the size-1 dims `axes` (all statically size-1 dims when empty)."""
     if not axes:
@@ -278,7 +279,7 @@ def squeeze(X, *, axes):
 
 
 @op("unsqueeze", inputs=[In("X")], outputs=[Out("Out")],
-    attrs={"axes": Attr("axes", "ints", REQUIRED)})
+    attrs={"axes": Attr("axes", "ints", REQUIRED, lone_int=True)})
 def unsqueeze(X, *, axes):
     """Insert size-1 dims so that they sit at `axes` of the output."""
     return jnp.expand_dims(X, tuple(axes))

@@ -13,6 +13,11 @@ default) int64 and float64 variables are 32-bit inside, as in any JAX code, and 
 warnings about it are silenced. Turn x64 on (or call inside `jax.enable_x64(True)`) to
 keep them 64-bit, as the Executor always does; random ops then draw exactly what an
 Executor run with the same RNG state draws.
+
+A feed declared with a batch dim first (`pd.data("x", [None, 4])`) also takes one example
+without it (shape [4]), as a per-example function under `jax.vmap` gets it: when every
+such feed is one example, the program runs on a batch of one and each fetch declared with
+a batch dim first (of size 1 in that run) loses it again.
 """
 import warnings
 
@@ -42,6 +47,10 @@ def as_jax(program, feed, fetch, scope=None, *, mutable=False):
     they read and `fn` returns `(fetched, updates)`, `updates` being {name: new value} of
     the persistables the program writes, as Flax's `apply(..., mutable=...)` does.
 
+    Feeds whose variable has a batch dim first (-1) may all be given as one example, without
+    it: `fn` then returns the fetches that have one without it too, so that
+    `jax.vmap(jax.grad(fn), in_axes=(None, 0, 0))` gives per-example gradients.
+
     `fn.feed_names`, `fn.fetch_names`, `fn.param_names` and `fn.needs_rng` describe it.
     """
     single = not isinstance(fetch, (list, tuple))
@@ -63,6 +72,9 @@ def as_jax(program, feed, fetch, scope=None, *, mutable=False):
     declared = {n: block.var(n).desc for n in param_names}
     needs_rng = RNG_VAR in lowered.reads
     updated = tuple(n for n in lowered.writes if n != RNG_VAR)
+    batch_ranks = {i: len(v.desc.dims) for i, v in enumerate(feed_vars)
+                   if len(v.desc.dims) and v.desc.dims[0] == -1}
+    batch_fetches = [_has_batch_dim(desc, n) for n in fetch_names]
     params = {n: _scope_value(scope or global_scope(), n) for n in param_names}
     for name, value in params.items():
         _check_param(name, value, declared[name], "the scope")
@@ -78,10 +90,16 @@ def as_jax(program, feed, fetch, scope=None, *, mutable=False):
             state[name] = _check_param(name, params[name], declared[name], "params")
         if needs_rng:
             state[RNG_VAR] = _key_data(rng)
+        example = _one_example(feeds, feed_names, batch_ranks)
+        if example:
+            feeds = [_batch_of_one(x) if i in batch_ranks else x for i, x in enumerate(feeds)]
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", _NO_X64, UserWarning)
             values = tuple(convert_feed(var, x) for var, x in zip(feed_vars, feeds))
             fetched, written = lowered.fn(values, {}, state)
+        if example:
+            fetched = [f[0] if batch and f.shape[0] == 1 else f
+                       for f, batch in zip(fetched, batch_fetches)]
         out = fetched[0] if single else tuple(fetched)
         if mutable:
             return out, {n: written[n] for n in updated}
@@ -93,6 +111,32 @@ def as_jax(program, feed, fetch, scope=None, *, mutable=False):
 
 
 _NO_X64 = r"Explicitly requested dtype (u?int64|float64|complex128) .* is not available"
+
+
+def _has_batch_dim(desc, name):
+    """Whether the fetch `name` is declared with a batch dim (-1) first."""
+    var = next((v for v in desc.blocks[0].vars if v.name == name), None)
+    return var is not None and len(var.dims) > 0 and var.dims[0] == -1
+
+
+def _one_example(feeds, feed_names, batch_ranks):
+    """Whether the batched feeds (index -> declared rank) are given as one example each,
+    without the batch dim; FeedError if some are and some are not."""
+    short = {i: np.ndim(feeds[i]) == rank - 1 for i, rank in batch_ranks.items()}
+    if not any(short.values()):
+        return False
+    if not all(short.values()):
+        examples = ", ".join(feed_names[i] for i, s in short.items() if s)
+        batches = ", ".join(feed_names[i] for i, s in short.items() if not s)
+        raise FeedError(f"feeds {examples} are one example (no batch dim) but {batches} "
+                        "a batch: give every batched feed one way (under jax.vmap, map each "
+                        "over its first axis)")
+    return True
+
+
+def _batch_of_one(value):
+    """`value` with a leading batch dim of 1 (arrays, JAX tracers and nested lists)."""
+    return value[None] if hasattr(value, "ndim") else np.asarray(value)[None]
 
 
 def _scope_value(scope, name):

@@ -241,6 +241,7 @@ def _reduction(onnx_type):
 
 
 for _ours, _onnx in (("reduce_sum", "ReduceSum"), ("reduce_mean", "ReduceMean"),
+                     ("mean", "ReduceMean"),
                      ("reduce_max", "ReduceMax"), ("reduce_min", "ReduceMin"),
                      ("reduce_prod", "ReduceProd")):
     EXPORT.rule(_ours)(_reduction(_onnx))
@@ -256,11 +257,6 @@ def _bool_reduction(onnx_type):
 
 EXPORT.rule("reduce_all")(_bool_reduction("ReduceMin"))
 EXPORT.rule("reduce_any")(_bool_reduction("ReduceMax"))
-
-
-@EXPORT.rule("mean")
-def mean(e, X):
-    return e.reduce("ReduceMean", X, (), False)
 
 
 def _arg_rule(onnx_type):

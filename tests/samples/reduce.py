@@ -40,6 +40,8 @@ _NONZERO = positive(2, 3, 4) * np.sign(rand(2, 3, 4, seed=1))
 SAMPLES = [
     Sample("mean", {"X": rand(3, 4)}, lambda X: np.mean(X)),
     Sample("mean", {"X": rand(2, 3, 4)}, lambda X: np.mean(X), name="3d"),
+    Sample("mean", {"X": rand(2, 3, 4)}, _reduce_ref(np.mean), {"axis": [0, -1], "keep_dim": True},
+           name="axes_keep_dim"),
     *_reductions("reduce_sum", np.sum, rand(2, 3, 4)),
     Sample("reduce_sum", {"X": np.arange(12, dtype=np.int32).reshape(3, 4)},
            _reduce_ref(np.sum), {"axis": [0]}, name="int32"),
