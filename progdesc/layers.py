@@ -18,6 +18,7 @@ from lowering.errors import ProgramError
 from progdesc import control_flow
 from progdesc import initializer as init
 from progdesc import ops
+from progdesc.activations import activation_op
 from progdesc.callsites import user_callsite
 from progdesc.framework import append_whole, default_main_program
 from progdesc.param import ParamAttr, create_global_var, create_parameter
@@ -43,25 +44,6 @@ def _param(prefix, suffix, shape, attr, default_init, dtype="float32"):
     if attr.name is None:
         attr = dataclasses.replace(attr, name=f"{prefix}.{suffix}")
     return create_parameter(shape, dtype, attr=attr, default_initializer=default_init)
-
-
-def _takes_one_input(opdef):
-    return (len(opdef.inputs) == 1 and not opdef.inputs[0].many and len(opdef.outputs) == 1
-            and all(a.default is not registry.REQUIRED for a in opdef.attrs))
-
-
-def _activation(act, layer):
-    """The op function of activation `act` (identity for None), checked before `layer`
-    appends anything: any op with one input and one output (all attributes defaulted)."""
-    if act is None:
-        return lambda x: x
-    if registry.is_registered(act) and _takes_one_input(registry.get(act)):
-        return getattr(ops, act)
-    known = sorted(o.type for o in registry.all_ops()
-                   if o.lower.__module__ == "lowering.ops.activation" and _takes_one_input(o))
-    raise ProgramError(f"unknown activation {act!r} for {layer}; the activations are "
-                       f"{', '.join(known)} (or any other op with one input and one output)",
-                       callsite=user_callsite())
 
 
 def _known(dims, what, var):
@@ -93,7 +75,7 @@ def fc(input, size, num_flatten_dims=1, param_attr=None, bias_attr=None, act=Non
     num_flatten_dims=2 gives [B, T, size]).
     """
     _positive_ints("fc", size=size, num_flatten_dims=num_flatten_dims)
-    activation = _activation(act, "fc")
+    activation = activation_op(act, "fc")
     features = _known(input.shape[num_flatten_dims:], "feature dims of fc's input", input)
     in_features = math.prod(features)
     with _layer("fc", name) as prefix:
@@ -114,7 +96,7 @@ def conv2d(input, num_filters, filter_size, stride=1, padding=0, dilation=1, gro
     """2-D convolution over NCHW input with a [num_filters, C/groups, kh, kw] filter."""
     _positive_ints("conv2d", num_filters=num_filters, filter_size=filter_size, stride=stride,
                    dilation=dilation, groups=groups)
-    activation = _activation(act, "conv2d")
+    activation = activation_op(act, "conv2d")
     channels = _known(input.shape[1:2], "input channels of conv2d", input)[0]
     if channels % groups:
         raise ProgramError(f"{channels} input channels do not split into {groups} groups",
@@ -152,7 +134,7 @@ def batch_norm(input, act=None, is_test=False, momentum=0.9, epsilon=1e-5, param
     running statistics. `sync_axis` (a mesh axis name, e.g. "data") makes the
     statistics those of the global batch in a data-parallel run.
     """
-    activation = _activation(act, "batch_norm")
+    activation = activation_op(act, "batch_norm")
     c = _known(input.shape[1:2], "channels of batch_norm's input", input)[0]
     with _layer("batch_norm", name) as prefix:
         scale = _param(prefix, "w_0", [c], param_attr, init.Constant(1.0), input.dtype)
@@ -174,7 +156,7 @@ def batch_norm(input, act=None, is_test=False, momentum=0.9, epsilon=1e-5, param
 def layer_norm(input, begin_norm_axis=1, epsilon=1e-5, param_attr=None, bias_attr=None,
                act=None, name=None):
     """Layer normalization over the dims from `begin_norm_axis` on, with scale and bias."""
-    activation = _activation(act, "layer_norm")
+    activation = activation_op(act, "layer_norm")
     size = math.prod(_known(input.shape[begin_norm_axis:], "normalized dims", input))
     with _layer("layer_norm", name) as prefix:
         inputs = {"X": input}
@@ -283,7 +265,7 @@ def transformer_encoder_layer(x, num_heads, dim_feedforward, dropout_rate=0.1,
     Post-norm by default (x = norm(x + sublayer(x))); `normalize_before`
     gives pre-norm (x = x + sublayer(norm(x))).
     """
-    _activation(activation, "transformer_encoder_layer")
+    activation_op(activation, "transformer_encoder_layer")
     _positive_ints("transformer_encoder_layer", num_heads=num_heads,
                    dim_feedforward=dim_feedforward)
     d_model = _known(x.shape[-1:], "model dim", x)[0]

@@ -17,6 +17,7 @@ import jax
 
 from lowering.errors import ShapeError
 from progdesc import ops
+from progdesc.activations import activation_op
 from progdesc.callsites import user_callsite
 from progdesc.framework import append_whole
 
@@ -148,8 +149,7 @@ def _elementwise(op):
     ours = getattr(ops, op)
 
     def elementwise(x, y, axis=-1, act=None, name=None):
-        from progdesc.layers import _activation   # layers installs these names
-        activation = _activation(act, paddle_name)
+        activation = activation_op(act, paddle_name)
         return activation(ours(*_aligned(x, y, axis, paddle_name), name=name))
     elementwise.__name__ = elementwise.__qualname__ = paddle_name
     elementwise.__doc__ = (f"Paddle's `{paddle_name}(x, y, axis=-1, act=None)`: `ops.{op}` "
