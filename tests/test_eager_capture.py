@@ -3,6 +3,7 @@ the recorded program saved, loaded and exported (issue 16 items 1-3)."""
 import os
 import warnings
 
+import jax
 import numpy as np
 import pytest
 
@@ -220,7 +221,7 @@ def test_recorded_program_saves_loads_and_exports(tmp_path):
     io.load_checkpoint(tmp_path / "ckpt.safetensors", program, restored)
     np.testing.assert_array_equal(restored.get("fc_0.w_0"), scope.get("fc_0.w_0"))
     export.export_compiled(tmp_path / "net.pdx", program, feed_names, [out], scope,
-                           platforms=("cpu",))
+                           platforms=(jax.export.default_export_platform(),))   # called here
     (exported,) = export.load_compiled(tmp_path / "net.pdx")(X[:4])
     np.testing.assert_allclose(exported, expected[:4], rtol=1e-6)
 

@@ -46,7 +46,8 @@ def test_linen_train_and_eval_behaviour_in_one_program(tmp_path):
 
     # exported (test mode): each example's output is its own, at any batch size
     path = tmp_path / "net.pdx"
-    pd.export.export_compiled(str(path), program, ["x"], [out], scope, platforms=("cpu",))
+    pd.export.export_compiled(str(path), program, ["x"], [out], scope,
+                              platforms=(jax.export.default_export_platform(),))
     model = pd.export.load_compiled(str(path))
     one, three = model(x2[:1])[0], model(x2)[0]
     np.testing.assert_allclose(one[0], three[0], rtol=1e-6, atol=1e-6)

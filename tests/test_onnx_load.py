@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 
+import jax
 import numpy as np
 import pytest
 
@@ -17,6 +18,7 @@ from progdesc import onnx as pd_onnx  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RNG = np.random.default_rng(0)
+HERE = jax.export.default_export_platform()   # the platform the artifacts are called on here
 W = RNG.standard_normal((4, 3)).astype(np.float32)
 B = RNG.standard_normal(3).astype(np.float32)
 
@@ -314,7 +316,7 @@ def test_a_model_exports_whatever_its_dim_params_are_named(tmp_path, dim):
     named = pd_onnx.input_dims(model)["x"]
     assert named[0].isidentifier() and named[1] == 4
     header = pd.export.export_compiled(tmp_path / "m.pdx", program, feeds, fetches, scope,
-                                       platforms=("cpu",),
+                                       platforms=(HERE,),
                                        batch_polymorphic={"x": (named[0], None)})
     assert header["feeds"][0]["shape"] == [named[0], 4]
     x = RNG.standard_normal((3, 4)).astype(np.float32)
@@ -427,7 +429,7 @@ def test_the_command_shows_runs_and_exports_an_onnx_model(tmp_path):
     reference = np.maximum(a + c, 0) @ w2
     np.testing.assert_allclose(np.load(tmp_path / "out" / saved), reference, rtol=1e-5,
                                atol=1e-5)
-    done = progdesc("export", path, "-o", tmp_path / "two.pdx", "--platforms", "cpu")
+    done = progdesc("export", path, "-o", tmp_path / "two.pdx", "--platforms", HERE)
     assert done.returncode == 0, done.stderr
     assert "a: float32[batch, seq, 4]; c: float32[batch, seq, 4]; y: float32[batch, seq, 2]" \
         in done.stdout
@@ -456,7 +458,7 @@ GPT2 = os.path.join(ROOT, "tests", "fixtures", "onnx", "gpt2_block_dynamo.onnx")
 @pytest.mark.skipif(not os.path.exists(GPT2), reason="the PyTorch fixtures are not here")
 def test_the_command_exports_pytorchs_gpt2_block_with_its_batch_and_sequence_dims(tmp_path):
     reference = np.load(GPT2.replace("_dynamo.onnx", ".npz"), allow_pickle=False)
-    done = progdesc("export", GPT2, "-o", tmp_path / "gpt2.pdx", "--platforms", "cpu")
+    done = progdesc("export", GPT2, "-o", tmp_path / "gpt2.pdx", "--platforms", HERE)
     assert done.returncode == 0, done.stderr
     assert "x: float32[batch, seq, 32]; output: float32[batch, seq, 32]" in done.stdout
     compiled = pd.export.load_compiled(tmp_path / "gpt2.pdx")

@@ -17,6 +17,15 @@ FEED = {"image": _RNG.normal(size=(2, 1, 6, 6)).astype(np.float32),
         "tokens": _RNG.normal(size=(2, 4, 8)).astype(np.float32)}
 
 
+@pytest.fixture(autouse=True)
+def _jaxs_own_setting_unset():
+    """These tests are about what the "default" policy leaves to JAX: they see JAX's matmul
+    precision unset, also where the suite pins it to "highest" (off the CPU:
+    tests/backend_precision.py)."""
+    with jax.default_matmul_precision(None):
+        yield
+
+
 def _model(precision="default"):
     """Convolution, matmul and attention, trained: their gradient ops hold dots and convs too."""
     main, startup = pd.Program(random_seed=1, precision=precision), pd.Program(random_seed=1)
