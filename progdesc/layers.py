@@ -13,7 +13,6 @@ import inspect
 import math
 import numbers
 
-from lowering import registry
 from lowering.errors import ProgramError
 from progdesc import control_flow
 from progdesc import initializer as init
