@@ -22,7 +22,7 @@ from lowering import dtypes
 from lowering import progdesc_pb2 as pb
 from lowering.desc import slot_map
 from progdesc.display.graph import ROLE_COLORS, role_of, sub_blocks
-from progdesc.display.text import format_value, non_default_attrs, param_settings_text, type_str
+from progdesc.display.text import attr_texts, param_settings_text, type_str
 
 __all__ = ["ProgramTable", "block_html", "program_html", "scope_html"]
 
@@ -74,18 +74,8 @@ def _vars_cell(block, mapping):
 
 
 def _attrs_cell(op_desc):
-    parts = []
-    for name, value, kind in non_default_attrs(op_desc):
-        if kind == "block":
-            text = f"block {value}"
-        elif kind == "blocks":
-            text = "blocks " + ", ".join(str(b) for b in value)
-        else:
-            text = format_value(value)
-        if len(text) > _MAX_ATTR_CHARS:
-            text = text[:_MAX_ATTR_CHARS - 1] + "\u2026"
-        parts.append(f"{_e(name)}={_e(text)}")
-    return "<br>".join(parts)
+    return "<br>".join(f"{_e(name)}={_e(text)}"
+                       for name, text in attr_texts(op_desc, _MAX_ATTR_CHARS))
 
 
 def _block_table(block, shown):

@@ -92,6 +92,23 @@ def non_default_attrs(op_desc):
     return shown
 
 
+def attr_texts(op_desc, max_chars):
+    """[(name, text)] of an op's non-default attributes as shown to a person: sub-blocks as
+    'block k', values by `format_value`, each cut to `max_chars` with an ellipsis."""
+    shown = []
+    for name, value, kind in non_default_attrs(op_desc):
+        if kind == "block":
+            text = f"block {value}"
+        elif kind == "blocks":
+            text = "blocks " + ", ".join(str(b) for b in value)
+        else:
+            text = format_value(value)
+        if len(text) > max_chars:
+            text = text[:max_chars - 1] + "\u2026"
+        shown.append((name, text))
+    return shown
+
+
 def block_text(block):
     """The readable listing of one block."""
     lines = [f"block {block.idx} (parent {block.parent_idx}) {{"]

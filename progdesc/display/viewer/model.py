@@ -26,7 +26,7 @@ import bisect
 from lowering import dtypes
 from lowering.desc import FORWARD_OP
 from lowering.gc_pause import gc_paused
-from progdesc.display.text import ROLE_NAMES, format_value, non_default_attrs
+from progdesc.display.text import ROLE_NAMES, attr_texts
 from progdesc.display.viewer.sources import SourceLines
 
 __all__ = ["SCHEMA_VERSION", "view_model"]
@@ -69,18 +69,7 @@ def _sub_blocks(op_desc):
 
 
 def _attrs(op_desc):
-    shown = []
-    for name, value, kind in non_default_attrs(op_desc):
-        if kind == "block":
-            text = f"block {value}"
-        elif kind == "blocks":
-            text = "blocks " + ", ".join(str(b) for b in value)
-        else:
-            text = format_value(value)
-        if len(text) > _MAX_ATTR_CHARS:
-            text = text[:_MAX_ATTR_CHARS - 1] + "\u2026"
-        shown.append([name, text])
-    return shown
+    return [[name, text] for name, text in attr_texts(op_desc, _MAX_ATTR_CHARS)]
 
 
 class _Vars:
