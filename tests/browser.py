@@ -14,6 +14,24 @@ VIEWPORT = {"width": 1000, "height": 800}
 CANDIDATES = ("chromium", "chromium-browser", "/usr/bin/chromium", "/usr/lib/chromium/chromium")
 
 
+LEGIBLE_PX = 9   # the smallest rendered text size the viewer may open at
+# What a person sees of a viewer on the page: the page's scroll width, the canvas's edges,
+# the smallest rendered font, and the nodes in view horizontally inside or outside the canvas.
+SEEN = """() => {
+  const svg = document.querySelector('.pdv-canvas').getBoundingClientRect();
+  let font = Infinity, inside = 0, outside = [];
+  document.querySelectorAll('.pdv-canvas text').forEach(t => {
+    font = Math.min(font, parseFloat(getComputedStyle(t).fontSize) * t.getScreenCTM().a); });
+  document.querySelectorAll('.pdv-node').forEach(n => {
+    const r = n.getBoundingClientRect();
+    if (r.bottom < svg.top || r.top > svg.bottom) return;          // below the fold: panned to
+    if (r.left >= svg.left && r.right <= svg.right) inside++; else outside.push(n.dataset.id);
+  });
+  return {scrollWidth: document.documentElement.scrollWidth, svgLeft: svg.left, svgRight: svg.right,
+          font: font, inside: inside, outside: outside};
+}"""
+
+
 def find_chromium():
     """The path of a Chromium executable (PROGDESC_CHROMIUM, then `chromium` on PATH), or None."""
     for name in (os.environ.get("PROGDESC_CHROMIUM"),) + CANDIDATES:

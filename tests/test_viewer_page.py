@@ -9,27 +9,12 @@ from pathlib import Path
 import pytest
 
 import viewer_models as M
-from browser import new_page
+from browser import LEGIBLE_PX, SEEN, new_page
 from progdesc.display.viewer import Viewer
 
 ARTIFACTS = Path(__file__).resolve().parents[1] / "build" / "test-artifacts" / "viewer"
 MODELS = {"cnn": M.demo_cnn, "mlp": M.mlp, "transformer": M.transformer,
           "control_flow": M.control_flow, "bert": M.bert_base, "ops10k": lambda: M.chain(10_000)}
-LEGIBLE_PX = 9
-
-SEEN = """() => {
-  const svg = document.querySelector('.pdv-canvas').getBoundingClientRect();
-  let font = Infinity, inside = 0, outside = [];
-  document.querySelectorAll('.pdv-canvas text').forEach(t => {
-    font = Math.min(font, parseFloat(getComputedStyle(t).fontSize) * t.getScreenCTM().a); });
-  document.querySelectorAll('.pdv-node').forEach(n => {
-    const r = n.getBoundingClientRect();
-    if (r.bottom < svg.top || r.top > svg.bottom) return;          // below the fold: panned to
-    if (r.left >= svg.left && r.right <= svg.right) inside++; else outside.push(n.dataset.id);
-  });
-  return {scrollWidth: document.documentElement.scrollWidth, svgLeft: svg.left, svgRight: svg.right,
-          font: font, inside: inside, outside: outside};
-}"""
 
 
 class Opened:
