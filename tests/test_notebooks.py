@@ -29,7 +29,7 @@ VIEWERS = {}   # notebook stem -> {cell index: viewer HTML}, from test_notebook_
 # Viewers too wide for 1000 px at the smallest legible zoom, which open there with nodes
 # to pan to. 07's imported nnx CNN: JAX names no layers, and the batch statistics, the
 # dropout mask's bit arithmetic and both modes' branches stay loose ops side by side.
-WIDER_THAN_THE_PAGE = {"07_jax_flax cell 5"}
+WIDER_THAN_THE_PAGE = set()
 SHOWS_VIEWER = {"01_quickstart", "02_gradients", "03_export", "04_control_flow",
                 "05_data_parallel", "06_eager", "07_jax_flax"}
 

@@ -494,3 +494,31 @@ def test_imported_flax_ops_join_their_submodules():
     joined = [n for n in constants if first_reader[n["outputs"][0][1][0]]["group"] != "r:forward"]
     assert joined and all(n["group"] == first_reader[n["outputs"][0][1][0]]["group"]
                           for n in joined)
+
+
+def test_imported_ops_between_layers_join_the_later_layer():
+    """Flat-named ops (an import's) reading results of two layers that share no prefix join
+    the layer that began later in the program (a norm applied to a conv's output, a dropout
+    mask applied to the norm's); reading a feed (a shape, as random bits do) does not keep
+    an op out of its layer."""
+    main = pd.Program()
+    with pd.program_guard(main, pd.Program()):
+        x = pd.data("x", [2, 3])
+        block = main.global_block()
+        a_w, b_scale, c_seed = (block.create_parameter(n, s) for n, s in
+                                (("a.w", [3, 3]), ("b.scale", [3]), ("c.seed", [3])))
+        d_w, d_b = block.create_parameter("d.w", [3, 2]), block.create_parameter("d.b", [2])
+        h = ops.matmul(x, a_w)                                  # a: its parameter
+        s = ops.square(h)                                       # a: continues a
+        ops.reduce_sum(h)                                       # a
+        r = ops.mul(h, b_scale)                                 # b: its parameter
+        t = ops.relu(ops.sub(s, r))                             # b: a's and b's -> b; b
+        bits = ops.mul(ops.tanh(c_seed), x)                     # c: its parameter; c and a feed
+        ops.add(ops.matmul(ops.mul(bits, t), d_w), d_b)         # c: b's and c's -> c; d, d
+    model = view_model(main)
+    got = [(n["type"], n["group"].removeprefix("g:forward/"))
+           for n in model["nodes"] if n["kind"] == "op"]
+    assert got == [("matmul", "a"), ("square", "a"), ("reduce_sum", "a"),
+                   ("mul", "b"), ("sub", "b"), ("relu", "b"),
+                   ("tanh", "c"), ("mul", "c"), ("mul", "c"),
+                   ("matmul", "d"), ("add", "d")]

@@ -12,7 +12,8 @@ takes a fraction of a second).
   output's name (`enc_0.attn.query.matmul_0.out` -> `enc_0` > `enc_0.attn` >
   `enc_0.attn.query` > `enc_0.attn.query.matmul_0`). When that name holds no
   layer (imported programs: 'conv2d_2.output'), the op joins the layer of the
-  parameter it reads, or the one the ops it reads from joined. A gradient op
+  parameter it reads, or the one the ops it reads from joined (the later of two
+  layers with nothing in common: a norm reading a conv's result). A gradient op
   takes the path of its forward op, an optimizer op that of the parameter it
   updates. A group that would hold a single op is dissolved into its parent; one
   holding every op of its parent is left out.
@@ -162,6 +163,7 @@ class _Builder:
         self.op_group = {}      # op id -> its group id
         self.op_region = {}     # op id -> region
         self.raw_path = {}      # op id -> the op's group path before dissolving
+        self.path_rank = {}     # tuple(path) -> how many paths an op took before it
         self.inferred = set()   # ids of the ops whose path came from parameters or dataflow
         self.plumbing = set()   # ids of the ops with a name of their own that compute from
                                 # constants and feeds only (a shape, a mask, a constant)
@@ -317,6 +319,7 @@ class _Builder:
             forward = self.forward_link(k, op_desc, ins)
             path = self.op_path(k, i, op_desc, op_region, ins, outs, forward, owner_pos)
             self.raw_path[op_id] = path
+            self.path_rank.setdefault(tuple(path), len(self.path_rank))
             box = container or f"r:{op_region}"
             members.setdefault((box, op_region), []).append(op_id)
             for name in outs:
@@ -416,31 +419,37 @@ class _Builder:
         'add_0.out', as imported programs name them): that of the first parameter (or other
         persistable variable) it reads with one ('conv2d_0.w_0' -> conv2d_0), else the
         deepest layer shared by the ops that wrote its inputs if each of them got its layer
-        this way, plumbing aside (the bias add and activation after a convolution join it;
-        q @ k joins the attention holding both projections); [] if none. Plumbing (an op
+        this way, plumbing and feeds aside (the bias add and activation after a convolution
+        join it; q @ k joins the attention holding both projections); where they share
+        none, the layer that began last (a norm's arithmetic on a conv's result joins the
+        norm, a dropout mask applied to it the dropout); [] if none. Plumbing (an op
         computing from constants and feeds only: `fill_constant`, `dim_size(x)`) joins
         the layer of its first reader, if that got its layer this way."""
         found = [self.vars.find(k, name)[0] for name in ins]
         for name, var in zip(ins, found):   # a parameter, or a layer's state (norm.mean)
             if var is not None and var.persistable and _path(name):
                 return _path(name)
-        shared = None
+        shared = latest = None
         for name, var in zip(ins, found):
             if var is not None and var.persistable:
                 continue
             src = self.writer(k, name, i, owner_pos)
-            if src in self.plumbing:
+            if src is None or src in self.plumbing:   # a feed, a constant
                 continue
             if src not in self.inferred:
                 return []
             path = self.raw_path[src]
             if shared is None:
-                shared = path
+                shared = latest = path
             else:
                 n = 0
                 while n < len(shared) and n < len(path) and shared[n] == path[n]:
                     n += 1
                 shared = shared[:n]
+                if self.path_rank.get(tuple(path), -1) > self.path_rank.get(tuple(latest), -1):
+                    latest = path
+        if shared == [] and latest:   # layers with nothing in common: the later one reads
+            return latest              # the earlier one's result (a norm applied to a conv's)
         return shared or []
 
 
