@@ -454,5 +454,5 @@ for _name, _layer_fn in list(globals().items()):
 del _name, _layer_fn
 
 
-from progdesc import paddle_names as _paddle_names   # noqa: E402  (it imports ops, not layers)
-_paddle_names.install(globals())   # Paddle's spellings: mean, elementwise_add, ...
+from progdesc.paddle_names import install as install_paddle_names  # noqa: E402 (no cycle)
+install_paddle_names(globals())   # Paddle's spellings: mean, elementwise_add, ...
