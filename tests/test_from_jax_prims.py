@@ -122,6 +122,14 @@ ZOO = {
 }
 
 
+def unstacking(x):
+    first, second, third = lax.unstack(x, axis=1)   # what iterating over an array binds in JAX 0.11
+    return first * second + third, lax.unstack(x[:, :2, None], axis=2)[0] * 2.0
+
+
+ZOO["unstacking"] = (unstacking, (_rand(4, 3),))
+
+
 # imported at the example's batch size: cummax and cummin along the batch dim differentiate
 # with an associative scan, which needs its size (as in JAX); the scatters' updates do not
 # share the operand's batch dim
@@ -152,3 +160,20 @@ def test_scatter_mul_refuses_the_gradient_of_colliding_updates_as_jax_does():
 @pytest.mark.parametrize("case", sorted(set(ZOO) - FIXED))
 def test_a_polymorphic_import_runs_at_other_batch_sizes(case):
     check_other_batch_sizes(*ZOO[case])
+
+
+class _FlatTreeOfScan:
+    """What JAX 0.11 gives a scan equation as `ft_in`: a tree of (consts, carry, xs) whose
+    `unpack()` gives the three parts."""
+
+    def __init__(self, *parts):
+        self.parts = parts
+
+    def unpack(self):
+        return self.parts
+
+
+def test_scan_counts_come_from_jax_0_10s_parameters_or_jax_0_11s_flat_tree():
+    from progdesc.interop.jax_rules import scan_counts
+    assert scan_counts(2, 1, None) == (2, 1)
+    assert scan_counts(None, None, _FlatTreeOfScan([None] * 2, [None] * 3, [None])) == (2, 3)

@@ -184,6 +184,13 @@ def stack(t, *xs, axis):
     return t.call("stack", list(xs), axis=axis)
 
 
+@RULES.rule("unstack")
+def unstack(t, x, *, axis, in_types):
+    n = in_types[0].shape[axis]   # JAX cannot unstack along a symbolic dim: an int
+    return [t.call("squeeze", part, axes=[axis])
+            for part in t.call("split", x, num=n, axis=axis)]
+
+
 @RULES.rule("split")
 def split(t, x, *, sizes, axis):
     return t.call("split", x, sections=list(sizes), axis=axis)
@@ -466,8 +473,21 @@ def cond(t, index, *operands, branches):
     return [v.name for v in out]
 
 
+def scan_counts(num_consts, num_carry, ft_in):
+    """(consts, carried values) a `scan` equation's operands begin with: JAX up to 0.10
+    gives the counts as parameters, JAX 0.11 as the flat tree `ft_in` of (consts, carry,
+    xs)."""
+    if num_consts is not None and num_carry is not None:
+        return num_consts, num_carry
+    if ft_in is None:
+        raise Unsupported("a scan with neither num_consts/num_carry nor ft_in")
+    consts, carry, _ = ft_in.unpack()
+    return len(consts), len(carry)
+
+
 @RULES.rule("scan")
-def scan_(t, *operands, jaxpr, num_consts, num_carry, length, reverse):
+def scan_(t, *operands, jaxpr, length, reverse, num_consts=None, num_carry=None, ft_in=None):
+    num_consts, num_carry = scan_counts(num_consts, num_carry, ft_in)
     consts = operands[:num_consts]
     init = operands[num_consts:num_consts + num_carry]
     xs = operands[num_consts + num_carry:]
