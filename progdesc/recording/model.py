@@ -103,6 +103,7 @@ class Model:
         self._examples = None
         self._inside = 0
         self._last = {}          # (kind, training) -> the latest Recording
+        self._state_names = {}   # persistable name -> whether a trainable parameter
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -206,12 +207,11 @@ class Model:
                 if name in self.scope}
 
     def _names(self, trainable):
-        names = {}
-        for rec in self.recordings.values():
-            for name, var in io.persistable_vars(rec.program).items():
-                if var.is_parameter or not trainable:
-                    names.setdefault(name, None)
-        return list(names)
+        return [n for n, is_param in self._state_names.items() if is_param or not trainable]
+
+    def _note_state(self, program):
+        for name, var in io.persistable_vars(program).items():
+            self._state_names.setdefault(name, var.is_parameter)
 
     def save(self, path):
         """Write the train program's persistables (parameters, optimizer state) from
@@ -304,6 +304,7 @@ class Model:
                 "body must call the same layers in the same order each time to reuse them",
                 RecordingWarning, stacklevel=3)
         self._initialise(startup)
+        self._note_state(main)
         rec = Recording(kind, training, self._signature(arrays), main, startup,
                         [v.name for v in variables], fetch_names, structure)
         self.recordings[(kind, training, rec.signature)] = rec
@@ -334,6 +335,7 @@ class Model:
                 eager.keeping_state(startup), self._body(kind, training):
             variables = self._declare_inputs(fn, inputs, eager_values=True)
             result = fn(self, *variables)
+        self._note_state(main)
         _flatten(result, kind)
         return result
 
