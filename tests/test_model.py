@@ -3,7 +3,7 @@ and replayed compiled; graph mode switched off and on over the same Scope.
 
 References: the same network built as a static program by hand (main + startup, trained by
 an Executor from a fresh Scope), NumPy for forward values, and counts of how often the
-Python body ran. The CNN and transformer run few steps here and 50 under `slow`.
+Python body ran. The transformer runs 2 steps here and 50 under `slow`, the demo CNN 50 under `slow`.
 """
 import inspect
 import os
@@ -239,7 +239,8 @@ IMAGES = RNG.uniform(size=(16, 1, 8, 8)).astype("float32")
 LABELS = RNG.integers(0, 10, size=(16, 1)).astype("int64")
 
 
-@pytest.mark.parametrize("steps", [3, pytest.param(50, marks=pytest.mark.slow)])
+@pytest.mark.slow   # the CI suite proves the parity on the MLP and the transformer layer
+@pytest.mark.parametrize("steps", [50])
 def test_demo_cnn_trains_as_the_demo_program(steps):
     main, startup, _, image, label, loss, _ = demo.build(learning_rate=0.01, seed=SEED)
     exe, scope = pd.Executor(), pd.Scope()
@@ -274,7 +275,7 @@ SEQ = RNG.normal(size=(4, 5, 8)).astype("float32")
 SEQ_Y = SEQ.sum(2, keepdims=True)
 
 
-@pytest.mark.parametrize("steps", [3, pytest.param(50, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("steps", [2, pytest.param(50, marks=pytest.mark.slow)])
 def test_transformer_layer_with_dropout_trains_as_the_static_program(steps):
     params, _ = static_training(transformer_loss, {"x": SEQ, "y": SEQ_Y}, steps)
     model = Transformer().compile([SEQ, SEQ_Y])

@@ -104,6 +104,7 @@ class Model:
         self._inside = 0
         self._last = {}          # (kind, training) -> the latest Recording
         self._state_names = {}   # persistable name -> whether a trainable parameter
+        self._replays = {}       # the inputs' (kind, training, dtypes, shapes) -> Recording
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -245,21 +246,36 @@ class Model:
     # --- running a step ---
 
     def _step(self, kind, fn, inputs):
-        """Run step `kind` (its undecorated body `fn`) on `inputs`, as the mode says."""
-        self._ready()
-        training = True if kind == "train_one_batch" else self.training
-        if not self.use_graph:
-            return self._run_eagerly(kind, fn, training, inputs)
-        arrays = [np.asarray(x) if not hasattr(x, "dtype") else x for x in inputs]
-        key = (kind, training, self._signature(arrays))
-        rec = self.recordings.get(key)
+        """Run step `kind` (its undecorated body `fn`) on `inputs`, as the mode says: the
+        replay of its recording for these inputs' dtypes and shapes, recorded first where
+        there is none; in eager mode the body."""
+        state = self.__dict__
+        if not state.get("use_graph", True):
+            return self._run_eagerly(kind, fn, self.training or kind == "train_one_batch",
+                                     inputs)
+        training = kind == "train_one_batch" or self.training
+        if self.batch_polymorphic:   # what the inputs are, as they come
+            key = (kind, training, *[(x.dtype, x.shape[1:], len(x.shape)) if hasattr(
+                x, "dtype") else (type(x),) for x in inputs])
+        else:
+            key = (kind, training, *[(x.dtype, x.shape) if hasattr(x, "dtype") else
+                                     (type(x),) for x in inputs])
+        rec = state["_replays"].get(key) if "_replays" in state else None
         if rec is None:
-            rec = self._record(kind, fn, training, arrays)
-        outs = self.executor.run(rec.program, feed=dict(zip(rec.feed_names, arrays)),
+            self._ready()
+            arrays = [x if hasattr(x, "dtype") else np.asarray(x) for x in inputs]
+            rec = self.recordings.get((kind, training, self._signature(arrays)))
+            if rec is None:
+                rec = self._record(kind, fn, training, arrays)
+            self._replays[key] = rec
+        outs = self.executor.run(rec.program, feed=dict(zip(rec.feed_names, inputs)),
                                  fetch_list=rec.fetch_names, scope=self.scope)
-        return _shaped(outs, rec.structure)
+        return outs[0] if rec.structure == "one" else _shaped(outs, rec.structure)
 
     def _signature(self, arrays):
+        """The signature recordings are kept by: per input its dtype (float64 as the
+        float32 it is fed as), its shape (past the batch dim where the program takes any
+        batch size) and rank."""
         sig = []
         for a in arrays:
             dtype = np.dtype(a.dtype)

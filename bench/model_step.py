@@ -1,0 +1,106 @@
+"""`pd.Model`'s graph-mode step against `Executor.run` of the same program (issue 28):
+`python -m bench.model_step`, and the `model` section of `python -m bench`.
+
+Two models, each a `pd.Model` whose `train_one_batch` is forward, loss and Adam's update:
+
+- readme: the README's MLP (4-16-1, batch 64): next to no arithmetic, so the row shows
+  what the Model adds per call (the signature, the feed dict, the result's shape);
+- mlp: a 784-256-256-10 classifier, batch 128, softmax cross-entropy, int64 labels.
+
+For each, after the first call recorded the step: `model.train_one_batch(x, y)` against
+`exe.run(model.train_program, feed, fetch_list, scope=model.scope)` (the recorded program,
+on the model's own Scope, by the same Executor), NumPy feeds and the loss read back as
+NumPy on both sides, interleaved (bench.common.interleaved). Target: ratio <= 1.05. Also
+shown, not targeted: one eager step (`model.graph(False)`), op by op.
+"""
+import argparse
+
+import numpy as np
+
+from bench.common import interleaved
+
+
+def models():
+    """{name: (model, x, y)}: the two models, compiled, their step recorded."""
+    import progdesc as pd
+    from progdesc import layers, ops
+
+    class ReadmeMLP(pd.Model):
+        def __init__(self):
+            super().__init__(seed=0)
+            self.optimizer = pd.optimizer.Adam(0.01)
+
+        def forward(self, x):
+            return layers.fc(layers.fc(x, 16, act="tanh"), 1)
+
+        def train_one_batch(self, x, y):
+            loss = layers.mse_loss(self.forward(x), y)
+            self.optimizer.minimize(loss)
+            return loss
+
+    class Classifier(pd.Model):
+        def __init__(self):
+            super().__init__(seed=0)
+            self.optimizer = pd.optimizer.Adam(1e-3)
+
+        def forward(self, x):
+            h = layers.fc(layers.fc(x, 256, act="relu"), 256, act="relu")
+            return layers.fc(h, 10)
+
+        def train_one_batch(self, x, label):
+            loss = ops.mean(layers.softmax_with_cross_entropy(self.forward(x), label))
+            self.optimizer.minimize(loss)
+            return loss
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(64, 4)).astype(np.float32)
+    found = {"readme": (ReadmeMLP(), x, x.sum(1, keepdims=True))}
+    x = rng.normal(size=(128, 784)).astype(np.float32)
+    found["mlp"] = (Classifier(), x, rng.integers(0, 10, size=(128, 1)).astype(np.int64))
+    for model, x, y in found.values():
+        model.compile([x, y])
+        model.train_one_batch(x, y)
+    return found
+
+
+def run(steps=400, block=20, log=print):
+    """{name: {"model", "executor", "eager", "ratio", "calls"}} (seconds per step)."""
+    results = {}
+    for name, (model, x, y) in models().items():
+        rec, = model.recordings.values()   # the step's one recording
+        program, exe, scope = rec.program, model.executor, model.scope
+        feed = dict(zip(rec.feed_names, (x, y)))
+
+        def eager_step():
+            model.graph(False)
+            try:
+                model.train_one_batch(x, y).numpy()
+            finally:
+                model.graph(True)
+
+        timed = interleaved({
+            "model": lambda: model.train_one_batch(x, y),
+            "executor": lambda: exe.run(program, feed=feed, fetch_list=rec.fetch_names,
+                                        scope=scope)[0],
+        }, steps, warmup=5, block=block)
+        calls = model.calls["train_one_batch"]
+        eager = interleaved({"eager": eager_step}, max(steps // 20, 5), warmup=2, block=5)
+        r = results[name] = {k: v["median_s"] for k, v in timed.items()}
+        r["eager"] = eager["eager"]["median_s"]
+        r["ratio"] = r["model"] / r["executor"]
+        r["calls"] = calls
+        log(f"  {name}: Model step {r['model'] * 1e6:.0f} us, Executor.run "
+            f"{r['executor'] * 1e6:.0f} us (x{r['ratio']:.3f}); eager step "
+            f"{r['eager'] * 1e3:.1f} ms; in graph mode the body ran {r['calls']} time(s)")
+    return results
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=400)
+    args = ap.parse_args(argv)
+    run(args.steps)
+
+
+if __name__ == "__main__":
+    main()
