@@ -55,6 +55,7 @@ from progdesc.recording.values import RecordingWarning
 from progdesc.scope import Scope, scope_guard
 
 _STEPS = ("train_one_batch", "forward")   # the methods a Model records and replays
+_MAX_REPLAYS = 1024   # remembered input signatures (per batch size where it varies)
 
 
 @dataclasses.dataclass
@@ -104,7 +105,7 @@ class Model:
         self._inside = 0
         self._last = {}          # (kind, training) -> the latest Recording
         self._state_names = {}   # persistable name -> whether a trainable parameter
-        self._replays = {}       # the inputs' (kind, training, dtypes, shapes) -> Recording
+        self._replays = {}       # (kind, training, inputs' dtypes and shapes) -> Recording
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -246,31 +247,29 @@ class Model:
     # --- running a step ---
 
     def _step(self, kind, fn, inputs):
-        """Run step `kind` (its undecorated body `fn`) on `inputs`, as the mode says: the
-        replay of its recording for these inputs' dtypes and shapes, recorded first where
-        there is none; in eager mode the body."""
-        state = self.__dict__
-        if not state.get("use_graph", True):
-            return self._run_eagerly(kind, fn, self.training or kind == "train_one_batch",
-                                     inputs)
+        """Run step `kind` (its undecorated body `fn`) on `inputs` where the fast path of
+        `_stepped` did not: in eager mode the body; in graph mode the recording for these
+        inputs' signature, made first where there is none."""
+        self._ready()
         training = kind == "train_one_batch" or self.training
-        if self.batch_polymorphic:   # what the inputs are, as they come
-            key = (kind, training, *[(x.dtype, x.shape[1:], len(x.shape)) if hasattr(
-                x, "dtype") else (type(x),) for x in inputs])
-        else:
-            key = (kind, training, *[(x.dtype, x.shape) if hasattr(x, "dtype") else
-                                     (type(x),) for x in inputs])
-        rec = state["_replays"].get(key) if "_replays" in state else None
+        if not self.use_graph:
+            return self._run_eagerly(kind, fn, training, inputs)
+        arrays = [x if hasattr(x, "dtype") else np.asarray(x) for x in inputs]
+        rec = self.recordings.get((kind, training, self._signature(arrays)))
         if rec is None:
-            self._ready()
-            arrays = [x if hasattr(x, "dtype") else np.asarray(x) for x in inputs]
-            rec = self.recordings.get((kind, training, self._signature(arrays)))
-            if rec is None:
-                rec = self._record(kind, fn, training, arrays)
-            self._replays[key] = rec
+            rec = self._record(kind, fn, training, arrays)
+        if all(hasattr(x, "dtype") for x in inputs):
+            replays = self._replays
+            if len(replays) >= _MAX_REPLAYS:
+                replays.clear()
+            replays[(kind, training, *[(x.dtype, x.shape) for x in inputs])] = rec
+        return self._replay(rec, inputs)
+
+    def _replay(self, rec, inputs):
+        """Run recording `rec` on `inputs` through the Executor; its results as NumPy."""
         outs = self.executor.run(rec.program, feed=dict(zip(rec.feed_names, inputs)),
                                  fetch_list=rec.fetch_names, scope=self.scope)
-        return outs[0] if rec.structure == "one" else _shaped(outs, rec.structure)
+        return _shaped(outs, rec.structure)
 
     def _signature(self, arrays):
         """The signature recordings are kept by: per input its dtype (float64 as the
@@ -379,11 +378,28 @@ class _Body:
 
 
 def _stepped(kind, fn):
-    """`fn` (a subclass's step method), recorded and replayed by its Model."""
+    """`fn` (a subclass's step method), recorded and replayed by its Model. The replay of
+    inputs seen before (same dtypes and shapes, same mode) is looked up here at once: it is
+    all a graph-mode step costs besides `Executor.run`."""
+    train = kind == "train_one_batch"
+
     @functools.wraps(fn)
     def step(self, *inputs):
-        if self.__dict__.get("_inside"):   # called from inside a body: part of its recording
+        state = self.__dict__
+        if state.get("_inside"):   # called from inside a body: part of its recording
             return fn(self, *inputs)
+        replays = state.get("_replays")
+        if replays and state["use_graph"]:
+            try:
+                rec = replays.get((kind, train or state["training"],
+                                   *[(x.dtype, x.shape) for x in inputs]))
+            except AttributeError:   # a Python number or list among the inputs
+                rec = None
+            if rec is not None:
+                outs = state["executor"].run(rec.program, feed=dict(zip(rec.feed_names,
+                                                                        inputs)),
+                                             fetch_list=rec.fetch_names, scope=state["scope"])
+                return outs[0] if rec.structure == "one" else _shaped(outs, rec.structure)
         return self._step(kind, fn, inputs)
     return step
 
@@ -401,6 +417,7 @@ def _flatten(result, kind):
 
 
 def _shaped(outs, structure):
+    """The fetched `outs` shaped as the body's return value was."""
     if structure == "one":
         return outs[0]
     return tuple(outs) if structure == "tuple" else None
