@@ -26,8 +26,9 @@ the parameters the Scope lacks are initialised by the startup program's ops that
 them, and the main program runs through the model's Executor, exactly as `Executor.run`
 runs it. Every later call with that signature runs the compiled program and not the
 Python body. Python side effects of the body (appending to a list, printing, counting)
-therefore happen once per recording, and turning a value into a Python bool, int or float
-in the body is a `RecordingError` naming the line (use `pd.control_flow`).
+therefore happen once per recording, a Python number the body reads into an op (a counter
+of its own) keeps the value it had then, and turning a value into a Python bool, int or
+float in the body is a `RecordingError` naming the line (use `pd.control_flow`).
 
 Graph off (`model.graph(False)`): every call runs the body in eager mode, op by op, in
 fresh programs: values can be read (`var.numpy()`, `float(loss)`) and the call returns
@@ -159,6 +160,15 @@ class Model:
         """`forward(*inputs)`."""
         return self.forward(*inputs)
 
+    def forward(self, *inputs):
+        """The model's forward pass: a subclass defines it (and `train_one_batch`)."""
+        raise NotImplementedError(f"{type(self).__name__} defines no forward(...)")
+
+    def train_one_batch(self, *inputs):
+        """One training step (forward, loss, `optimizer.minimize(loss)`): a subclass
+        defines it."""
+        raise NotImplementedError(f"{type(self).__name__} defines no train_one_batch(...)")
+
     # --- what was recorded ---
 
     @property
@@ -183,8 +193,8 @@ class Model:
         found = self._last.get((kind, training))
         if found is None and kind == "train_one_batch" and self._examples is not None \
                 and self._examples[0]:
-            found = self._record(kind, getattr(type(self), kind).__wrapped__, True,
-                                 self._examples[1])
+            body = getattr(getattr(type(self), kind), "__wrapped__", None)
+            found = body and self._record(kind, body, True, self._examples[1])
         if found is None:
             what = "model.eval(); model(x)" if kind == "forward" else \
                 "model.compile(example_inputs) or a train_one_batch call"
