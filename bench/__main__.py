@@ -338,6 +338,8 @@ def table(res):
     for name, r in res.get("model", {}).items():
         add(f"pd.Model step vs Executor.run, {name}",
             f"{fmt_s(r['model'])} / {fmt_s(r['executor'])}", "step", r["ratio"], "x{:.3f}")
+        add("  (Executor.run + the Model's own cost)",
+            f"+{r['added'] * 1e6:.1f} us", "step", r["ratio_added"], "x{:.3f}")
     b = res.get("build")
     if b:
         pe = b["phase_exponents"]
