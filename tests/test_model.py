@@ -217,6 +217,10 @@ def test_programs_are_ordinary_and_state_saves_and_loads(tmp_path):
 def test_a_model_without_a_step_recording_says_how_to_get_one():
     with pytest.raises(pd.ProgramError, match="model.eval"):
         MLP().eval_program
+    model = MLP().compile([X], is_train=False)           # an inference model
+    assert model.training is False
+    assert [op.type for op in model.eval_program.global_block().ops].count("matmul") == 2
+    assert sorted(model.parameters()) == ["fc_0.b_0", "fc_0.w_0", "fc_1.b_0", "fc_1.w_0"]
 
 
 def cnn_forward(image):

@@ -118,7 +118,9 @@ class Model:
     def _ready(self):
         """The model's state, set up here when a subclass's __init__ skipped Model's."""
         if "recordings" not in self.__dict__:
+            kept = dict(self.__dict__)   # what the subclass set stays as it set it
             Model.__init__(self)
+            self.__dict__.update(kept)
 
     # --- SINGA's interface ---
 
@@ -185,16 +187,18 @@ class Model:
 
     @property
     def eval_program(self):
-        """The main program of the latest graph-mode `forward` recording in eval mode."""
+        """The main program of the latest graph-mode `forward` recording in eval mode
+        (recorded now from `compile(..., is_train=False)`'s examples if there is none)."""
         return self._recording("forward", False).program
 
     def _recording(self, kind, training):
         self._ready()
         found = self._last.get((kind, training))
-        if found is None and kind == "train_one_batch" and self._examples is not None \
-                and self._examples[0]:
+        examples = self._examples
+        if found is None and examples is not None and examples[0] == (
+                kind == "train_one_batch") and training == examples[0]:
             body = getattr(getattr(type(self), kind), "__wrapped__", None)
-            found = body and self._record(kind, body, True, self._examples[1])
+            found = body and self._record(kind, body, training, examples[1])
         if found is None:
             what = "model.eval(); model(x)" if kind == "forward" else \
                 "model.compile(example_inputs) or a train_one_batch call"
