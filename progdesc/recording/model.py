@@ -45,7 +45,7 @@ import warnings
 import numpy as np
 
 from lowering import dtypes
-from lowering.errors import ProgramError
+from lowering.errors import ProgramError, RecordingError
 from progdesc import io
 from progdesc.callsites import user_callsite
 from progdesc.executor import Executor
@@ -317,10 +317,17 @@ class Model:
         Scope lacks, and keep the Recording."""
         main, startup = Program(random_seed=self.seed), Program(random_seed=self.seed)
         held = set(self._names(True))
-        with scope_guard(self.scope), program_guard(main, startup), \
-                eager.recording_only(), self._body(kind, training):
-            variables = self._declare_inputs(fn, arrays, eager_values=False)
-            result = fn(self, *variables)
+        try:
+            with scope_guard(self.scope), program_guard(main, startup), \
+                    eager.recording_only(), self._body(kind, training):
+                variables = self._declare_inputs(fn, arrays, eager_values=False)
+                result = fn(self, *variables)
+        except RecordingError as e:   # said of capture: say it of this step
+            if "while capture records" not in e.detail:
+                raise
+            raise RecordingError(e.detail.replace("while capture records",
+                                                  f"while pd.Model records {kind}"),
+                                 var=e.var, callsite=e.callsite) from None
         structure, fetch = _flatten(result, kind)
         fetch_names = [v.name for v in fetch]
         if not training:   # eval mode: is_test on every op that has it
