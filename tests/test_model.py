@@ -147,6 +147,7 @@ def test_a_new_signature_records_again():
     np.testing.assert_allclose(model(np.ones((4, 3), "int32")), 24.0)     # a new dtype
     assert model.calls["forward"] == 3
     model(np.ones((2, 3), "float32"))
+    np.testing.assert_allclose(model(np.ones((2, 3), "float64")), 12.0)   # fed as float32
     assert model.calls["forward"] == 3 and len(model.recordings) == 3
 
 
