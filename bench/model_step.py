@@ -8,9 +8,10 @@ Two models, each a `pd.Model` whose `train_one_batch` is forward, loss and Adam'
 - mlp: a 784-256-256-10 classifier, batch 128, softmax cross-entropy, int64 labels.
 
 For each, after the first call recorded the step: `model.train_one_batch(x, y)` against
-`exe.run(model.train_program, feed, fetch_list, scope=model.scope)` (the recorded program,
-on the model's own Scope, by the same Executor), NumPy feeds and the loss read back as
-NumPy on both sides, interleaved (bench.common.interleaved). Target: ratio <= 1.05. On a busy
+`exe.run(model.train_program, feed={"x": x, "y": y}, fetch_list, scope=model.scope)` (the
+recorded program, on the model's own Scope, by the same Executor; the feed dict written
+in the call, as a training loop writes it), NumPy feeds and the loss read back as NumPy
+on both sides, interleaved (bench.common.interleaved). Target: ratio <= 1.05. On a busy
 machine the two medians of the same compiled call differ by more than the Model adds, so
 that cost is also measured alone (the step with an Executor that runs nothing, less the
 bare call) and given as a ratio: (Executor.run + it) / Executor.run. Also shown, not
@@ -73,18 +74,19 @@ class _NoRun:
         return [0.0]
 
 
-def added_cost(model, rec, x, y, feed, calls):
+def added_cost(model, rec, x, y, calls):
     """Seconds per call the Model adds to `Executor.run`: its step with an Executor that
     runs nothing, less that Executor's call made as the Executor side makes it (the
     machine's noise is far above this difference when timing whole steps)."""
     import timeit
+    fx, fy = rec.feed_names
     real, model.executor = model.executor, _NoRun()
     try:
         stub = model.executor
         costs = []
         for _ in range(5):
             step = timeit.timeit(lambda: model.train_one_batch(x, y), number=calls)
-            bare = timeit.timeit(lambda: stub.run(rec.program, feed=feed,
+            bare = timeit.timeit(lambda: stub.run(rec.program, feed={fx: x, fy: y},
                                                   fetch_list=rec.fetch_names,
                                                   scope=model.scope), number=calls)
             costs.append((step - bare) / calls)
@@ -100,7 +102,7 @@ def run(steps=400, block=20, log=print):
     for name, (model, x, y) in models().items():
         rec, = model.recordings.values()   # the step's one recording
         program, exe, scope = rec.program, model.executor, model.scope
-        feed = dict(zip(rec.feed_names, (x, y)))
+        fx, fy = rec.feed_names
 
         def eager_step():
             model.graph(False)
@@ -111,11 +113,11 @@ def run(steps=400, block=20, log=print):
 
         timed = interleaved({
             "model": lambda: model.train_one_batch(x, y),
-            "executor": lambda: exe.run(program, feed=feed, fetch_list=rec.fetch_names,
-                                        scope=scope)[0],
+            "executor": lambda: exe.run(program, feed={fx: x, fy: y},
+                                        fetch_list=rec.fetch_names, scope=scope)[0],
         }, steps, warmup=5, block=block)
         calls = model.calls["train_one_batch"]
-        added = added_cost(model, rec, x, y, feed, steps * 20)
+        added = added_cost(model, rec, x, y, steps * 20)
         eager = interleaved({"eager": eager_step}, max(steps // 20, 5), warmup=2, block=5)
         r = results[name] = {k: v["median_s"] for k, v in timed.items()}
         r["eager"] = eager["eager"]["median_s"]
