@@ -20,6 +20,8 @@ Sections (all by default; pick with --only):
              first finished step (compile included), and peak RSS; then again in a second
              process that finds the first one's compilation cache;
   overhead   Executor.run vs a raw jitted call: a one-op program, training steps;
+  model      pd.Model's graph-mode train_one_batch vs Executor.run of its recorded program
+             (bench/model_step.py: the README's MLP and a 784-256-256-10 classifier);
   build      build + append_backward + lowering of 1k..10k-op programs, growth exponent;
   multistep  Executor.run(..., steps=K) vs K calls (skipped without a `steps` argument);
   imported   models of Flax's examples imported with their loss (bench/imported.py: mnist,
@@ -55,6 +57,7 @@ import tempfile
 import time
 
 from bench import build_scaling, concurrency, import_time, imported, multistep, overhead, peaks
+from bench import model_step
 from bench import onnx as onnx_bench
 from bench import viewer as viewer_bench
 from bench import paddle as paddle_bench
@@ -63,7 +66,7 @@ from bench.common import fmt_s, hlo_summary, interleaved
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-SECTIONS = ("torch", "steps", "first", "overhead", "build", "multistep", "imported",
+SECTIONS = ("torch", "steps", "first", "overhead", "model", "build", "multistep", "imported",
             "paddle", "onnx", "concurrency", "viewer", "import")
 TARGETS = {
     "step": ("<=", 1.05), "first": ("<=", 1.0), "memory": ("<=", 1.2),
@@ -332,6 +335,11 @@ def table(res):
                             ("mlp", "MLP b128 step vs raw jit, same program")):
             add(f"  ({label})", f"{fmt_s(o[f'progdesc_{pair}']['median_s'])} / "
                 f"{fmt_s(o[f'raw_{pair}']['median_s'])}", "step", o[f"ratio_{pair}"], "x{:.2f}")
+    for name, r in res.get("model", {}).items():
+        add(f"pd.Model step vs Executor.run, {name}",
+            f"{fmt_s(r['model'])} / {fmt_s(r['executor'])}", "step", r["ratio"], "x{:.3f}")
+        add("  (Executor.run + the Model's own cost)",
+            f"+{r['added'] * 1e6:.1f} us", "step", r["ratio_added"], "x{:.3f}")
     b = res.get("build")
     if b:
         pe = b["phase_exponents"]
@@ -539,6 +547,9 @@ def main(argv=None):
     if "overhead" in only:
         log("Executor.run overhead:")
         results["overhead"] = overhead.run(steps=overhead_calls, log=log)
+    if "model" in only:
+        log("pd.Model's recorded step against Executor.run of the same program:")
+        results["model"] = model_step.run(steps=100 if args.quick else 400, log=log)
     if "steps" in only:
         log(f"step time (median of {args.steps} after {args.warmup} warm-up, blocks of "
             f"{args.block}, interleaved):")

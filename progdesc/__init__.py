@@ -24,8 +24,8 @@ from progdesc.scope import Scope, global_scope, scope_guard
 from progdesc import amp
 from progdesc import regularizer
 from progdesc.paddle_names import CPUPlace, CUDAPlace   # Paddle's places (paddle_names.NAMES)
-from progdesc.recording import (Captured, LargeConstantWarning, RecordingWarning, capture,
-                                eager)
+from progdesc.recording import (Captured, LargeConstantWarning, Model, RecordingWarning,
+                                capture, eager)
 
 compile_cache.configure_default()   # progdesc's compiled programs kept on disk; JAX's settings untouched
 
@@ -66,7 +66,7 @@ __all__ = [
     "optimizer", "prune", "reader", "control_flow", "custom_op", "display", "export", "io",
     "set_compilation_cache", "from_flax", "from_jax", "UnsupportedPrimitiveError", "as_jax",
     "NumericsError", "distributed", "DistributedError", "RecordingError", "RecordingWarning",
-    "LargeConstantWarning", "Captured", "capture", "eager", "BatchPolymorphismError",
+    "LargeConstantWarning", "Captured", "capture", "eager", "Model", "BatchPolymorphismError",
     "CompiledCallError", "OperandError", "SaveError", "JaxCompatError", "UnsupportedOpError",
     "regularizer", "CPUPlace", "CUDAPlace",
 ]

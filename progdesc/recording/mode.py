@@ -11,21 +11,24 @@ asyncio task (a `contextvars` variable); a new thread starts with eager mode off
 import contextlib
 import contextvars
 import threading
+import weakref
 
 from progdesc import framework
 from progdesc.recording.runner import (drop_values, rename_values, run_op, set_data_value,
                                        snapshot_eager_state)
+from progdesc.scope import global_scope
 
 _depth = contextvars.ContextVar("progdesc_eager_depth", default=0)   # nested `with` blocks
 _recording = contextvars.ContextVar("progdesc_eager_recording", default=0)   # `capture`s
 _enabled = threading.local()        # .on: `enable()` in this thread
+_keeping = weakref.WeakSet()        # startup programs whose ops skip state the Scope holds
 
 
 class _EagerListener(framework.ProgramListener):
     """Runs each appended op while eager mode is on (in the appending thread or task)."""
 
     def op_appended(self, *args):
-        if eager.active:
+        if eager.active and not (args[0].program in _keeping and _held(args[4])):
             run_op(*args)
 
     def vars_renamed(self, block, renames):
@@ -95,8 +98,46 @@ class EagerMode:
         finally:
             _recording.reset(token)
 
+    @contextlib.contextmanager
+    def recording_only(self):
+        """Inside, ops are appended without running (eager mode off, even where `enable()`
+        or an outer `with` turned it on) and `recording` is True: a `pd.Model` records its
+        graph-mode step so, converting a value to Python being an error as in `capture`."""
+        depth, recording = _depth.set(0), _recording.set(_recording.get() + 1)
+        was_on = getattr(_enabled, "on", False)
+        _enabled.on = False
+        try:
+            yield
+        finally:
+            _enabled.on = was_on
+            _recording.reset(recording)
+            _depth.reset(depth)
+
+    @contextlib.contextmanager
+    def keeping_state(self, startup_program):
+        """Inside, an op appended to `startup_program` in eager mode does not run when the
+        current Scope already holds every variable it writes: a `pd.Model` records each
+        eager step into fresh programs, whose initializers must not reset its parameters
+        and optimizer state."""
+        _keeping.add(startup_program)
+        try:
+            yield
+        finally:
+            _keeping.discard(startup_program)
+
     def __repr__(self):
         return f"<pd.eager: {'on' if self.active else 'off'}>"
+
+
+def _held(out_map):
+    """Whether the current Scope holds a value for every output of an op."""
+    scope = global_scope()
+    for names in out_map.values():
+        for name in names:
+            holder = scope.find_var(name)
+            if holder is None or holder.current() is None:
+                return False
+    return True
 
 
 eager = EagerMode()
