@@ -192,3 +192,15 @@ def test_two_processes_join_in_a_simulated_kubernetes_indexed_job(tmp_path):
                            JOB_COMPLETION_INDEX=rank,
                            JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{port}"),
          "kubernetes", extra_path=str(tmp_path))
+
+
+def test_on_a_jax_without_its_cluster_registry_the_error_says_what_to_pass(bare, monkeypatch):
+    import types
+    from lowering.errors import JaxCompatError
+    monkeypatch.setitem(sys.modules, "jax._src.clusters", types.ModuleType("jax._src.clusters"))
+    with pytest.raises(JaxCompatError, match=r"jax\._src\.clusters\.ClusterEnv.*pass "
+                       "coordinator, num_processes and process_id"):
+        environments.resolve(None, None, None, 10)
+    # the launcher's variables need no detection
+    bare(PROGDESC_COORDINATOR="127.0.0.1:2345", PROGDESC_NUM_PROCESSES=2, PROGDESC_PROCESS_ID=1)
+    assert environments.resolve(None, None, None, 10)[:3] == ("127.0.0.1:2345", 2, 1)
