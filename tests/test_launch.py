@@ -7,6 +7,7 @@ training is checked on tests/launch_worker.py, two processes of one CPU device e
 against the same MLP trained on one device in this process.
 """
 import os
+import platform
 import signal
 import subprocess
 import sys
@@ -158,6 +159,9 @@ def test_a_job_whose_processes_all_end_well_exits_0(tmp_path, capsys):
     assert code == 0, err
     assert sorted(os.listdir(tmp_path / "out")) == ["pids-0-0", "pids-0-1", "pids-0-2"]
     assert "progdesc launch:" not in err
+    code, out, err = in_process(capsys, "launch", "--nprocs", 2, "-m", "platform")   # a module
+    assert code == 0, err
+    assert sorted(out.splitlines()) == sorted(f"[{r}] {platform.platform()}" for r in (0, 1))
 
 
 def one_device_params():
