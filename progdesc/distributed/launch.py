@@ -75,7 +75,8 @@ class Launcher:
         """Run the job to its end; returns the exit status (0 when every process ended with 0)."""
         previous = {s: signal.signal(s, self._forward) for s in _FORWARDED}
         try:
-            for attempt in range(self.max_restarts + 1):
+            attempt = 0
+            while True:
                 failed = self._attempt(attempt)
                 if self.signalled is not None:
                     self.say(f"got {signal.Signals(self.signalled).name}: stopped all "
@@ -89,9 +90,9 @@ class Launcher:
                     self.say(f"{what}; no restart left (--max-restarts {self.max_restarts}): "
                              f"the job failed with status {exit_status(code)}")
                     return exit_status(code)
+                attempt += 1
                 self.say(f"{what}; stopped the others, starting all {self.nprocs} again "
-                         f"(restart {attempt + 1} of {self.max_restarts})")
-            raise AssertionError("unreachable")
+                         f"(restart {attempt} of {self.max_restarts})")
         finally:
             for s, handler in previous.items():
                 signal.signal(s, handler)
