@@ -14,6 +14,7 @@ when it is missing.
 """
 import contextlib
 import importlib
+import inspect
 
 import jax
 
@@ -295,13 +296,25 @@ def detect_cluster(coordinator, num_processes, process_id, timeout):
     consequence = "pass coordinator, num_processes and process_id to initialize"
     cluster_env = _resolve("jax._src.clusters", "ClusterEnv", feature, consequence)
     kinds = getattr(cluster_env, "_cluster_types", None)
-    detect = getattr(cluster_env, "auto_detect_unset_distributed_params", None)
-    if kinds is None or detect is None:
+    if kinds is None:
         raise _missing("jax._src.clusters.ClusterEnv._cluster_types", feature, consequence)
+    detect = getattr(cluster_env, "auto_detect_unset_distributed_params", None)
+    try:
+        takes = set(inspect.signature(detect).parameters)
+    except (TypeError, ValueError):
+        takes = set()
+    if not takes >= _DETECT_PARAMETERS:
+        raise _missing("jax._src.clusters.ClusterEnv.auto_detect_unset_distributed_params("
+                       f"{', '.join(sorted(_DETECT_PARAMETERS))})", feature, consequence)
     found = next((kind for kind in kinds
                   if not kind.opt_in_only_method and kind.is_env_present()), None)
     if found is None:
         return None, coordinator, num_processes, process_id
-    coordinator, num_processes, process_id, _ = detect(coordinator, num_processes, process_id,
-                                                       [], None, timeout)
+    coordinator, num_processes, process_id, _ = detect(
+        coordinator_address=coordinator, num_processes=num_processes, process_id=process_id,
+        local_device_ids=[], cluster_detection_method=None, initialization_timeout=timeout)
     return found.__name__, coordinator, num_processes, process_id
+
+
+_DETECT_PARAMETERS = {"coordinator_address", "num_processes", "process_id", "local_device_ids",
+                      "cluster_detection_method", "initialization_timeout"}

@@ -204,3 +204,20 @@ def test_on_a_jax_without_its_cluster_registry_the_error_says_what_to_pass(bare,
     # the launcher's variables need no detection
     bare(PROGDESC_COORDINATOR="127.0.0.1:2345", PROGDESC_NUM_PROCESSES=2, PROGDESC_PROCESS_ID=1)
     assert environments.resolve(None, None, None, 10)[:3] == ("127.0.0.1:2345", 2, 1)
+
+
+def test_on_a_jax_whose_detection_takes_other_arguments_the_error_names_it(bare, monkeypatch):
+    import types
+    from jax._src import clusters
+    from lowering.errors import JaxCompatError
+
+    class Other:
+        _cluster_types = clusters.ClusterEnv._cluster_types
+
+        @classmethod
+        def auto_detect_unset_distributed_params(cls, address, count):
+            raise AssertionError("not to be called")
+    monkeypatch.setitem(sys.modules, "jax._src.clusters",
+                        types.SimpleNamespace(ClusterEnv=Other))
+    with pytest.raises(JaxCompatError, match="auto_detect_unset_distributed_params"):
+        environments.resolve(None, None, None, 10)
