@@ -95,8 +95,8 @@ def _from_host(value, sharding):
     only and `sharding` spans other processes too (a value loaded from a checkpoint into a
     multi-process run: every process loaded the same one); JAX cannot move it there itself
     (no cross-host transfers on CPU). Else `value` unchanged."""
-    if (isinstance(value, jax.Array) and value.is_fully_addressable
-            and not sharding.is_fully_addressable):
+    if (not sharding.is_fully_addressable and isinstance(value, jax.Array)
+            and value.is_fully_addressable):
         with jax.enable_x64(True):      # int64 state stays int64
             return jax.device_put(np.asarray(value), sharding)
     return value
