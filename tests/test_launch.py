@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import numpy as np
@@ -20,6 +21,7 @@ import pytest
 import progdesc as pd
 from progdesc import cli
 from progdesc import distributed as dist
+from progdesc.distributed.launch import Launcher
 
 from launch_worker import STEPS, batch
 from multihost_worker import mlp_program
@@ -200,13 +202,20 @@ def final_params(out_dir):
     return dict(first)
 
 
-def test_a_killed_process_restarts_the_job_from_its_last_checkpoint(tmp_path):
+def test_a_killed_process_restarts_the_job_from_its_last_checkpoint(tmp_path, capsys):
     """Process 1 kills itself (SIGKILL) before step 3 of 6 on the first start; with one
     restart allowed, both start again, resume from the checkpoint of step 2, and end with
     the parameters of the whole training on one device."""
-    proc = start_training(tmp_path / "run", "--kill-rank", 1, "--kill-step", 3)
-    want = one_device_params()          # while the launcher runs
-    code, out, err = finish(proc)
+    reference = {}
+    thread = threading.Thread(target=lambda: reference.update(one_device_params()))
+    thread.start()                       # while the launcher runs (in this process)
+    (tmp_path / "run").mkdir()
+    command = [sys.executable, os.path.join(ROOT, "tests", "launch_worker.py"),
+               tmp_path / "run", "--kill-rank", "1", "--kill-step", "3"]
+    code = Launcher(command, 2, max_restarts=1, stop_timeout=1, env=environment()).run()
+    thread.join()
+    out, err = capsys.readouterr()
+    want = reference
     assert code == 0, err
     assert ("progdesc launch: process 1 of 2 was killed by SIGKILL; stopped the others, "
             "starting all 2 again (restart 1 of 1)") in err
