@@ -71,7 +71,8 @@ def wait_gone(pids, seconds=10):
 
 # Each process records its pid and that of a child it starts (sleep 60), then process 1
 # exits with status 3 (or with the status argv[2] names) and process 0 sleeps: the launcher
-# must stop it and its child. With argv[2] "term", both wait for SIGTERM and say so.
+# must stop it and its child. With argv[2] "term", both wait for SIGTERM or SIGINT and say
+# so; with "ok", both end at once with status 0.
 SCRIPT = textwrap.dedent("""
     import os, signal, subprocess, sys, time
     out, how = sys.argv[1], sys.argv[2]
@@ -83,9 +84,10 @@ SCRIPT = textwrap.dedent("""
     print(f"rank {rank} on stderr", file=sys.stderr, flush=True)
     if how == "term":
         def stop(signum, frame):
-            print(f"rank {rank} got SIGTERM", flush=True)
+            print(f"rank {rank} got {signal.Signals(signum).name}", flush=True)
             sys.exit(0)
         signal.signal(signal.SIGTERM, stop)
+        signal.signal(signal.SIGINT, stop)
     with open(os.path.join(out, f"pids-{restart}-{rank}"), "w") as f:
         f.write(f"{os.getpid()} {child.pid}")
     if how == "ok":
@@ -136,7 +138,9 @@ def test_a_failure_restarts_all_then_ends_with_its_status_and_no_process_left(tm
     assert wait_gone(pids(tmp_path / "out")) == []   # all stopped, their children too
 
 
-def test_sigterm_to_the_launcher_reaches_every_process_and_stops_them(tmp_path):
+@pytest.mark.parametrize("signum", [signal.SIGTERM,
+                                    pytest.param(signal.SIGINT, marks=pytest.mark.slow)])
+def test_a_signal_to_the_launcher_reaches_every_process_and_stops_them(tmp_path, signum):
     script = tmp_path / "job.py"
     script.write_text(SCRIPT)
     (tmp_path / "out").mkdir()
@@ -144,12 +148,13 @@ def test_sigterm_to_the_launcher_reaches_every_process_and_stops_them(tmp_path):
     deadline = time.monotonic() + 60
     while len(pids(tmp_path / "out")) < 4 and time.monotonic() < deadline:
         time.sleep(0.05)
-    proc.send_signal(signal.SIGTERM)
+    proc.send_signal(signum)
     code, out, err = finish(proc)
-    assert code == 128 + signal.SIGTERM, err
-    assert "[0] rank 0 got SIGTERM" in out and "[1] rank 1 got SIGTERM" in out, out
+    name = signal.Signals(signum).name
+    assert code == 128 + signum, err
+    assert f"[0] rank 0 got {name}" in out and f"[1] rank 1 got {name}" in out, out
     assert "restart 1" not in out                    # a signal is no failure: no restart
-    assert err.strip().splitlines()[-1] == "progdesc launch: got SIGTERM: stopped all 2 processes"
+    assert err.strip().splitlines()[-1] == f"progdesc launch: got {name}: stopped all 2 processes"
     assert wait_gone(pids(tmp_path / "out")) == []
 
 
