@@ -1,9 +1,10 @@
-"""The `progdesc` command: demo, show, run and export.
+"""The `progdesc` command: demo, show, run, export and launch.
 
     progdesc demo [--epochs N] [--save-dir DIR]
     progdesc show FILE_OR_MODEL_DIR
     progdesc run MODEL --feed NAME=PATH.npy ... [--fetch NAME ...] [--out DIR]
     progdesc export MODEL_DIR -o FILE [--platforms cpu,cuda,tpu] [--params-as-inputs]
+    progdesc launch --nprocs N [--max-restarts R] SCRIPT [ARGS...]
 
 MODEL_DIR is an inference model directory of ours, a PaddlePaddle model (its
 directory, the path prefix of its .pdmodel or .json, or that file), or an ONNX model
@@ -72,7 +73,45 @@ def _parser():
                         help="take parameters as inputs after the feeds instead of embedding them")
     export.add_argument("--keep-64bit", action="store_true",
                         help="keep int64/float64 feeds and fetches 64-bit (callers need x64)")
+    _launch_parser(sub)
     return parser
+
+
+def _count(minimum):
+    """An argparse type: an int >= `minimum`."""
+    def parse(text):
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or value < minimum:
+            raise argparse.ArgumentTypeError(f"must be an int >= {minimum}, got '{text}'")
+        return value
+    return parse
+
+
+def _launch_parser(sub):
+    launch = sub.add_parser(
+        "launch", help="run a training script in N processes, restarting them on a failure",
+        description="Start NPROCS processes of SCRIPT on this host, each with the coordinator, "
+                    "its rank and the process count in its environment (what "
+                    "progdesc.distributed.initialize() reads). Their output is prefixed by "
+                    "[rank]; SIGINT and SIGTERM go to all. When one fails, the others are "
+                    "stopped and all start again, at most --max-restarts times: the script "
+                    "resumes from its last checkpoint (PROGDESC_RESTART_COUNT says how many "
+                    "restarts came before). Exits 0 when the job finishes, else with the "
+                    "failed process's status.")
+    launch.add_argument("--nprocs", type=_count(1), required=True, metavar="N",
+                        help="processes to start")
+    launch.add_argument("--max-restarts", type=_count(0), default=0, metavar="R",
+                        help="restart all at most R times after a failure (default: 0)")
+    launch.add_argument("--stop-timeout", type=_count(0), default=10, metavar="SECONDS",
+                        help="after SIGTERM, wait this long before SIGKILL (default: 10)")
+    launch.add_argument("-m", "--module", action="store_true",
+                        help="SCRIPT is a module name, run as 'python -m SCRIPT'")
+    launch.add_argument("script", metavar="SCRIPT", help="the training script (Python)")
+    launch.add_argument("script_args", nargs=argparse.REMAINDER, metavar="ARGS",
+                        help="arguments of the script")
 
 
 def main(argv=None):
@@ -337,7 +376,19 @@ def _export(args):
     return 0
 
 
-_COMMANDS = {"demo": _demo, "show": _show, "run": _run, "export": _export}
+def _launch(args):
+    from progdesc.distributed import launch
+    if args.module:
+        command = [sys.executable, "-m", args.script]
+    elif os.path.isfile(args.script):
+        command = [sys.executable, args.script]
+    else:
+        raise UsageError(f"no script '{args.script}' (SCRIPT)")
+    return launch.launch(command + args.script_args, args.nprocs, args.max_restarts,
+                         args.stop_timeout)
+
+
+_COMMANDS = {"demo": _demo, "show": _show, "run": _run, "export": _export, "launch": _launch}
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -14,6 +14,7 @@ when it is missing.
 """
 import contextlib
 import importlib
+import inspect
 
 import jax
 
@@ -274,3 +275,46 @@ def distributed_clients_calling(missed_heartbeat_callback):
         yield True
     finally:
         module.get_distributed_runtime_client = make_client
+
+
+# --- the cluster environments jax.distributed.initialize() detects ---
+
+def detect_cluster(coordinator, num_processes, process_id, timeout):
+    """(environment name, coordinator, num_processes, process_id) as JAX's own cluster
+    detection fills in the ones given as None; (None, ...) unchanged where no environment
+    is found.
+
+    Reaches `jax._src.clusters.ClusterEnv`, the registry of environments (SLURM, Open MPI,
+    Kubernetes, Cloud TPU...) and `auto_detect_unset_distributed_params`, what
+    `jax.distributed.initialize()` runs when arguments are missing. JAX has no public way
+    to ask what it would detect without joining; `progdesc.distributed.initialize` needs
+    the values first (to check them, to check the coordinator's port, to name them in its
+    errors). Environments JAX only uses when asked by name (mpi4py) are left out, as JAX
+    leaves them out. On a JAX without it raises JaxCompatError.
+    """
+    feature = "progdesc.distributed.initialize() without arguments (cluster detection)"
+    consequence = "pass coordinator, num_processes and process_id to initialize"
+    cluster_env = _resolve("jax._src.clusters", "ClusterEnv", feature, consequence)
+    kinds = getattr(cluster_env, "_cluster_types", None)
+    if kinds is None:
+        raise _missing("jax._src.clusters.ClusterEnv._cluster_types", feature, consequence)
+    detect = getattr(cluster_env, "auto_detect_unset_distributed_params", None)
+    try:
+        takes = set(inspect.signature(detect).parameters)
+    except (TypeError, ValueError):
+        takes = set()
+    if not takes >= _DETECT_PARAMETERS:
+        raise _missing("jax._src.clusters.ClusterEnv.auto_detect_unset_distributed_params("
+                       f"{', '.join(sorted(_DETECT_PARAMETERS))})", feature, consequence)
+    found = next((kind for kind in kinds
+                  if not kind.opt_in_only_method and kind.is_env_present()), None)
+    if found is None:
+        return None, coordinator, num_processes, process_id
+    coordinator, num_processes, process_id, _ = detect(
+        coordinator_address=coordinator, num_processes=num_processes, process_id=process_id,
+        local_device_ids=[], cluster_detection_method=None, initialization_timeout=timeout)
+    return found.__name__, coordinator, num_processes, process_id
+
+
+_DETECT_PARAMETERS = {"coordinator_address", "num_processes", "process_id", "local_device_ids",
+                      "cluster_detection_method", "initialization_timeout"}

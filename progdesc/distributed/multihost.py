@@ -29,7 +29,7 @@ from jax.experimental import multihost_utils
 
 from lowering.errors import DistributedError, FormatError
 from progdesc import atomic, io, jax_compat
-from progdesc.distributed import peers
+from progdesc.distributed import environments, peers
 from progdesc.framework import default_main_program
 from progdesc.scope import global_scope
 
@@ -37,12 +37,15 @@ _SHARD_FILE = "shard-{:05d}-of-{:05d}.safetensors"
 _SHARD_FILE_RE = re.compile(r"shard-(\d{5})-of-(\d{5})\.safetensors")
 
 
-def initialize(coordinator, num_processes, process_id, timeout=300, local_device_ids=None,
-               heartbeat_timeout=100):
+def initialize(coordinator=None, num_processes=None, process_id=None, timeout=300,
+               local_device_ids=None, heartbeat_timeout=100):
     """Join this process to a run of `num_processes` processes coordinated at `coordinator`.
 
     `coordinator` is "host:port"; process 0 serves the coordinator there and the
     others connect to it. Call this first, before anything touches a JAX device.
+    Arguments left out are found in the environment (progdesc/distributed/environments.py):
+    what `progdesc launch` sets, else what `jax.distributed.initialize()` detects (SLURM,
+    Open MPI, Kubernetes...); DistributedError if none says.
     If the processes have not all joined within `timeout` seconds, raises
     DistributedError naming the coordinator (JAX alone would end the process).
     `local_device_ids` restricts this process to some of its accelerators.
@@ -54,7 +57,13 @@ def initialize(coordinator, num_processes, process_id, timeout=300, local_device
     `heartbeat_timeout` seconds later, with the error printed. Losing process 0 (the
     coordinator's host) ends the others at once, with the error printed and status 1.
     """
-    _check_arguments(coordinator, num_processes, process_id, timeout, heartbeat_timeout)
+    if None in (coordinator, num_processes, process_id):
+        coordinator, num_processes, process_id, source = environments.resolve(
+            coordinator, num_processes, process_id, timeout)
+        with _naming(source):
+            _check_arguments(coordinator, num_processes, process_id, timeout, heartbeat_timeout)
+    else:
+        _check_arguments(coordinator, num_processes, process_id, timeout, heartbeat_timeout)
     state = jax_compat.distributed_state()      # JaxCompatError on a JAX without it
     if jax.distributed.is_initialized():
         raise DistributedError(f"this process already joined a run (coordinator "
@@ -81,6 +90,15 @@ def initialize(coordinator, num_processes, process_id, timeout=300, local_device
             f"{coordinator} within {timeout} s: is every process started, with the same "
             "coordinator address and num_processes?") from None
     peers.watch(state.client, num_processes, process_id, heartbeat_timeout)
+
+
+@contextlib.contextmanager
+def _naming(source):
+    """DistributedErrors raised inside say where the arguments came from (`source`)."""
+    try:
+        yield
+    except DistributedError as e:
+        raise DistributedError(f"{e} (found in {source})") from None
 
 
 @contextlib.contextmanager

@@ -85,8 +85,21 @@ def compile_on_mesh(mesh, program_desc, fn, feeds, fetch_names, reads, writes, s
         """The flat arguments laid out as the step expects; only the feeds unless
         `everything` (persistables an earlier step wrote are already in place)."""
         n = len(args) if everything else n_feeds
-        return (*jax.device_put(tuple(args[:n]), shardings[:n]), *args[n:])
+        ahead = tuple(_from_host(a, s) for a, s in zip(args[:n], shardings[:n]))
+        return (*jax.device_put(ahead, shardings[:n]), *args[n:])
     return jitted, place
+
+
+def _from_host(value, sharding):
+    """`value` laid out by `sharding`, through the host, when it is on this process's devices
+    only and `sharding` spans other processes too (a value loaded from a checkpoint into a
+    multi-process run: every process loaded the same one); JAX cannot move it there itself
+    (no cross-host transfers on CPU). Else `value` unchanged."""
+    if (not sharding.is_fully_addressable and isinstance(value, jax.Array)
+            and value.is_fully_addressable):
+        with jax.enable_x64(True):      # int64 state stays int64
+            return jax.device_put(np.asarray(value), sharding)
+    return value
 
 
 def placing(call, place):
