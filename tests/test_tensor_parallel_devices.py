@@ -18,7 +18,7 @@ import pytest
 import progdesc as pd
 from bench import workloads as W
 from progdesc import io, layers, ops
-from progdesc.distributed import Mesh
+from progdesc.distributed import Mesh, sharding_of
 from progdesc.optimizer import Adam
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -56,9 +56,10 @@ def _persistables(program, scope):
             if v.desc.persistable and v.name in scope and v.name != "@RNG_STATE@"}
 
 
-def _run(main, startup, feeds, fetch, mesh=None, scope=None):
-    """Train `main` one step per feed; (losses, persistables, scope)."""
-    exe = pd.Executor(mesh=mesh)
+def _run(main, startup, feeds, fetch, exe=None, scope=None):
+    """Train `main` one step per feed on Executor `exe` (default: one device, no mesh);
+    (losses, persistables, scope)."""
+    exe = exe or pd.Executor()
     if scope is None:
         scope = pd.Scope()
         exe.run(startup, scope=scope)
@@ -83,10 +84,10 @@ def transformer_runs():
     """The bench transformer, data and tensor parallel, trained 3 Adam steps on one device
     and on the 2x2 mesh."""
     runs = {}
+    main, startup, _, _, loss = W.build_progdesc(SPEC, tensor_parallel=True, data_parallel=True)
     for name, mesh in (("one", None), ("2x2", _mesh())):
-        main, startup, _, _, loss = W.build_progdesc(SPEC, tensor_parallel=True,
-                                                     data_parallel=True)
-        runs[name] = (*_run(main, startup, _transformer_feeds(), loss, mesh), main)
+        runs[name] = (*_run(main, startup, _transformer_feeds(), loss, pd.Executor(mesh=mesh)),
+                      main)
     return runs
 
 
@@ -114,10 +115,8 @@ def test_the_bench_transformer_on_a_2x2_mesh_trains_like_one_device(transformer_
 
 
 @four_devices
-def test_the_collectives_are_ops_of_the_saved_program_and_it_runs_after_loading(
-        transformer_runs, tmp_path):
-    _, want, _, _ = transformer_runs["2x2"]
-    main, startup, _, _, loss = W.build_progdesc(SPEC, tensor_parallel=True, data_parallel=True)
+def test_the_collectives_are_ops_of_the_saved_program(transformer_runs, tmp_path):
+    main = transformer_runs["2x2"][3]
     types = [op.type for op in main.global_block().desc.ops]
     # per layer: attention enters once (q, k, v share it), ffn1 once, and the row layers sum
     # twice; each one's gradient is the other, but for the fed x, which needs none
@@ -132,7 +131,23 @@ def test_the_collectives_are_ops_of_the_saved_program_and_it_runs_after_loading(
     io.save_program(main, path)
     loaded = io.load_program(path)
     assert [op.type for op in loaded.global_block().desc.ops] == types
-    _, got, _ = _run(loaded, startup, _transformer_feeds(), loss.name, _mesh())
+    assert [(op.type, op.attrs["axis_name"].s) for op in loaded.global_block().desc.ops
+            if "axis_name" in op.attrs] == \
+        [(op.type, op.attrs["axis_name"].s) for op in main.global_block().desc.ops
+         if "axis_name" in op.attrs]
+    assert {v.name: sharding_of(v.desc) for v in loaded.list_vars()} == \
+        {v.name: sharding_of(v.desc) for v in main.list_vars()}
+
+
+@four_devices
+@pytest.mark.slow
+def test_a_loaded_program_trains_on_the_2x2_mesh_as_it_was_saved(transformer_runs, tmp_path):
+    _, want, _, main = transformer_runs["2x2"]
+    _, startup, _, _, loss = W.build_progdesc(SPEC, tensor_parallel=True, data_parallel=True)
+    path = str(tmp_path / "main.pdmodel")
+    io.save_program(main, path)
+    _, got, _ = _run(io.load_program(path), startup, _transformer_feeds(), loss.name,
+                     pd.Executor(mesh=_mesh()))
     _assert_close(got, want, atol=1e-6)
 
 
@@ -162,36 +177,43 @@ def _mlp_feeds(steps, seed=0):
              "label": rng.integers(0, 5, (8, 1))} for _ in range(steps)]
 
 
-@four_devices
-def test_an_mlp_of_column_and_row_fc_pairs_on_a_2x2_mesh_trains_like_one_device():
+@pytest.fixture(scope="module")
+def mlp():
+    """The MLP's programs and an Executor for each layout (each compiles once)."""
     main, startup, _, _, loss = _build(_mlp, data_parallel=True)
-    losses1, want, _ = _run(main, startup, _mlp_feeds(4), loss)
-    losses4, got, _ = _run(main, startup, _mlp_feeds(4), loss, _mesh())
+    return main, startup, loss, pd.Executor(), pd.Executor(mesh=_mesh())
+
+
+@four_devices
+def test_an_mlp_of_column_and_row_fc_pairs_on_a_2x2_mesh_trains_like_one_device(mlp):
+    main, startup, loss, one, mesh = mlp
+    losses1, want, _ = _run(main, startup, _mlp_feeds(4), loss, one)
+    losses4, got, _ = _run(main, startup, _mlp_feeds(4), loss, mesh)
     np.testing.assert_allclose(losses4, losses1, rtol=1e-5)
     _assert_close(got, want)
 
 
 @four_devices
-def test_a_checkpoint_of_a_2x2_run_holds_whole_parameters_and_loads_either_way(tmp_path):
-    main, startup, _, _, loss = _build(_mlp, data_parallel=True)
+def test_a_checkpoint_of_a_2x2_run_holds_whole_parameters_and_loads_either_way(mlp, tmp_path):
+    main, startup, loss, one, mesh = mlp
     feeds = _mlp_feeds(4)
-    _, want, _ = _run(main, startup, feeds, loss)           # four steps on one device
-    _, saved, scope = _run(main, startup, feeds[:2], loss, _mesh())
+    _, want, _ = _run(main, startup, feeds, loss, one)           # four steps on one device
+    _, saved, scope = _run(main, startup, feeds[:2], loss, mesh)  # two on the mesh
     path = str(tmp_path / "ckpt.safetensors")
     io.save_checkpoint(path, main, scope)
     assert saved["fc_0.w_0"].shape == (12, 16) and saved["fc_1.w_0"].shape == (16, 12)
-    one = pd.Scope()
-    io.load_checkpoint(path, main, one)                     # 2x2 -> one device
+    restored = pd.Scope()
+    io.load_checkpoint(path, main, restored)                      # 2x2 -> one device
     for name, value in saved.items():
-        np.testing.assert_array_equal(np.asarray(one.get(name)), value, err_msg=name)
-    _, got, one = _run(main, startup, feeds[2:], loss, scope=one)
+        np.testing.assert_array_equal(np.asarray(restored.get(name)), value, err_msg=name)
+    _, got, restored = _run(main, startup, feeds[2:], loss, one, scope=restored)
     _assert_close(got, want)
-    io.save_checkpoint(path, main, one)                     # one device -> 2x2
+    io.save_checkpoint(path, main, restored)                      # one device -> 2x2
     back = pd.Scope()
     io.load_checkpoint(path, main, back)
-    _, again, back = _run(main, startup, feeds[:1], loss, _mesh(), scope=back)
+    _, again, back = _run(main, startup, feeds[:1], loss, mesh, scope=back)
     assert _layout(back.get("fc_0.w_0")) == (None, "model")
-    _, want_again, _ = _run(main, startup, feeds[:1], loss, scope=one)
+    _, want_again, _ = _run(main, startup, feeds[:1], loss, one, scope=restored)
     _assert_close(again, want_again)
 
 
@@ -205,14 +227,14 @@ def _embedding_model(split):
 
 
 @four_devices
-@pytest.mark.parametrize("split", ["vocab", "hidden"])
+@pytest.mark.parametrize("split", ["vocab", pytest.param("hidden", marks=pytest.mark.slow)])
 def test_a_split_embedding_on_a_2x2_mesh_trains_like_one_device(split):
     main, startup, _, _, loss = _build(lambda: _embedding_model(split), data_parallel=True)
     rng = np.random.default_rng(1)
     feeds = [{"ids": rng.integers(0, 12, (8, 5)), "label": rng.integers(0, 4, (8, 1))}
              for _ in range(3)]
     losses1, want, _ = _run(main, startup, feeds, loss)
-    losses4, got, scope = _run(main, startup, feeds, loss, _mesh())
+    losses4, got, scope = _run(main, startup, feeds, loss, pd.Executor(mesh=_mesh()))
     np.testing.assert_allclose(losses4, losses1, rtol=1e-5)
     _assert_close(got, want)
     spec = ("model", None) if split == "vocab" else (None, "model")
@@ -224,7 +246,8 @@ def test_a_split_embedding_on_a_2x2_mesh_trains_like_one_device(split):
 def test_tensor_parallel_alone_on_a_model_axis_of_four():
     main, startup, _, _, loss = _build(_mlp)                # no data axis: no c_allreduce
     losses1, want, _ = _run(main, startup, _mlp_feeds(3), loss)
-    losses4, got, _ = _run(main, startup, _mlp_feeds(3), loss, Mesh({"model": 4}))
+    losses4, got, _ = _run(main, startup, _mlp_feeds(3), loss,
+                           pd.Executor(mesh=Mesh({"model": 4})))
     np.testing.assert_allclose(losses4, losses1, rtol=1e-5)
     _assert_close(got, want)
 
@@ -259,12 +282,12 @@ def test_the_collectives_on_the_model_axis_against_numpy():
 
 
 @four_devices
-def test_bad_layouts_are_errors_naming_what_is_wrong():
-    main, startup, x, label, loss = _build(_mlp, data_parallel=True)
+def test_bad_layouts_are_errors_naming_what_is_wrong(mlp):
+    main, startup, loss, _, exe = mlp
     with pytest.raises(pd.ProgramError, match="names mesh axis 'model', which the mesh") as info:
         pd.Executor(mesh=Mesh({"data": 4})).run(startup, scope=pd.Scope())
     assert info.value.var == "fc_0.w_0"
-    exe, scope = pd.Executor(mesh=_mesh()), pd.Scope()
+    scope = pd.Scope()
     exe.run(startup, scope=scope)
     before = _persistables(main, scope)
     split = main.global_block().var("fc_0.out")   # a column layer's output: a slice a device
