@@ -2,12 +2,18 @@
 
 Two modes, chosen by the program itself:
 
-* **Data parallel**: a program with collectives (`minimize(..., data_parallel=True)`,
-  a `batch_norm` with `sync_axis`) runs under `shard_map` over the mesh's data
-  axis. Each device runs the whole program on its share of the batch; parameters,
-  optimizer state and every other persistable are replicated.
-* **Sharded** (FSDP / ZeRO-3, tensor parallel): any other program runs under
-  `jax.jit` with `NamedSharding` in/out shardings taken from the variables'
+* **Data parallel** (and **tensor parallel**): a program with collectives
+  (`minimize(..., data_parallel=True)`, a `batch_norm` with `sync_axis`, the layers of
+  progdesc/distributed/tensor_parallel.py) runs under `shard_map` over every axis of the
+  mesh. Each device runs the whole program on its share of the batch (split over the
+  data axis) and on its slice of each persistable whose sharding annotation splits it
+  over another axis (a tensor-parallel weight and its optimizer state, split over
+  "model"); every other persistable is replicated. An annotation may not split a
+  persistable over the data axis here. Every axis the program communicates over must be
+  in the mesh. On a 2-D mesh `{"data": 2, "model": 2}` one program is so data parallel
+  and tensor parallel at once.
+* **Sharded** (FSDP / ZeRO-3, tensor parallel by annotations alone): any other program
+  runs under `jax.jit` with `NamedSharding` in/out shardings taken from the variables'
   sharding annotations (replicated where there is none); XLA's SPMD partitioner
   inserts the collectives. Persistables come back laid out as they went in.
 
@@ -18,12 +24,15 @@ FeedError); other feeds are replicated. Per-example fetches come back as one
 global array. In data-parallel mode every other fetch is computed per device and
 combined: floating-point values are averaged over the devices (the loss, as the
 mean over the global batch; a parameter, unchanged), integer and bool values are
-summed (counts, e.g. of correct predictions). In sharded mode the program sees the
-global batch, so fetches need no combining. Persistables that a data-parallel
-program leaves different on different devices (`batch_norm` running statistics
-without `sync_axis`) are averaged over the devices after each step. Random ops
-(dropout) draw different numbers on each device, from the device's index folded
-into the program's RNG state; the state itself advances as on one device.
+summed (counts, e.g. of correct predictions). Over the other axes a fetched value is
+the same on every device and comes back as device 0 has it; fetching the slice a
+device holds of a split value (a column-parallel layer's output) is a ProgramError.
+In sharded mode the program sees the global batch, so fetches need no combining.
+Persistables that a data-parallel program leaves different on different devices
+(`batch_norm` running statistics without `sync_axis`) are averaged over the devices
+after each step. Random ops (dropout) draw different numbers on each device of the
+data axis, from the device's index folded into the program's RNG state; the state
+itself advances as on one device. The devices of another axis draw the same numbers.
 """
 import jax
 import jax.numpy as jnp

@@ -20,10 +20,12 @@ copies), and the collectives that join the slices are ops of the program:
 
 With `minimize(loss, data_parallel=True)` the same program is also data parallel, and
 `Executor(mesh=Mesh({"data": 2, "model": 2}))` runs it under `shard_map` over both axes
-(progdesc/distributed/run.py). Without a mesh, or on a mesh without a "model" axis, every
-one of these collectives is the identity (the lookup, for `c_embedding`): the program is
-the plain model. Parameters live in the Scope whole (global arrays laid out by their
-annotation), so checkpoints hold them whole and load on any layout.
+(progdesc/distributed/run.py); the mesh must have a "model" axis (its size divides the
+split dims: for attention, the number of heads). Without a mesh every one of these
+collectives is the identity (the lookup, for `c_embedding`): the program is the plain
+model. Parameters live in the Scope whole (global arrays laid out by their annotation),
+so checkpoints hold them whole and load on any layout. Dropout inside a split layer
+draws the same numbers on the devices of "model" (per slice), unlike one device.
 """
 import dataclasses
 
