@@ -210,11 +210,14 @@ def _fetched(x, axis, others, per_example, var_desc):
 
 
 def _is_slice(x, var_desc, per_example):
+    """Whether a known dim of `var_desc` differs from the traced value's (a leading axis of
+    steps, and the batch dim of a per-example value, left aside)."""
     dims = list(var_desc.dims)
-    if len(dims) != x.ndim:
+    if x.ndim < len(dims) or not dims:
         return False
-    return any(d >= 0 and d != n for d, n in zip(dims[1:] if per_example else dims,
-                                                 x.shape[1:] if per_example else x.shape))
+    shape = x.shape[x.ndim - len(dims):]
+    start = 1 if per_example else 0
+    return any(d >= 0 and d != n for d, n in zip(dims[start:], shape[start:]))
 
 
 def _combine(x, axis):
