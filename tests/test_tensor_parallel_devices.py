@@ -282,6 +282,27 @@ def test_the_collectives_on_the_model_axis_against_numpy():
 
 
 @four_devices
+def test_the_gradients_of_c_split_and_c_concat_on_the_model_axis_against_numpy():
+    """loss = sum((c_concat(c_split(w) * (i + 1)))^2) on device i of "model": w's gradient
+    (c_concat of the slices' gradients, through c_split's gradient c_split) is 2 w m^2 with
+    m 1 on the first half of the columns and 2 on the second."""
+    main, startup = pd.Program(), pd.Program()
+    wv = np.random.default_rng(3).normal(size=(3, 8)).astype("float32")
+    with pd.program_guard(main, startup):
+        w = pd.data("w", [3, 8])   # no batch dim: every device is fed it whole
+        w.stop_gradient = False
+        index = ops.cast(ops.c_axis_index(axis_name="model"), dtype="float32")
+        part = ops.mul(ops.c_split(w, axis_name="model"), ops.scale(index, bias=1.0))
+        joined = ops.c_concat(part, axis_name="model")
+        loss = ops.reduce_sum(ops.mul(joined, joined))
+        grad, = pd.gradients([loss], [w])
+        ops.c_allreduce(loss, axis_name="data")   # makes it run on the mesh
+    got, = pd.Executor(mesh=_mesh()).run(main, feed={"w": wv}, fetch_list=[grad])
+    m = np.repeat([1.0, 2.0], 4)
+    np.testing.assert_allclose(got, 2 * wv * m ** 2, rtol=1e-6)
+
+
+@four_devices
 def test_bad_layouts_are_errors_naming_what_is_wrong(mlp):
     main, startup, loss, _, exe = mlp
     with pytest.raises(pd.ProgramError, match="names mesh axis 'model', which the mesh") as info:
