@@ -265,6 +265,7 @@ def multi_head_attention(queries, keys=None, values=None, num_heads=1, d_model=N
     weights needs them as a variable and ops compose it.
     """
     _positive_ints("multi_head_attention", num_heads=num_heads)
+    tp.check_flag("multi_head_attention", tensor_parallel)
     keys = queries if keys is None else keys
     values = keys if values is None else values
     d_model = d_model or _known(queries.shape[-1:], "model dim", queries)[0]
@@ -320,6 +321,7 @@ def transformer_encoder_layer(x, num_heads, dim_feedforward, dropout_rate=0.1,
     activation_op(activation, "transformer_encoder_layer")
     _positive_ints("transformer_encoder_layer", num_heads=num_heads,
                    dim_feedforward=dim_feedforward)
+    tp.check_flag("transformer_encoder_layer", tensor_parallel)
     d_model = _known(x.shape[-1:], "model dim", x)[0]
 
     with _layer("transformer_encoder", name) as prefix:

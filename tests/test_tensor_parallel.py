@@ -76,6 +76,8 @@ def test_the_layers_record_their_split_and_collectives_in_the_program():
      "fc's tensor_parallel must be one of 'column', 'row' or None, got 'col'"),
     (lambda x, ids: layers.embedding(ids, [10, 4], tensor_parallel="column"),
      "embedding's tensor_parallel must be one of 'vocab', 'hidden' or None"),
+    (lambda x, ids: layers.multi_head_attention(x, num_heads=2, tensor_parallel="column"),
+     "multi_head_attention's tensor_parallel is True or False, got 'column'"),
     (lambda x, ids: layers.fc(x, 4, num_flatten_dims=1, tensor_parallel="row"),
      "a row-parallel fc takes the split features of a column-parallel one in its last dim"),
     (lambda x, ids: layers.embedding(ids, [10, 4], padding_idx=0, tensor_parallel="vocab"),

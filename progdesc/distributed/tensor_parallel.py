@@ -50,6 +50,15 @@ def check_mode(layer, value, modes):
     return value
 
 
+def check_flag(layer, value):
+    """`value` if it is a bool; ProgramError naming the layer otherwise (a layer that splits
+    several weights takes True or False, not a direction)."""
+    if not isinstance(value, bool):
+        raise ProgramError(f"{layer}'s tensor_parallel is True or False, got {value!r}",
+                           callsite=user_callsite())
+    return value
+
+
 def split_attr(attr, spec, layer):
     """ParamAttr `attr` (anything ParamAttr.of takes) with the sharding `spec`; False (no
     parameter) stays False. ProgramError if `attr` already names another sharding."""
