@@ -18,6 +18,14 @@ median step (interleaved timing, bench/common.py); "vs 1 device" is throughput a
 k devices over the same mode's at 1 device, and efficiency that over k (the
 target on GPUs: >= 90% for data parallel at 4 devices on the transformer).
 "state/device" is the bytes of parameters and optimizer state one device holds.
+
+On 4 devices two more rows per workload use a 2-D mesh {"data": 2, "model": 2}: "2d" is
+progdesc data and tensor parallel at once (`build_progdesc(tensor_parallel=True,
+data_parallel=True)`: the transformer's attention and feed-forward fcs, the mlp's first
+two fcs, split in Megatron's layout, run under `shard_map`), "jax2d" the same Flax model
+as hand-written JAX, `jax.jit` with `NamedSharding`s laying its Dense kernels out alike
+(XLA inserts the collectives); both with the batch of 2 devices. The line after the
+table gives progdesc's step time over JAX's.
 The 1-device rows of a mode run on a mesh of one device; "plain" is the Executor
 without a mesh.
 
@@ -31,6 +39,8 @@ import json
 import os
 import subprocess
 import sys
+
+import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -103,7 +113,101 @@ def measure(k, names, steps):
                          "global_batch": spec.batch * k, "step_s": r["median_s"],
                          "examples_per_s": spec.batch * k / r["median_s"],
                          "state_bytes_per_device": sizes[mode]})
+    if k == 4:
+        rows.extend(measure_2d(names, steps))
     return rows
+
+
+MESH_2D = {"data": 2, "model": 2}
+
+
+def _megatron_spec(path, leaf):
+    """The PartitionSpec of a Flax parameter (or its Adam moment) of bench/workloads.py's
+    mlp or transformer in the layout progdesc's tensor_parallel layers give it."""
+    from jax.sharding import PartitionSpec as P
+    names = [str(getattr(k, "key", getattr(k, "name", k))) for k in path]
+    dense = next((n for n in reversed(names) if n.startswith("Dense_")), None)
+    split = None
+    if any(n.startswith("Attention") for n in names):
+        split = "row" if dense == "Dense_3" else "column"
+    elif dense in ("Dense_0", "Dense_1") and (any(n.startswith("EncoderLayer") for n in names)
+                                              or not any(n.startswith("Transformer")
+                                                         for n in names)):
+        split = "column" if dense == "Dense_0" else "row"
+    if split is None or getattr(leaf, "ndim", 0) == 0:
+        return P()
+    if names[-1] == "kernel":
+        return P(None, "model") if split == "column" else P("model", None)
+    return P("model") if split == "column" else P()
+
+
+def _jax_2d_step(spec, batch):
+    """(a zero-argument training step of the Flax model, jit with NamedShardings on the 2x2
+    mesh: the hand-written baseline of the "2d" rows; the bytes of state one device holds)."""
+    import jax
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+    from bench import workloads as W
+    trainer = W.FlaxTrainer(spec)
+    trainer.define(batch)
+    mesh = Mesh(np.array(jax.devices()[:4]).reshape(2, 2), tuple(MESH_2D))
+
+    def lay(tree):
+        return jax.tree_util.tree_map_with_path(
+            lambda path, leaf: NamedSharding(mesh, _megatron_spec(path, leaf)), tree)
+    p_sh, s_sh = lay(trainer.params), lay(trainer.opt_state)
+    data = NamedSharding(mesh, P("data"))
+    step = jax.jit(trainer._raw_step, in_shardings=(p_sh, s_sh, data, data),
+                   out_shardings=(p_sh, s_sh, NamedSharding(mesh, P())), donate_argnums=(0, 1))
+    x, y = (jax.device_put(v, data) for v in W.flax_batch(spec, batch))
+    state = [jax.device_put(trainer.params, p_sh), jax.device_put(trainer.opt_state, s_sh)]
+
+    nbytes = sum(leaf.addressable_shards[0].data.nbytes
+                 for leaf in jax.tree_util.tree_leaves(state))
+
+    def run():
+        state[0], state[1], loss = step(state[0], state[1], x, y)
+        return np.asarray(loss)
+    return run, nbytes
+
+
+def measure_2d(names, steps):
+    """Rows "2d" (progdesc data + tensor parallel) and "jax2d" (hand-written JAX) per
+    workload on the 2x2 mesh, timed interleaved in this process."""
+    import progdesc as pd
+    from bench import workloads as W
+    from bench.common import interleaved
+    from progdesc import distributed as dist
+    rows = []
+    for name in names:
+        spec = W.SPECS[name]
+        batch = W.make_batches(spec, 1, batch=spec.batch * MESH_2D["data"])[0]
+        main, startup, _, _, loss = W.build_progdesc(spec, tensor_parallel=True,
+                                                     data_parallel=True)
+        exe, scope = pd.Executor(mesh=dist.Mesh(MESH_2D)), pd.Scope()
+        exe.run(startup, scope=scope)
+        feed = {"x": batch[0], "label": batch[1]}
+
+        def step(exe=exe, main=main, loss=loss, scope=scope, feed=feed):
+            return exe.run(main, feed=feed, fetch_list=[loss], scope=scope)[0]
+        step()   # compile
+        jax_step, jax_bytes = _jax_2d_step(spec, batch)
+        jax_step()   # compile
+        fns = {"2d": step, "jax2d": jax_step}
+        sizes = {"2d": state_bytes_per_device(main, scope), "jax2d": jax_bytes}
+        for mode, r in interleaved(fns, steps=steps, warmup=2, block=3).items():
+            rows.append({"workload": name, "mode": mode, "devices": 4,
+                         "global_batch": len(batch[0]), "step_s": r["median_s"],
+                         "examples_per_s": len(batch[0]) / r["median_s"],
+                         "state_bytes_per_device": sizes[mode]})
+    return rows
+
+
+def ratios_2d(rows):
+    """Lines: progdesc's 2-D mesh step time over hand-written JAX's, per workload."""
+    step = {(r["workload"], r["mode"]): r["step_s"] for r in rows}
+    return [f"2-D mesh {MESH_2D}: {w} progdesc step / hand-written JAX step = "
+            f"x{step[(w, '2d')] / step[(w, 'jax2d')]:.2f}"
+            for w in dict.fromkeys(r["workload"] for r in rows) if (w, "2d") in step]
 
 
 def run_all(device_counts, names, steps, log=print):
@@ -165,6 +269,8 @@ def main(argv=None):
     print(f"scaling: {platform.processor() or platform.machine()}, {os.cpu_count()} cores")
     rows = run_all([int(k) for k in args.devices.split(",")], names, args.steps)
     print(table(rows))
+    for line in ratios_2d(rows):
+        print(line)
     with open(args.json, "w") as f:
         json.dump(rows, f, indent=1)
 

@@ -111,8 +111,10 @@ def flax_batch(spec, batch):
 
 # --- progdesc ---
 
-def build_progdesc(spec, seed=0):
-    """(main, startup, x var, label var, loss var) for a workload."""
+def build_progdesc(spec, seed=0, tensor_parallel=False, data_parallel=False):
+    """(main, startup, x var, label var, loss var) for a workload. `tensor_parallel` splits
+    the transformer's layers (mlp: its first two fcs, a column-row pair) over the mesh
+    axis "model"; `data_parallel` is minimize's."""
     import progdesc as pd
     from progdesc import amp, layers, ops
     from progdesc.optimizer import Adam
@@ -126,8 +128,8 @@ def build_progdesc(spec, seed=0):
             x = pd.data("x", [None, *spec.x_shape])
             label = pd.data("label", [None, 1], "int64")
         if spec.name == "mlp":
-            h = layers.fc(x, 512, act="relu")
-            h = layers.fc(h, 512, act="relu")
+            h = layers.fc(x, 512, act="relu", tensor_parallel="column" if tensor_parallel else None)
+            h = layers.fc(h, 512, act="relu", tensor_parallel="row" if tensor_parallel else None)
             logits = layers.fc(h, spec.classes)
         elif spec.name == "cnn":
             h = layers.conv2d(x, 32, 5, padding=2, act="relu")
@@ -141,7 +143,7 @@ def build_progdesc(spec, seed=0):
             for _ in range(spec.extra["layers"]):
                 h = layers.transformer_encoder_layer(
                     h, spec.extra["heads"], spec.extra["ffn"], dropout_rate=0.0,
-                    activation="gelu", is_test=True)
+                    activation="gelu", is_test=True, tensor_parallel=tensor_parallel)
             pooled = ops.reduce_mean(h, axis=[1])
             logits = layers.fc(pooled, spec.classes)
         elif spec.name == "lstm":
@@ -154,7 +156,7 @@ def build_progdesc(spec, seed=0):
         optimizer = Adam(ADAM_LR)
         if spec.amp:
             optimizer = amp.decorate(optimizer, dtype=spec.amp)
-        optimizer.minimize(loss)
+        optimizer.minimize(loss, data_parallel=data_parallel)
     return main, startup, x, label, loss
 
 

@@ -19,6 +19,7 @@ from progdesc import initializer as init
 from progdesc import ops
 from progdesc.activations import activation_op
 from progdesc.callsites import user_callsite
+from progdesc.distributed import tensor_parallel as tp
 from progdesc.framework import append_whole, default_main_program
 from progdesc.param import ParamAttr, create_global_var, create_parameter
 
@@ -66,24 +67,50 @@ def _pair(v):
     return list(v) if isinstance(v, (list, tuple)) else [v, v]
 
 
-def fc(input, size, num_flatten_dims=1, param_attr=None, bias_attr=None, act=None, name=None):
+def fc(input, size, num_flatten_dims=1, param_attr=None, bias_attr=None, act=None, name=None,
+       tensor_parallel=None):
     """Fully connected layer: act(flatten(input) @ W + b).
 
     Dims of `input` from `num_flatten_dims` on are flattened into the
     feature dim; the leading ones are kept (so a [B, T, D] input with
-    num_flatten_dims=2 gives [B, T, size]).
+    num_flatten_dims=2 gives [B, T, size]). `tensor_parallel` ("column" or "row")
+    splits W over the mesh axis "model" (progdesc/distributed/tensor_parallel.py): a
+    "column" fc's output is split over the axis, and feeds a "row" fc, whose output is
+    whole again.
     """
+    tp.check_mode("fc", tensor_parallel, tp.FC_MODES)
+    return _fc(input, size, num_flatten_dims, param_attr, bias_attr, act, name,
+               tensor_parallel, enter=True)
+
+
+def _fc(input, size, num_flatten_dims, param_attr, bias_attr, act, name, tensor_parallel,
+        enter):
+    """fc; a column-parallel one without its `c_identity` unless `enter` (a layer that
+    projects one input several times enters it once)."""
     _positive_ints("fc", size=size, num_flatten_dims=num_flatten_dims)
     activation = activation_op(act, "fc")
     features = _known(input.shape[num_flatten_dims:], "feature dims of fc's input", input)
     in_features = math.prod(features)
+    if tensor_parallel == "row" and len(input.shape) != num_flatten_dims + 1:
+        raise ProgramError("a row-parallel fc takes the split features of a column-parallel "
+                           "one in its last dim: give it num_flatten_dims = rank - 1",
+                           var=input.name, callsite=user_callsite())
+    if tensor_parallel == "column":
+        param_attr = tp.split_attr(param_attr, tp.column_spec(), "fc")
+        bias_attr = tp.split_attr(bias_attr, (tp.MODEL_AXIS,), "fc")
+    elif tensor_parallel == "row":
+        param_attr = tp.split_attr(param_attr, tp.row_spec(), "fc")
     with _layer("fc", name) as prefix:
         x = input
         if len(input.shape) != num_flatten_dims + 1:
             x = ops.reshape(input, shape=[0] * num_flatten_dims + [in_features])
+        if tensor_parallel == "column" and enter:
+            x = tp.enter(x)
         w = _param(prefix, "w_0", [in_features, size], param_attr, init.XavierUniform(),
                    input.dtype)
         out = ops.matmul(x, w)
+        if tensor_parallel == "row":
+            out = tp.join_partial(out)
         if bias_attr is not False:
             b = _param(prefix, "b_0", [size], bias_attr, init.Constant(0.0), input.dtype)
             out = ops.add(out, b)
@@ -183,13 +210,28 @@ def dropout(x, dropout_prob, is_test=False, dropout_implementation="upscale_in_t
         return _output(out, prefix)
 
 
-def embedding(input, size, padding_idx=None, param_attr=None, name=None):
-    """Rows of a [vocab, dim] table looked up by the integer ids in `input`."""
+def embedding(input, size, padding_idx=None, param_attr=None, name=None,
+              tensor_parallel=None):
+    """Rows of a [vocab, dim] table looked up by the integer ids in `input`.
+
+    `tensor_parallel` splits the table over the mesh axis "model": "vocab" by rows (each
+    device looks up the ids it holds, `mp_allreduce_sum` joins them; no padding_idx),
+    "hidden" by columns (`c_concat` gathers the slices). The output is whole either way.
+    """
     _positive_ints("embedding", size=size)
+    tp.check_mode("embedding", tensor_parallel, tp.EMBEDDING_MODES)
+    if tensor_parallel == "vocab" and padding_idx is not None:
+        raise ProgramError("a vocab-parallel embedding takes no padding_idx",
+                           var=input.name, callsite=user_callsite())
+    if tensor_parallel:
+        spec = (tp.MODEL_AXIS, None) if tensor_parallel == "vocab" else (None, tp.MODEL_AXIS)
+        param_attr = tp.split_attr(param_attr, spec, "embedding")
     with _layer("embedding", name) as prefix:
         w = _param(prefix, "w_0", list(size), param_attr, init.Normal(0.0, 1.0))
-        return _output(ops.lookup_table(
-            w, input, padding_idx=-1 if padding_idx is None else padding_idx), prefix)
+        if tensor_parallel == "vocab":
+            return _output(tp.vocab_lookup(w, input), prefix)
+        out = ops.lookup_table(w, input, padding_idx=-1 if padding_idx is None else padding_idx)
+        return _output(tp.gather(out) if tensor_parallel == "hidden" else out, prefix)
 
 
 def _attention_with_dropout(q, k, v, causal, key_padding_mask, dropout_rate):
@@ -212,7 +254,7 @@ def _attention_with_dropout(q, k, v, causal, key_padding_mask, dropout_rate):
 
 def multi_head_attention(queries, keys=None, values=None, num_heads=1, d_model=None,
                          causal=False, key_padding_mask=None, dropout_rate=0.0, is_test=False,
-                         param_attr=None, bias_attr=None, name=None):
+                         param_attr=None, bias_attr=None, name=None, tensor_parallel=False):
     """Scaled dot-product attention over [B, T, D] inputs, with input and output projections.
 
     `causal` lets position t attend to positions <= t only;
@@ -223,6 +265,7 @@ def multi_head_attention(queries, keys=None, values=None, num_heads=1, d_model=N
     weights needs them as a variable and ops compose it.
     """
     _positive_ints("multi_head_attention", num_heads=num_heads)
+    tp.check_flag("multi_head_attention", tensor_parallel)
     keys = queries if keys is None else keys
     values = keys if values is None else values
     d_model = d_model or _known(queries.shape[-1:], "model dim", queries)[0]
@@ -236,13 +279,20 @@ def multi_head_attention(queries, keys=None, values=None, num_heads=1, d_model=N
             return attr
         return dataclasses.replace(attr, name=f"{attr.name}.{tag}")
 
+    split = "column" if tensor_parallel else None
+    local_heads = -1 if tensor_parallel else num_heads   # a device holds n / axis size heads
     with _layer("multi_head_attention", name) as prefix:
-        def proj(x, tag):
-            return fc(x, d_model, num_flatten_dims=2, param_attr=tagged(param_attr, tag),
-                      bias_attr=tagged(bias_attr, tag), name=f"{prefix}.{tag}")
+        def proj(x, tag, split=None):
+            return _fc(x, d_model, 2, tagged(param_attr, tag), tagged(bias_attr, tag), None,
+                       f"{prefix}.{tag}", split, enter=False)
+
+        entered = {}   # each distinct input enters the split layer once
 
         def heads(x, tag):   # [B, T, D] -> [B, T, N, H]
-            return ops.reshape(proj(x, tag), shape=[0, 0, num_heads, head_dim])
+            if tensor_parallel and x.name not in entered:
+                entered[x.name] = tp.enter(x)
+            x = entered.get(x.name, x)
+            return ops.reshape(proj(x, tag, split), shape=[0, 0, local_heads, head_dim])
 
         q, k, v = heads(queries, "query"), heads(keys, "key"), heads(values, "value")
         if dropout_rate and not is_test:
@@ -253,20 +303,25 @@ def multi_head_attention(queries, keys=None, values=None, num_heads=1, d_model=N
                 mask = ops.reshape(ops.cast(key_padding_mask, dtype="bool"),
                                    shape=[0, 1, 1, -1])
             context = ops.scaled_dot_product_attention(q, k, v, mask=mask, is_causal=causal)
-        return _output(proj(ops.reshape(context, shape=[0, 0, d_model]), "output"), prefix)
+        context = ops.reshape(context, shape=[0, 0, -1 if tensor_parallel else d_model])
+        return _output(proj(context, "output", "row" if tensor_parallel else None), prefix)
 
 
 def transformer_encoder_layer(x, num_heads, dim_feedforward, dropout_rate=0.1,
                               activation="gelu", normalize_before=False, causal=False,
-                              key_padding_mask=None, is_test=False, name=None):
+                              key_padding_mask=None, is_test=False, name=None,
+                              tensor_parallel=False):
     """One Transformer encoder layer: self-attention and a feed-forward net, each residual.
 
     Post-norm by default (x = norm(x + sublayer(x))); `normalize_before`
-    gives pre-norm (x = x + sublayer(norm(x))).
+    gives pre-norm (x = x + sublayer(norm(x))). `tensor_parallel=True` splits the
+    attention heads and the feed-forward net (a column fc, then a row one) over the
+    mesh axis "model".
     """
     activation_op(activation, "transformer_encoder_layer")
     _positive_ints("transformer_encoder_layer", num_heads=num_heads,
                    dim_feedforward=dim_feedforward)
+    tp.check_flag("transformer_encoder_layer", tensor_parallel)
     d_model = _known(x.shape[-1:], "model dim", x)[0]
 
     with _layer("transformer_encoder", name) as prefix:
@@ -282,13 +337,15 @@ def transformer_encoder_layer(x, num_heads, dim_feedforward, dropout_rate=0.1,
             return multi_head_attention(h, num_heads=num_heads, causal=causal,
                                         key_padding_mask=key_padding_mask,
                                         dropout_rate=dropout_rate, is_test=is_test,
-                                        name=f"{prefix}.attn")
+                                        name=f"{prefix}.attn", tensor_parallel=tensor_parallel)
 
         def feed_forward(h):
             hidden = fc(h, dim_feedforward, num_flatten_dims=2, act=activation,
-                        name=f"{prefix}.ffn1")
+                        name=f"{prefix}.ffn1",
+                        tensor_parallel="column" if tensor_parallel else None)
             hidden = dropout(hidden, dropout_rate, is_test=is_test)
-            return fc(hidden, d_model, num_flatten_dims=2, name=f"{prefix}.ffn2")
+            return fc(hidden, d_model, num_flatten_dims=2, name=f"{prefix}.ffn2",
+                      tensor_parallel="row" if tensor_parallel else None)
 
         x = residual(x, attention, "norm1")
         return _output(residual(x, feed_forward, "norm2"), prefix)

@@ -138,9 +138,14 @@ def test_notebook_runs(path, kernel_env, tmp_path):
                           if o.output_type == "stream")
         assert printed.count("= c_allreduce(") == 4   # one per parameter gradient
         assert "per device: [(2, 32), (2, 32), (2, 32), (2, 32)]" in printed
-        for mode in ("data parallel", "FSDP"):
+        for mode in ("data parallel", "FSDP", "2x2 mesh"):
             line = [ln for ln in printed.splitlines() if ln.startswith(mode + ", largest")][0]
             assert float(line.rsplit(" ", 1)[1]) < 1e-5
+        # the 2x2 mesh: tensor-parallel collectives in the program, fc_0.w_0 [8, 32] split
+        # by columns over "model" (and replicated over "data")
+        assert "= c_identity(" in printed and "= mp_allreduce_sum(" in printed
+        assert "data-parallel all-reduces: 6" in printed
+        assert "per device: [(8, 16), (8, 16), (8, 16), (8, 16)]" in printed
     if path.stem == "08_paddle":
         printed = "".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", [])
                           if o.output_type == "stream")

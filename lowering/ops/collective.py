@@ -1,5 +1,6 @@
 """Collectives across the devices of a mesh axis: `c_allreduce`, and the size of a mesh axis
-and a device's index along it (`c_axis_size`, `c_axis_index`).
+and a device's index along it (`c_axis_size`, `c_axis_index`); and those of tensor parallel
+layers (`c_identity`, `mp_allreduce_sum`, `c_concat`, `c_split`, `c_embedding`).
 
 A collective names a mesh axis (e.g. "data"). Inside `shard_map` over that axis
 (the Executor's data-parallel mode, progdesc.distributed) it lowers to
@@ -13,6 +14,7 @@ Devices communicate only through these ops: a gradient op lowered through
 own partial gradient rather than one JAX sums over the devices.
 """
 import jax
+import jax.numpy as jnp
 from jax import lax
 
 from lowering.errors import BackwardError, ProgramError
@@ -117,3 +119,133 @@ def c_axis_index(*, axis_name):
     if axis_bound(axis_name):
         return lax.axis_index(axis_name).astype("int32")
     return jax.numpy.zeros((), "int32")
+
+
+# --- tensor parallel (Megatron's layout): the collectives of a layer split over a mesh axis ---
+#
+# A layer split over the "model" axis holds a slice of its weights on each device of that
+# axis. Values that every device of the axis holds whole (replicated) have the same value
+# and the same gradient on each; split values hold this device's slice. These ops move
+# between the two, and are the identity on one device (where the axis is not mapped), so a
+# tensor-parallel program also runs unchanged there.
+
+_MODEL_AXIS = Attr("axis_name", "string", "model", "the mesh axis the layer is split over")
+
+
+@op("c_identity", inputs=[In("X", "float")], outputs=[Out("Out")],
+    attrs={"axis_name": _MODEL_AXIS})
+def c_identity(X, *, axis_name):
+    """Out = X: a replicated value entering a layer split over `axis_name` (Megatron's `f`).
+    Its gradient adds up the partial gradients of the devices of the axis
+    (`mp_allreduce_sum`)."""
+    return X
+
+
+@c_identity.gradient
+def _(g):
+    g.call("mp_allreduce_sum", g.out_grad("Out"), axis_name=g.attr("axis_name"),
+           out=g.in_grad("X"))
+
+
+@op("mp_allreduce_sum", inputs=[In("X", "float")], outputs=[Out("Out")],
+    attrs={"axis_name": _MODEL_AXIS})
+def mp_allreduce_sum(X, *, axis_name):
+    """Out = the sum of X over the devices of `axis_name`: the partial results of a layer
+    split over the axis made whole (Megatron's `g`). Unlike `c_allreduce`, its gradient is
+    the identity (`c_identity`): the gradient of a replicated value is the same on every
+    device. X itself where the axis is not mapped."""
+    return all_reduce(X, "sum", axis_name)
+
+
+@mp_allreduce_sum.gradient
+def _(g):
+    g.call("c_identity", g.out_grad("Out"), axis_name=g.attr("axis_name"), out=g.in_grad("X"))
+
+
+@op("c_concat", inputs=[In("X", "float")], outputs=[Out("Out")],
+    attrs={"axis_name": _MODEL_AXIS})
+def c_concat(X, *, axis_name):
+    """Out = the slices X of the devices of `axis_name` concatenated along the last dim, in
+    device order (an all-gather): a value split over the axis made whole on every device.
+    X itself where the axis is not mapped."""
+    if not axis_bound(axis_name):
+        return X
+    return lax.all_gather(X, axis_name, axis=X.ndim - 1, tiled=True)
+
+
+@c_concat.gradient
+def _(g):
+    g.call("c_split", g.out_grad("Out"), axis_name=g.attr("axis_name"), out=g.in_grad("X"))
+
+
+@op("c_split", inputs=[In("X", "float")], outputs=[Out("Out")],
+    attrs={"axis_name": _MODEL_AXIS})
+def c_split(X, *, axis_name):
+    """Out = this device's slice of X along the last dim, the i-th of `axis size` equal
+    parts on the device of index i along `axis_name`: a replicated value split over the
+    axis. X itself where the axis is not mapped."""
+    if not axis_bound(axis_name):
+        return X
+    size = lax.axis_size(axis_name)
+    if X.shape[-1] % size:
+        raise ProgramError(f"c_split: the last dim {X.shape[-1]} does not divide by the "
+                           f"{size} devices of mesh axis '{axis_name}'")
+    part = X.shape[-1] // size
+    return lax.dynamic_slice_in_dim(X, lax.axis_index(axis_name) * part, part, axis=X.ndim - 1)
+
+
+@c_split.gradient
+def _(g):
+    g.call("c_concat", g.out_grad("Out"), axis_name=g.attr("axis_name"), out=g.in_grad("X"))
+
+
+def _vocab_slice(W, Ids, axis_name):
+    """(ids local to this device's rows of the table, mask of the ids it holds)."""
+    start = 0
+    if axis_bound(axis_name):
+        start = lax.axis_index(axis_name) * W.shape[0]
+    local = Ids - start
+    held = (local >= 0) & (local < W.shape[0])
+    return jnp.where(held, local, 0), held
+
+
+@op("c_embedding", inputs=[In("W", "float", doc="this device's rows [V / n, D]"),
+                           In("Ids", "int", doc="in [0, V)")],
+    outputs=[Out("Out")], attrs={"axis_name": _MODEL_AXIS})
+def c_embedding(W, Ids, *, axis_name):
+    """Out = the rows of a vocabulary split over `axis_name` at Ids, zero for the ids
+    another device holds: device i holds rows [i * V/n, (i + 1) * V/n) of the table. Summed
+    over the axis (`mp_allreduce_sum`) it is the lookup in the whole table; on one device
+    it is that lookup."""
+    local, held = _vocab_slice(W, Ids, axis_name)
+    return jnp.where(held[..., None], W[local], jnp.zeros((), W.dtype))
+
+
+@c_embedding.gradient
+def _(g):
+    g.call("c_embedding_grad", g.input("W"), g.input("Ids"), g.out_grad("Out"),
+           axis_name=g.attr("axis_name"), out=g.in_grad("W"))
+
+
+@op("c_embedding_grad",
+    inputs=[In("W", differentiable=False, doc="only its shape is used"), In("Ids", "int"),
+            In("OutGrad", "float")],
+    outputs=[Out("Out")], attrs={"axis_name": _MODEL_AXIS})
+def c_embedding_grad(W, Ids, OutGrad, *, axis_name):
+    """Gradient of c_embedding's W: the rows of OutGrad at the ids this device holds, added
+    up into its rows of the table (zeros shaped like W)."""
+    local, held = _vocab_slice(W, Ids, axis_name)
+    rows = jnp.where(held[..., None], OutGrad, jnp.zeros((), OutGrad.dtype))
+    return jnp.zeros(W.shape, OutGrad.dtype).at[local].add(rows)
+
+
+@c_embedding_grad.gradient
+def _(g):
+    g.call("c_embedding", g.out_grad("Out"), g.input("Ids"), axis_name=g.attr("axis_name"),
+           out=g.in_grad("OutGrad"))
+
+
+COLLECTIVE_OPS = ("c_allreduce", "c_identity", "mp_allreduce_sum", "c_concat", "c_split",
+                  "c_embedding", "c_embedding_grad")
+"""Op types that communicate over (or depend on their place along) the mesh axis their
+`axis_name` names: a program with any runs under shard_map (progdesc.distributed.run)."""

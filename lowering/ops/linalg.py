@@ -76,8 +76,9 @@ def _(g):
     flat_dy = (g.wants("Y") and len(yd) == 2 and len(xd) >= 3 and not tx
                and xd[-1] >= 0 and od[-1] >= 0)
     if flat_dy:  # one 2-D product over all leading dims: XLA runs a batched product + sum slower
-        xf = g.call("reshape", x, shape=[-1, xd[-1]])
-        df = g.call("reshape", dout, shape=[-1, od[-1]])
+        # [-1, the last dim at run time]: a tensor-parallel layer's devices hold a slice of it
+        xf = g.call("reshape_dims", x, [x], shape=[-1, 0], dims=[1, 1, 1, 0, len(xd) - 1])
+        df = g.call("reshape_dims", dout, [dout], shape=[-1, 0], dims=[1, 1, 1, 0, len(od) - 1])
         g.call("matmul", *((df, xf) if ty else (xf, df)), transpose_x=True, alpha=alpha,
                out=g.in_grad("Y"))
     for slot, dims, other, (a, b, ta, tb) in zip(

@@ -6,6 +6,10 @@ than one process (progdesc/distributed/multihost.py).
     exe = progdesc.Executor(mesh=mesh)
     exe.run(startup); exe.run(main, feed={...}, fetch_list=[loss])
 
+Tensor parallel layers (`layers.fc(..., tensor_parallel="column")` and the others, on a
+mesh with a "model" axis, e.g. `Mesh({"data": 2, "model": 2})`):
+progdesc/distributed/tensor_parallel.py.
+
 See progdesc/distributed/run.py for how each mode runs and the rule for feeds and fetches.
 """
 from progdesc.distributed.data_parallel import all_reduce_gradients, data_parallel

@@ -10,6 +10,10 @@ under the Executor's data-parallel mode, and is the identity on one device.
 from lowering import progdesc_pb2 as pb
 from lowering.errors import ProgramError
 from lowering.gradients import grad_name
+from lowering.ops.collective import COLLECTIVE_OPS
+
+# the axis a collective op without an axis_name attribute works over (its attr's default)
+_DEFAULT_AXIS = {t: "data" if t == "c_allreduce" else "model" for t in COLLECTIVE_OPS}
 
 
 def all_reduce_gradients(block, params_grads, axis_name="data"):
@@ -67,15 +71,15 @@ def data_parallel(program, axis_name="data"):
 
 
 def collective_axes(program_desc):
-    """The mesh axes that ops of the program communicate over (those of `c_allreduce` ops,
-    and of `batch_norm` ops that synchronise their statistics): a program with any runs
-    data parallel."""
+    """The mesh axes that ops of the program communicate over (those of `c_allreduce` ops and
+    the other collectives of lowering/ops/collective.py, and of `batch_norm` ops that
+    synchronise their statistics): a program with any runs under shard_map."""
     axes = set()
     for block in program_desc.blocks:
         for op_desc in block.ops:
-            if op_desc.type == "c_allreduce":
+            if op_desc.type in COLLECTIVE_OPS:
                 attr = op_desc.attrs.get("axis_name")
-                axes.add(attr.s if attr is not None else "data")
+                axes.add(attr.s if attr is not None else _DEFAULT_AXIS[op_desc.type])
             elif op_desc.type == "batch_norm" and "sync_axis" in op_desc.attrs:
                 axes.add(op_desc.attrs["sync_axis"].s)
     axes.discard("")

@@ -2,12 +2,18 @@
 
 Two modes, chosen by the program itself:
 
-* **Data parallel**: a program with collectives (`minimize(..., data_parallel=True)`,
-  a `batch_norm` with `sync_axis`) runs under `shard_map` over the mesh's data
-  axis. Each device runs the whole program on its share of the batch; parameters,
-  optimizer state and every other persistable are replicated.
-* **Sharded** (FSDP / ZeRO-3, tensor parallel): any other program runs under
-  `jax.jit` with `NamedSharding` in/out shardings taken from the variables'
+* **Data parallel** (and **tensor parallel**): a program with collectives
+  (`minimize(..., data_parallel=True)`, a `batch_norm` with `sync_axis`, the layers of
+  progdesc/distributed/tensor_parallel.py) runs under `shard_map` over every axis of the
+  mesh. Each device runs the whole program on its share of the batch (split over the
+  data axis) and on its slice of each persistable whose sharding annotation splits it
+  over another axis (a tensor-parallel weight and its optimizer state, split over
+  "model"); every other persistable is replicated. An annotation may not split a
+  persistable over the data axis here. Every axis the program communicates over must be
+  in the mesh. On a 2-D mesh `{"data": 2, "model": 2}` one program is so data parallel
+  and tensor parallel at once.
+* **Sharded** (FSDP / ZeRO-3, tensor parallel by annotations alone): any other program
+  runs under `jax.jit` with `NamedSharding` in/out shardings taken from the variables'
   sharding annotations (replicated where there is none); XLA's SPMD partitioner
   inserts the collectives. Persistables come back laid out as they went in.
 
@@ -18,14 +24,18 @@ FeedError); other feeds are replicated. Per-example fetches come back as one
 global array. In data-parallel mode every other fetch is computed per device and
 combined: floating-point values are averaged over the devices (the loss, as the
 mean over the global batch; a parameter, unchanged), integer and bool values are
-summed (counts, e.g. of correct predictions). In sharded mode the program sees the
-global batch, so fetches need no combining. Persistables that a data-parallel
-program leaves different on different devices (`batch_norm` running statistics
-without `sync_axis`) are averaged over the devices after each step. Random ops
-(dropout) draw different numbers on each device, from the device's index folded
-into the program's RNG state; the state itself advances as on one device.
+summed (counts, e.g. of correct predictions). Over the other axes a fetched value is
+the same on every device and comes back as device 0 has it; fetching the slice a
+device holds of a split value (a column-parallel layer's output) is a ProgramError.
+In sharded mode the program sees the global batch, so fetches need no combining.
+Persistables that a data-parallel program leaves different on different devices
+(`batch_norm` running statistics without `sync_axis`) are averaged over the devices
+after each step. Random ops (dropout) draw different numbers on each device of the
+data axis, from the device's index folded into the program's RNG state; the state
+itself advances as on one device. The devices of another axis draw the same numbers.
 """
 import jax
+import jax.numpy as jnp
 import numpy as np
 from jax import lax
 from jax.sharding import NamedSharding, PartitionSpec
@@ -35,7 +45,8 @@ from lowering.lower import RNG_VAR
 from lowering.ops.collective import varying_axes
 from progdesc.distributed.data_parallel import collective_axes
 from progdesc.distributed import peers
-from progdesc.distributed.sharding import is_split, named_sharding, replicated
+from progdesc.distributed.sharding import (is_split, named_sharding, replicated,
+                                            sharding_of)
 
 
 def compile_on_mesh(mesh, program_desc, fn, feeds, fetch_names, reads, writes, steps,
@@ -124,51 +135,102 @@ def placing(call, place):
 def _data_parallel(mesh, axes, fn, var, feed_specs, fetch_names, reads, writes, lead,
                    per_example, donate):
     axis = mesh.data_axis
-    if axis not in mesh.axes:
+    if axis in axes and axis not in mesh.axes:
         raise ProgramError(f"the program is data parallel (it all-reduces over a mesh axis) "
                            f"but the mesh {mesh.axes} has no data axis '{axis}'")
-    if axes != {axis}:
-        other = sorted(axes - {axis})[0]
-        raise ProgramError(f"the program communicates over mesh axis '{other}', but runs data "
-                           f"parallel over the mesh's data axis '{axis}' only: build it for "
-                           f"that axis, or give the Mesh data_axis='{other}'")
-    for name in (*reads, *writes):
-        if name in var and is_split(var[name]):
-            raise ProgramError("a data-parallel program keeps every persistable replicated, "
-                               "but this one has a sharding annotation that splits it: drop "
-                               "data_parallel (the annotations shard it) or the annotation",
-                               var=name)
+    unknown = sorted(axes - set(mesh.axes))
+    if unknown:
+        raise ProgramError(f"the program communicates over mesh axis '{unknown[0]}', but runs "
+                           f"data parallel over the mesh's data axis '{axis}' and the mesh "
+                           f"{mesh.axes} has no axis '{unknown[0]}': build it for the mesh's "
+                           f"axes, or give the Mesh data_axis='{unknown[0]}'")
+    read_specs = [_split_spec(mesh, var, name) for name in reads]
+    write_specs = [_split_spec(mesh, var, name) for name in writes]
     n_fetch, n_feeds = len(fetch_names), len(feed_specs)
     fetch_split = [per_example(n) for n in fetch_names]
+    split_data = axis in mesh.axes
     rng_in = n_feeds + reads.index(RNG_VAR) if RNG_VAR in reads else None
     rng_out = n_fetch + writes.index(RNG_VAR) if RNG_VAR in writes else None
+    others = [a for a in mesh.axes if a != axis]
 
     def body(*args):
         args = list(args)
-        if rng_in is not None:   # each device draws its own random numbers (dropout masks)
+        if rng_in is not None and split_data:   # each device draws its own random numbers
             shared = args[rng_in]
             args[rng_in] = jax.random.fold_in(shared, lax.axis_index(axis))
         outs = list(fn(*args))
-        if rng_out is not None:   # the state advances as lower_block advances it, on all alike
+        if rng_out is not None and split_data:   # the state advances as on one device
             outs[rng_out] = jax.random.fold_in(shared, 0)
-        fetched = [v if each else _combine(v, axis) for v, each in
-                   zip(outs[:n_fetch], fetch_split)]
-        written = [_agree(v, axis, name) for v, name in zip(outs[n_fetch:], writes)]
+        fetched = [_fetched(v, axis, others, each, var.get(name))
+                   for v, each, name in zip(outs[:n_fetch], fetch_split, fetch_names)]
+        written = [_agree(v, axis, others, name, spec)
+                   for v, name, spec in zip(outs[n_fetch:], writes, write_specs)]
         return (*fetched, *written)
 
-    rep = PartitionSpec()
-    out_specs = (*[PartitionSpec(*lead, axis) if each else rep for each in fetch_split],
-                 *[rep] * len(writes))
+    out_specs = (*[PartitionSpec(*lead, axis) if each and split_data else PartitionSpec()
+                   for each in fetch_split],
+                 *[PartitionSpec(*spec) for spec in write_specs])
     mapped = jax.shard_map(body, mesh=mesh.jax_mesh,
-                           in_specs=(*feed_specs, *[rep] * len(reads)), out_specs=out_specs)
-    read_shardings = [replicated(mesh)] * len(reads)
+                           in_specs=(*feed_specs, *[PartitionSpec(*s) for s in read_specs]),
+                           out_specs=out_specs)
+    read_shardings = [NamedSharding(mesh.jax_mesh, PartitionSpec(*s)) for s in read_specs]
     in_shardings = (*[NamedSharding(mesh.jax_mesh, s) for s in feed_specs], *read_shardings)
     return jax.jit(mapped, in_shardings=in_shardings, donate_argnums=donate), read_shardings
+
+
+def _split_spec(mesh, var, name):
+    """The spec a persistable is laid out by under shard_map: its annotation, which may split
+    it over the mesh's axes other than the data axis (a tensor-parallel weight's slices);
+    replicated without one. ProgramError if it splits it over the data axis."""
+    if name not in var or not is_split(var[name]):
+        return ()
+    spec = sharding_of(var[name])
+    if mesh.data_axis in spec:
+        raise ProgramError("a data-parallel program keeps every persistable replicated over "
+                           f"the data axis '{mesh.data_axis}', but this one has a sharding "
+                           "annotation that splits it there: drop data_parallel (the "
+                           "annotations shard it) or the annotation", var=name)
+    named_sharding(mesh, var[name])   # every axis in the mesh, every split dim divides
+    return spec
 
 
 def _varies(x, axis):
     """Whether traced value `x` may differ between the devices of `axis` (inside shard_map)."""
     return axis in varying_axes(x)
+
+
+def _first(x, axis):
+    """`x` as device 0 of mesh axis `axis` holds it, on every device of the axis (exactly:
+    the others add zeros)."""
+    mine = lax.axis_index(axis) == 0
+    return lax.psum(jnp.where(mine, x, jnp.zeros((), x.dtype)), axis)
+
+
+def _fetched(x, axis, others, per_example, var_desc):
+    """A fetched per-device value made global. Over the data axis, a per-example value is
+    gathered (by out_specs); any other is combined: floats averaged, integers and bools
+    summed. Over the other axes (tensor parallel), a value is the same on every device
+    unless it is a slice of a split one, which cannot be fetched."""
+    for other in others:
+        if _varies(x, other):
+            if var_desc is not None and _is_slice(x, var_desc, per_example):
+                raise ProgramError(f"the fetched value is split over mesh axis '{other}' (an "
+                                   "output of a column-parallel layer): fetch a value that "
+                                   "every device holds whole, e.g. after a row-parallel layer",
+                                   var=var_desc.name)
+            x = _first(x, other)
+    return x if per_example else _combine(x, axis)
+
+
+def _is_slice(x, var_desc, per_example):
+    """Whether a known dim of `var_desc` differs from the traced value's (a leading axis of
+    steps, and the batch dim of a per-example value, left aside)."""
+    dims = list(var_desc.dims)
+    if x.ndim < len(dims) or not dims:
+        return False
+    shape = x.shape[x.ndim - len(dims):]
+    start = 1 if per_example else 0
+    return any(d >= 0 and d != n for d, n in zip(dims[start:], shape[start:]))
 
 
 def _combine(x, axis):
@@ -180,8 +242,13 @@ def _combine(x, axis):
     return lax.psum(x.astype(np.int32) if x.dtype == np.bool_ else x, axis)
 
 
-def _agree(x, axis, name):
-    """A written persistable, averaged over the devices if they disagree on it."""
+def _agree(x, axis, others, name, spec):
+    """A written persistable, averaged over the data axis if its devices disagree on it;
+    over another axis that does not split it, device 0's value (the devices compute the
+    same value, which JAX's types cannot always tell)."""
+    for other in others:
+        if other not in spec and _varies(x, other):
+            x = _first(x, other)
     if not _varies(x, axis):
         return x
     if not np.issubdtype(x.dtype, np.floating):
