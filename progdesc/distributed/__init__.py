@@ -12,8 +12,9 @@ from progdesc.distributed.data_parallel import all_reduce_gradients, data_parall
 from progdesc.distributed.mesh import Mesh
 from progdesc.distributed.multihost import (global_batch, initialize, load_checkpoint_shards,
                                             save_checkpoint, save_checkpoint_shards, to_host)
+from progdesc.distributed.pipeline import pipeline, pipeline_stage
 from progdesc.distributed.sharding import shard, sharding_of
 
 __all__ = ["Mesh", "data_parallel", "all_reduce_gradients", "shard", "sharding_of",
            "initialize", "global_batch", "to_host", "save_checkpoint", "save_checkpoint_shards",
-           "load_checkpoint_shards"]
+           "load_checkpoint_shards", "pipeline", "pipeline_stage"]

@@ -1,6 +1,6 @@
 """How the Executor compiles a step for a mesh (`Executor(mesh=...)`).
 
-Two modes, chosen by the program itself:
+Three modes, chosen by the program itself:
 
 * **Data parallel**: a program with collectives (`minimize(..., data_parallel=True)`,
   a `batch_norm` with `sync_axis`) runs under `shard_map` over the mesh's data
@@ -11,7 +11,13 @@ Two modes, chosen by the program itself:
   sharding annotations (replicated where there is none); XLA's SPMD partitioner
   inserts the collectives. Persistables come back laid out as they went in.
 
-Feeds and fetches, in both modes: a variable whose first declared dim is -1
+* **Pipeline**: a program made a pipeline (`progdesc.distributed.pipeline`: its ops
+  marked with stages, `c_ppermute` transfers, a `pipeline_schedule` op) runs one stage
+  per device of the mesh's pipe axis, each holding only its stage's parameters and
+  optimizer state, over micro-batches in the schedule's order
+  (progdesc/distributed/pipeline/driver.py, which also says how feeds and fetches go).
+
+Feeds and fetches, in the first two modes: a variable whose first declared dim is -1
 (the batch dim of a data variable) is *per-example*. Per-example feeds are split
 along that dim over the data axis (its size must divide the fed batch, else
 FeedError); other feeds are replicated. Per-example fetches come back as one
@@ -175,3 +181,15 @@ def _agree(x, axis, name):
         raise ProgramError(f"the data-parallel program leaves this {x.dtype} persistable "
                            "different on different devices", var=name)
     return lax.pmean(x, axis)
+
+
+def compile_pipeline(mesh, program_desc, lowered, feed_names, reads, writes, steps, precision):
+    """The step of a pipeline program on `mesh` (a `PipelineStep`, called with the flat
+    `(*feeds, *reads)` and returning `(*fetched, *writes)`), or None if the program is not a
+    pipeline."""
+    from progdesc.distributed.pipeline.plan import schedule_op
+    if schedule_op(program_desc) is None:
+        return None
+    from progdesc.distributed.pipeline.driver import PipelineStep
+    return PipelineStep(mesh, program_desc, lowered.kept_ops, feed_names, lowered.fetch_names,
+                        reads, writes, steps, precision)
