@@ -72,6 +72,7 @@ class PipelineStep:
         for s in range(p.n_stages):
             for seg in (p.forward[s], p.backward[s]):
                 self._fed_at[s].update(n for n in seg.reads if n in set(self.feed_names))
+        self._acc_shapes = {}
         self.final = {}   # name -> stage whose update (or state) gives the value after a step
         for s in reversed(range(p.n_stages)):
             for n in (*p.state[s], *p.update[s].writes):
@@ -146,8 +147,10 @@ class PipelineStep:
                                                                         dev[t.dst])
                 else:
                     seg = p.backward[s]
-                    out, acc[s] = self._backward[s](
-                        {n: here[n] if n in here else held[s][n] for n in seg.reads}, acc[s])
+                    inputs = {n: here[n] if n in here else held[s][n] for n in seg.reads}
+                    if acc[s] is None:   # zeros, so that one compiled function serves all
+                        acc[s] = self._zeros(s, inputs)
+                    out, acc[s] = self._backward[s](inputs, acc[s])
                     keep(s, out)
                     for t in p.returns:
                         if t.src == s:
@@ -172,6 +175,13 @@ class PipelineStep:
             else:
                 fetched.append(jnp.asarray(feeds[n]))
         return (*fetched, *(finals[n] for n in self.writes))
+
+    def _zeros(self, s, inputs):
+        """Zero sums of stage `s`'s gradients, on its device."""
+        if s not in self._acc_shapes:
+            self._acc_shapes[s] = jax.eval_shape(self._backward[s], inputs, None)[1] or {}
+        return {g: jax.device_put(np.zeros(a.shape, a.dtype), self.devices[s])
+                for g, a in self._acc_shapes[s].items()}
 
     def _combine(self, name, parts):
         if name in self.per_example:
