@@ -11,6 +11,10 @@ k of them. Every workload (bench/workloads.py, Adam) trains in two modes:
 - fsdp: every parameter split over the data axis along its first dim that k
         divides (replicated if none does), the batch split too; `jax.jit` with
         `NamedSharding`s, XLA's partitioner inserts the all-gathers and reduce-scatters.
+- pipe:  (k > 1, workload mlp4x512: four equal 512-wide layers) k pipeline stages
+        (GPipe, 4 micro-batches) on `Mesh({"pipe": k})`; "jaxpp" is a hand-written JAX
+        shard_map pipeline of the same model and micro-batches, timed with it
+        (bench/pipeline_reference.py). Their "state/device" is the most one device holds.
 
 Weak scaling: each device keeps the workload's batch (mlp 128, transformer 16),
 so the global batch is k times that. Throughput is examples per second over the
@@ -103,7 +107,39 @@ def measure(k, names, steps):
                          "global_batch": spec.batch * k, "step_s": r["median_s"],
                          "examples_per_s": spec.batch * k / r["median_s"],
                          "state_bytes_per_device": sizes[mode]})
+    if k > 1:
+        rows.extend(_pipeline_rows(k, steps))
     return rows
+
+
+def _pipeline_rows(k, steps):
+    """Rows of "pipe" (progdesc, k GPipe stages) and "jaxpp" (a hand-written JAX shard_map
+    pipeline) on workload "mlp4x512" (bench/pipeline_reference.py), timed together."""
+    import jax
+
+    import progdesc as pd
+    from bench import pipeline_reference as PR
+    from bench.common import interleaved
+    from progdesc import distributed as dist
+    main, startup, x, label, loss = PR.progdesc_pipeline(k)
+    exe, scope = pd.Executor(mesh=dist.Mesh({"pipe": k})), pd.Scope()
+    pd.Executor().run(startup, scope=scope)
+    data = PR.batch(k)
+    feed = {x: data[0], label: data[1]}
+
+    def step():
+        return exe.run(main, feed=feed, fetch_list=[loss], scope=scope)[0]
+    step()
+    jax_step, jax_state = PR.jax_pipeline(k, data)
+    jax_step()
+    sizes = {"pipe": PR.most_state_on_one_device(main, scope),
+             "jaxpp": sum(s.data.nbytes for leaf in jax.tree_util.tree_leaves(jax_state)
+                          for s in leaf.addressable_shards[:1])}
+    timed = interleaved({"pipe": step, "jaxpp": jax_step}, steps=steps, warmup=2, block=3)
+    n = len(data[0])
+    return [{"workload": PR.NAME, "mode": mode, "devices": k, "global_batch": n,
+             "step_s": r["median_s"], "examples_per_s": n / r["median_s"],
+             "state_bytes_per_device": sizes[mode]} for mode, r in timed.items()]
 
 
 def run_all(device_counts, names, steps, log=print):
@@ -146,6 +182,16 @@ def table(rows):
                      f"{r['global_batch']:>12} | {r['step_s'] * 1e3:>6.1f} ms | "
                      f"{r['examples_per_s']:>10.0f} | {speedup:>11} | {eff:>10} | "
                      f"{r['state_bytes_per_device'] / 2**20:>8.2f} MB")
+    for r in rows:
+        if r["mode"] != "pipe":
+            continue
+        jax_row = next(j for j in rows if j["mode"] == "jaxpp" and j["devices"] == r["devices"]
+                       and j["workload"] == r["workload"])
+        from bench.pipeline_reference import MICRO_BATCHES, bubble
+        lines.append(f"pipeline {r['workload']} on {r['devices']} stages ({MICRO_BATCHES} "
+                     f"micro-batches, GPipe, bubble {bubble(r['devices']):.0%} of ticks): "
+                     f"progdesc step / JAX shard_map pipeline step = "
+                     f"x{r['step_s'] / jax_row['step_s']:.2f}")
     return "\n".join(lines)
 
 
