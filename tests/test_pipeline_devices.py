@@ -137,6 +137,7 @@ def _assert_close(got, want, atol=1e-5):
 # moments) differ between any two orders of summation, one device or many.
 _NOISE = (".key.b_0", ".key.b_0.moment1", ".key.b_0.moment2")
 _ONE = {}
+_FOUR_STAGES = {}   # (stages, schedule) -> (program, scope) a test trained, for the next
 
 
 def _one_device(model):
@@ -157,6 +158,7 @@ def test_mlp_pipeline_trains_like_one_device(stages, schedule):
     want, want_losses, (logits1, correct1), _, _ = _one_device(_mlp)
     got, losses, (logits, correct), main, scope = _train(_mlp, stages, schedule=schedule,
                                                          fetch_extra=True)
+    _FOUR_STAGES.setdefault((stages, schedule), (main, scope))
     _assert_close(got, want)
     np.testing.assert_allclose(losses, want_losses, rtol=1e-5)
     # per-example logits come back as one array over the batch, a count summed
@@ -169,21 +171,26 @@ def test_mlp_pipeline_trains_like_one_device(stages, schedule):
         assert scope.get(name).devices() == {devices[stage]}, name
 
 
+def _transformer2(stages):
+    return _transformer(stages, n_layers=2)
+
+
 @four_devices
-@pytest.mark.parametrize("stages,schedule", [
-    (2, "1f1b"),
-    pytest.param(4, "gpipe", marks=pytest.mark.slow),
-    pytest.param(4, "1f1b", marks=pytest.mark.slow)])
-def test_transformer_pipeline_trains_like_one_device(stages, schedule):
-    want, want_losses, _, _, _ = _one_device(_transformer)
-    got, losses, _, _, _ = _train(_transformer, stages, schedule=schedule)
+@pytest.mark.parametrize("model,stages,schedule", [
+    (_transformer2, 2, "1f1b"),
+    pytest.param(_transformer, 2, "gpipe", marks=pytest.mark.slow),
+    pytest.param(_transformer, 4, "gpipe", marks=pytest.mark.slow),
+    pytest.param(_transformer, 4, "1f1b", marks=pytest.mark.slow)])
+def test_transformer_pipeline_trains_like_one_device(model, stages, schedule):
+    want, want_losses, _, _, _ = _one_device(model)
+    got, losses, _, _, _ = _train(model, stages, schedule=schedule)
     _assert_close(got, want)
     np.testing.assert_allclose(losses, want_losses, rtol=1e-5)
 
 
 @four_devices
 def test_a_four_stage_checkpoint_loads_and_trains_on_one_device(tmp_path):
-    _, _, _, main, scope4 = _train(_mlp, 4, steps=2)
+    main, scope4 = _FOUR_STAGES.get((4, "gpipe")) or _train(_mlp, 4)[3:]
     path = str(tmp_path / "ckpt.safetensors")
     pd.io.save_checkpoint(path, main, scope4)
     scope = pd.Scope()
@@ -208,6 +215,30 @@ def test_several_steps_in_one_call_match_one_call_each():
         scope=scope, steps=3)
     np.testing.assert_allclose(losses, want_losses, rtol=1e-6)
     _assert_close(_persistables(main, scope), want, atol=1e-6)
+
+
+@four_devices
+@pytest.mark.slow
+def test_the_readme_example_as_written_trains_like_one_device():
+    readme = open(os.path.join(ROOT, "README.md")).read()
+    section = readme[readme.index("### Pipelines"):]
+    code = re.findall(r"```python\n(.*?)```", section, re.S)[0]
+    bx, by = _batch(_mlp)
+    got = []
+    for mesh in (True, False):
+        main, startup = pd.Program(random_seed=3), pd.Program(random_seed=3)
+        with pd.program_guard(main, startup):
+            x = pd.data("x", [-1, 12])
+            label = pd.data("label", [-1, 1], "int64")
+            names = dict(pd=pd, layers=layers, ops=ops, Adam=Adam, x=x, label=label, main=main)
+            exec(code, names)   # noqa: S102  (the README's own code)
+        exe = names["exe"] if mesh else pd.Executor()
+        scope = pd.Scope()
+        pd.Executor().run(startup, scope=scope)
+        for _ in range(2):
+            exe.run(main, feed={x: bx, label: by}, fetch_list=[names["loss"]], scope=scope)
+        got.append(_persistables(main, scope))
+    _assert_close(*got)
 
 
 # --- the transfer op on a mapped axis ---
