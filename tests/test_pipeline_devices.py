@@ -296,3 +296,12 @@ def test_a_mesh_that_does_not_fit_and_a_batch_that_does_not_split_are_errors():
                                                 fetch_list=[loss], scope=scope)
     assert e.value.var == "x"
     _assert_close(_persistables(main, scope), before, atol=0)   # nothing written
+    # stages marked, the pass forgotten: not silently run whole on every device
+    plain = pd.Program()
+    with pd.program_guard(plain, pd.Program()):
+        v = pd.data("v", [-1, 4])
+        with dist.pipeline_stage(1):
+            out = ops.scale(v, scale=2.0)
+    with pytest.raises(ProgramError, match="not a pipeline"):
+        pd.Executor(mesh=Mesh({"pipe": 2})).run(plain, feed={v: np.ones((2, 4), "f")},
+                                                fetch_list=[out])

@@ -36,6 +36,7 @@ import numpy as np
 from jax import lax
 from jax.sharding import NamedSharding, PartitionSpec
 
+from lowering.desc import PIPELINE_STAGE
 from lowering.errors import FeedError, ProgramError
 from lowering.lower import RNG_VAR
 from lowering.ops.collective import varying_axes
@@ -189,6 +190,10 @@ def compile_pipeline(mesh, program_desc, lowered, feed_names, reads, writes, ste
     pipeline."""
     from progdesc.distributed.pipeline.plan import schedule_op
     if schedule_op(program_desc) is None:
+        if any(PIPELINE_STAGE in op_desc.attrs for op_desc in program_desc.blocks[0].ops):
+            raise ProgramError("the program marks pipeline stages but is not a pipeline: "
+                               "apply progdesc.distributed.pipeline(program, micro_batches) "
+                               "before minimize")
         return None
     from progdesc.distributed.pipeline.driver import PipelineStep
     return PipelineStep(mesh, program_desc, lowered.kept_ops, feed_names, lowered.fetch_names,
