@@ -241,6 +241,21 @@ def test_the_readme_example_as_written_trains_like_one_device():
     _assert_close(*got)
 
 
+@four_devices
+@pytest.mark.slow
+def test_a_test_clone_runs_forward_only_through_the_stages():
+    main, startup, x, label, loss, (logits, _) = _build(_mlp, 2)
+    test = main.clone(for_test=True)
+    scope = pd.Scope()
+    pd.Executor().run(startup, scope=scope)
+    feed = dict(zip((x, label), _batch(_mlp)))
+    want = pd.Executor().run(test, feed=feed, fetch_list=[logits, loss], scope=scope)
+    got = pd.Executor(mesh=Mesh({"pipe": 2})).run(test, feed=feed, fetch_list=[logits, loss],
+                                                  scope=scope)
+    np.testing.assert_allclose(got[0], want[0], atol=1e-6)
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-6)
+
+
 # --- the transfer op on a mapped axis ---
 
 @four_devices

@@ -6,7 +6,8 @@ than one process (progdesc/distributed/multihost.py).
     exe = progdesc.Executor(mesh=mesh)
     exe.run(startup); exe.run(main, feed={...}, fetch_list=[loss])
 
-See progdesc/distributed/run.py for how each mode runs and the rule for feeds and fetches.
+See progdesc/distributed/run.py for how each mode runs and the rule for feeds and fetches,
+and progdesc/distributed/pipeline/ for pipeline parallelism (`pipeline_stage`, `pipeline`).
 """
 from progdesc.distributed.data_parallel import all_reduce_gradients, data_parallel
 from progdesc.distributed.mesh import Mesh
