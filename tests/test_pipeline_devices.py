@@ -21,7 +21,7 @@ from lowering.errors import FeedError, ProgramError
 from progdesc import distributed as dist
 from progdesc import layers, ops
 from progdesc.distributed import Mesh
-from progdesc.optimizer import Adam
+from progdesc.optimizer import Adam, ClipGradByGlobalNorm
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FOUR = jax.device_count() >= 4
@@ -311,6 +311,16 @@ def test_a_mesh_that_does_not_fit_and_a_batch_that_does_not_split_are_errors():
                                                 fetch_list=[loss], scope=scope)
     assert e.value.var == "x"
     _assert_close(_persistables(main, scope), before, atol=0)   # nothing written
+    # clipping by the global norm reads every stage's gradients: refused, naming the op
+    clipped = pd.Program()
+    with pd.program_guard(clipped, pd.Program()):
+        cx, clabel, closs, _ = _mlp(2)
+        dist.pipeline(clipped, 2)
+        Adam(1e-2, grad_clip=ClipGradByGlobalNorm(1.0)).minimize(closs)
+    with pytest.raises(ProgramError, match="stages \\[0, 1\\]") as e:
+        pd.Executor(mesh=Mesh({"pipe": 2})).run(clipped, feed={cx: bx, clabel: by},
+                                                fetch_list=[closs], scope=pd.Scope())
+    assert e.value.op_type is not None
     # stages marked, the pass forgotten: not silently run whole on every device
     plain = pd.Program()
     with pd.program_guard(plain, pd.Program()):
