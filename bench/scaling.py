@@ -11,6 +11,12 @@ k of them. Every workload (bench/workloads.py, Adam) trains in two modes:
 - fsdp: every parameter split over the data axis along its first dim that k
         divides (replicated if none does), the batch split too; `jax.jit` with
         `NamedSharding`s, XLA's partitioner inserts the all-gathers and reduce-scatters.
+- pipe:  (k > 1, workload mlp4x512: four equal 512-wide layers) k pipeline stages
+        (GPipe, 4 micro-batches) on `Mesh({"pipe": k})`; "jaxpp" is a hand-written JAX
+        shard_map pipeline of the same model and micro-batches, timed with it
+        (bench/pipeline_reference.py); "whole" is the same program on one device, no
+        mesh. Their "state/device" is the most one device holds. "ideal" is the whole
+        step over k: k stages with no bubble and no transfer cost.
 
 Weak scaling: each device keeps the workload's batch (mlp 128, transformer 16),
 so the global batch is k times that. Throughput is examples per second over the
@@ -115,6 +121,8 @@ def measure(k, names, steps):
                          "state_bytes_per_device": sizes[mode]})
     if k == 4:
         rows.extend(measure_2d(names, steps))
+    if k > 1:
+        rows.extend(_pipeline_rows(k, steps))
     return rows
 
 
@@ -210,6 +218,45 @@ def ratios_2d(rows):
             for w in dict.fromkeys(r["workload"] for r in rows) if (w, "2d") in step]
 
 
+def _pipeline_rows(k, steps):
+    """Rows of "pipe" (progdesc, k GPipe stages) and "jaxpp" (a hand-written JAX shard_map
+    pipeline) on workload "mlp4x512" (bench/pipeline_reference.py), timed together."""
+    import jax
+
+    import progdesc as pd
+    from bench import pipeline_reference as PR
+    from bench.common import interleaved
+    from progdesc import distributed as dist
+    main, startup, x, label, loss = PR.progdesc_pipeline(k)
+    exe, scope = pd.Executor(mesh=dist.Mesh({"pipe": k})), pd.Scope()
+    pd.Executor().run(startup, scope=scope)
+    data = PR.batch(k)
+    feed = {x: data[0], label: data[1]}
+
+    def step():
+        return exe.run(main, feed=feed, fetch_list=[loss], scope=scope)[0]
+    step()
+    one, one_scope = pd.Executor(), pd.Scope()   # the same program whole on one device
+    one.run(startup, scope=one_scope)
+
+    def whole():
+        return one.run(main, feed=feed, fetch_list=[loss], scope=one_scope)[0]
+    whole()
+    jax_step, jax_state = PR.jax_pipeline(k, data)
+    jax_step()
+    sizes = {"pipe": PR.most_state_on_one_device(main, scope),
+             "jaxpp": sum(s.data.nbytes for leaf in jax.tree_util.tree_leaves(jax_state)
+                          for s in leaf.addressable_shards[:1])}
+    sizes["whole"] = PR.most_state_on_one_device(main, one_scope)
+    timed = interleaved({"pipe": step, "jaxpp": jax_step, "whole": whole}, steps=steps,
+                        warmup=2, block=3)
+    n = len(data[0])
+    return [{"workload": PR.NAME, "mode": mode, "devices": 1 if mode == "whole" else k,
+             "stages": k, "global_batch": n, "step_s": r["median_s"],
+             "examples_per_s": n / r["median_s"], "state_bytes_per_device": sizes[mode]}
+            for mode, r in timed.items()]
+
+
 def run_all(device_counts, names, steps, log=print):
     """Rows of every device count, each measured in a fresh subprocess."""
     rows, gpu = [], _has_gpu()
@@ -250,6 +297,20 @@ def table(rows):
                      f"{r['global_batch']:>12} | {r['step_s'] * 1e3:>6.1f} ms | "
                      f"{r['examples_per_s']:>10.0f} | {speedup:>11} | {eff:>10} | "
                      f"{r['state_bytes_per_device'] / 2**20:>8.2f} MB")
+    for r in rows:
+        if r["mode"] != "pipe":
+            continue
+        jax_row = next(j for j in rows if j["mode"] == "jaxpp" and j["devices"] == r["devices"]
+                       and j["workload"] == r["workload"])
+        whole = next(j for j in rows if j["mode"] == "whole" and j.get("stages") == r["devices"])
+        from bench.pipeline_reference import MICRO_BATCHES, bubble
+        k, m = r["devices"], MICRO_BATCHES
+        lines.append(f"pipeline {r['workload']} on {k} stages ({m} micro-batches, GPipe): "
+                     f"progdesc step / JAX shard_map pipeline step = "
+                     f"x{r['step_s'] / jax_row['step_s']:.2f}; bubble {bubble(k):.0%} of "
+                     f"stage-ticks; step / ideal (one device's step / {k}) = "
+                     f"x{r['step_s'] * k / whole['step_s']:.2f}, GPipe's ticks predict "
+                     f"x{(m + k - 1) / m:.2f}")
     return "\n".join(lines)
 
 

@@ -5,6 +5,9 @@ from lowering.registry import decode_attr
 FORWARD_OP = "@forward_op"
 """Attribute of a gradient op: [block, index] of the forward op whose gradient maker emitted it
 (ints). No op type declares it, and none can: it is not a Python identifier."""
+PIPELINE_STAGE = "@pipeline_stage"
+"""Attribute of a forward op: the pipeline stage that runs it (i), set by
+`progdesc.distributed.pipeline_stage` and the pipeline pass."""
 
 
 def slot_map(slots):

@@ -16,7 +16,7 @@ import numpy as np
 
 from lowering import registry
 from lowering.errors import DistributedError, FeedError, FetchError, ProgramError
-from lowering.lower import check_precision, lower_block
+from lowering.lower import check_precision, lower_block, precision_of
 from progdesc import compile_cache, jax_compat
 from progdesc.callsites import user_call
 from progdesc.feeding import (convert_feeds, disagreeing_feeds, in_run, names_of, on_device,
@@ -284,6 +284,14 @@ class Executor:
                 return (*fetched, *written)
             return call
 
+        if self.mesh is not None:
+            from progdesc.distributed.run import compile_pipeline
+            call = compile_pipeline(self.mesh, desc, lowered, feed_names, mutable + readonly,
+                                    mutable + only_written, steps,
+                                    self._precision or precision_of(desc))
+            if call is not None:
+                return _Compiled(None, lowered.fetch_names, mutable + readonly, n_mutable,
+                                 mutable + only_written, len(lowered.fetch_names), call=call)
         fn, place = flat(step if steps is None else many_steps), None
         donate = tuple(range(n_feeds, n_feeds + n_mutable))
         if self.mesh is None:

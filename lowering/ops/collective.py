@@ -249,3 +249,44 @@ COLLECTIVE_OPS = ("c_allreduce", "c_identity", "mp_allreduce_sum", "c_concat", "
                   "c_embedding", "c_embedding_grad")
 """Op types that communicate over (or depend on their place along) the mesh axis their
 `axis_name` names: a program with any runs under shard_map (progdesc.distributed.run)."""
+# --- pipeline parallel (progdesc/distributed/pipeline): stage-to-stage transfers ---
+
+@op("c_ppermute", inputs=[In("X")], outputs=[Out("Out")],
+    attrs={"axis_name": Attr("axis_name", "string", "pipe", "the mesh axis of the stages"),
+           "shift": Attr("shift", "int", 1, "how many stages on the value moves (negative: "
+                         "back, as gradients do)")})
+def c_ppermute(X, *, axis_name, shift):
+    """Out = the X of the device `shift` places before this one along mesh axis `axis_name`
+    (device i receives from device i - shift; a device with no such sender receives zeros):
+    the transfer of an activation to the next pipeline stage (shift 1), or of its gradient
+    back (shift -1). The identity where the axis is not mapped (one device holds every
+    stage). The pipeline Executor (progdesc/distributed/pipeline) runs each stage on its
+    own device and makes the transfer a device-to-device copy."""
+    if not axis_name or not axis_bound(axis_name):
+        return X
+    n = lax.axis_size(axis_name)
+    perm = [(i, i + shift) for i in range(n) if 0 <= i + shift < n]
+    return lax.ppermute(X, axis_name, perm)
+
+
+@c_ppermute.gradient
+def _(g):
+    # the value went `shift` stages on; its cotangent goes the same way back
+    g.call("c_ppermute", g.out_grad("Out"), axis_name=g.attr("axis_name"),
+           shift=-g.attr("shift"), out=g.in_grad("X"))
+
+
+@op("pipeline_schedule", inputs=[], outputs=[Out("Out")],
+    attrs={"stages": Attr("stages", "int", 1, "how many pipeline stages"),
+           "micro_batches": Attr("micro_batches", "int", 1,
+                                 "how many micro-batches each fed batch is split into"),
+           "schedule": Attr("schedule", "string", "gpipe", "gpipe or 1f1b",
+                            where=one_of("gpipe", "1f1b")),
+           "axis_name": Attr("axis_name", "string", "pipe", "the mesh axis of the stages")},
+    differentiable=False)
+def pipeline_schedule(*, stages, micro_batches, schedule, axis_name):
+    """Out = `micro_batches` (an int32 scalar). The op states the pipeline a program runs
+    as (the pass `progdesc.distributed.pipeline` puts it first): `stages` stages along mesh
+    axis `axis_name`, each fed batch split into `micro_batches`, ordered by `schedule`.
+    Nothing reads its output; on one device the program runs whole, as one batch."""
+    return jax.numpy.asarray(micro_batches, "int32")

@@ -10,15 +10,18 @@ Tensor parallel layers (`layers.fc(..., tensor_parallel="column")` and the other
 mesh with a "model" axis, e.g. `Mesh({"data": 2, "model": 2})`):
 progdesc/distributed/tensor_parallel.py.
 
-See progdesc/distributed/run.py for how each mode runs and the rule for feeds and fetches.
+See progdesc/distributed/run.py for how each mode runs and the rule for feeds and fetches,
+and progdesc/distributed/pipeline/ for pipeline parallelism (`pipeline_stage`, `pipeline`).
 """
 from progdesc.distributed.data_parallel import all_reduce_gradients, data_parallel
 from progdesc.distributed.mesh import Mesh
 from progdesc.distributed.multihost import (global_batch, initialize, load_checkpoint_shards,
                                             save_checkpoint, save_checkpoint_shards, to_host)
+from progdesc.distributed.pipeline import pipeline, pipeline_stage
 from progdesc.distributed.resume import checkpoint_path, latest_checkpoint, restart_count
 from progdesc.distributed.sharding import shard, sharding_of
 
 __all__ = ["Mesh", "data_parallel", "all_reduce_gradients", "shard", "sharding_of",
            "initialize", "global_batch", "to_host", "save_checkpoint", "save_checkpoint_shards",
-           "load_checkpoint_shards", "restart_count", "checkpoint_path", "latest_checkpoint"]
+           "load_checkpoint_shards", "restart_count", "checkpoint_path", "latest_checkpoint",
+           "pipeline", "pipeline_stage"]

@@ -1,6 +1,6 @@
 """How the Executor compiles a step for a mesh (`Executor(mesh=...)`).
 
-Two modes, chosen by the program itself:
+Three modes, chosen by the program itself:
 
 * **Data parallel** (and **tensor parallel**): a program with collectives
   (`minimize(..., data_parallel=True)`, a `batch_norm` with `sync_axis`, the layers of
@@ -17,7 +17,13 @@ Two modes, chosen by the program itself:
   sharding annotations (replicated where there is none); XLA's SPMD partitioner
   inserts the collectives. Persistables come back laid out as they went in.
 
-Feeds and fetches, in both modes: a variable whose first declared dim is -1
+* **Pipeline**: a program made a pipeline (`progdesc.distributed.pipeline`: its ops
+  marked with stages, `c_ppermute` transfers, a `pipeline_schedule` op) runs one stage
+  per device of the mesh's pipe axis, each holding only its stage's parameters and
+  optimizer state, over micro-batches in the schedule's order
+  (progdesc/distributed/pipeline/driver.py, which also says how feeds and fetches go).
+
+Feeds and fetches, in the first two modes: a variable whose first declared dim is -1
 (the batch dim of a data variable) is *per-example*. Per-example feeds are split
 along that dim over the data axis (its size must divide the fed batch, else
 FeedError); other feeds are replicated. Per-example fetches come back as one
@@ -40,6 +46,7 @@ import numpy as np
 from jax import lax
 from jax.sharding import NamedSharding, PartitionSpec
 
+from lowering.desc import PIPELINE_STAGE
 from lowering.errors import FeedError, ProgramError
 from lowering.lower import RNG_VAR
 from lowering.ops.collective import varying_axes
@@ -255,3 +262,19 @@ def _agree(x, axis, others, name, spec):
         raise ProgramError(f"the data-parallel program leaves this {x.dtype} persistable "
                            "different on different devices", var=name)
     return lax.pmean(x, axis)
+
+
+def compile_pipeline(mesh, program_desc, lowered, feed_names, reads, writes, steps, precision):
+    """The step of a pipeline program on `mesh` (a `PipelineStep`, called with the flat
+    `(*feeds, *reads)` and returning `(*fetched, *writes)`), or None if the program is not a
+    pipeline."""
+    from progdesc.distributed.pipeline.plan import schedule_op
+    if schedule_op(program_desc) is None:
+        if any(PIPELINE_STAGE in op_desc.attrs for op_desc in program_desc.blocks[0].ops):
+            raise ProgramError("the program marks pipeline stages but is not a pipeline: "
+                               "apply progdesc.distributed.pipeline(program, micro_batches) "
+                               "before minimize")
+        return None
+    from progdesc.distributed.pipeline.driver import PipelineStep
+    return PipelineStep(mesh, program_desc, lowered.kept_ops, feed_names, lowered.fetch_names,
+                        reads, writes, steps, precision)

@@ -52,3 +52,17 @@ SAMPLES = [
     Sample("c_embedding_grad", {"W": rand(6, 4), "Ids": _IDS, "OutGrad": rand(2, 3, 4, seed=1)},
            _lookup_grad, name="repeated_ids_static_ids", symbolic=False),
 ]
+
+
+# pipeline transfers (progdesc/distributed/pipeline): on one device every stage is here
+SAMPLES += [
+    Sample("c_ppermute", {"X": rand(3, 4)}, lambda X, axis_name="pipe", shift=1: X,
+           name="next_stage"),
+    Sample("c_ppermute", {"X": rand(2, 5, dtype="float64")},
+           lambda X, axis_name="pipe", shift=1: X, {"shift": -2}, name="gradient_back"),
+    Sample("pipeline_schedule", {},
+           lambda stages=1, micro_batches=1, schedule="gpipe", axis_name="pipe":
+           np.array(micro_batches, "int32"),
+           {"stages": 4, "micro_batches": 8, "schedule": "1f1b"}, name="four_stages",
+           grad=False),
+]
