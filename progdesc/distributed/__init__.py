@@ -3,17 +3,19 @@ than one process (progdesc/distributed/multihost.py).
 
     mesh = progdesc.distributed.Mesh({"data": 4})
     optimizer.minimize(loss, data_parallel=True)      # all-reduce ops on the gradients
+    # accumulate_steps=k: one update every k runs (progdesc/distributed/accumulate.py)
     exe = progdesc.Executor(mesh=mesh)
     exe.run(startup); exe.run(main, feed={...}, fetch_list=[loss])
 
 See progdesc/distributed/run.py for how each mode runs and the rule for feeds and fetches.
 """
+from progdesc.distributed.accumulate import accumulate_gradients
 from progdesc.distributed.data_parallel import all_reduce_gradients, data_parallel
 from progdesc.distributed.mesh import Mesh
 from progdesc.distributed.multihost import (global_batch, initialize, load_checkpoint_shards,
                                             save_checkpoint, save_checkpoint_shards, to_host)
 from progdesc.distributed.sharding import shard, sharding_of
 
-__all__ = ["Mesh", "data_parallel", "all_reduce_gradients", "shard", "sharding_of",
+__all__ = ["Mesh", "data_parallel", "all_reduce_gradients", "accumulate_gradients", "shard", "sharding_of",
            "initialize", "global_batch", "to_host", "save_checkpoint", "save_checkpoint_shards",
            "load_checkpoint_shards"]
