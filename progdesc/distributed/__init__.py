@@ -16,6 +16,6 @@ from progdesc.distributed.multihost import (global_batch, initialize, load_check
                                             save_checkpoint, save_checkpoint_shards, to_host)
 from progdesc.distributed.sharding import shard, sharding_of
 
-__all__ = ["Mesh", "data_parallel", "all_reduce_gradients", "accumulate_gradients", "shard", "sharding_of",
+__all__ = ["Mesh", "data_parallel", "all_reduce_gradients", "shard", "sharding_of",
            "initialize", "global_batch", "to_host", "save_checkpoint", "save_checkpoint_shards",
-           "load_checkpoint_shards"]
+           "load_checkpoint_shards", "accumulate_gradients"]
