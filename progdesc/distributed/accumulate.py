@@ -15,14 +15,17 @@ runs give the parameters the one step the whole batch gives.
 
 The update is a select rather than a `cond` sub-block, as optax.MultiSteps selects its
 inner state: under jax.jit the update ops (elementwise, memory-bound) run on every
-micro-batch and fuse with the select, with no branch, no copy of the state into a
-branch and nothing that stops XLA from updating the buffers in place.
+micro-batch and the select is one more elementwise op beside them. A branch (lax.cond)
+would skip that work on k-1 runs in k, but XLA's GPU conditional copies its predicate to
+the host and waits for it on every run. bench/scaling.py measures the whole against
+optax.MultiSteps.
 
 With data parallel, the gradients are all-reduced on every micro-batch (the `c_allreduce`
 ops stay where the data-parallel pass put them, before the accumulation), as DDP does
-without `no_sync`: the all-reduce of the buffer once per update would need the update
-ops in a `cond` that skips the collective, and XLA runs a collective in every branch
-or in none. Averaging commutes with the sum, so the parameters are the same.
+without `no_sync`; averaging commutes with the sum, so the parameters are those of one
+device. That is k all-reduces per update where one of the buffer would do: an all-reduce
+that runs only on the k-th run needs a branch (a `cond` sub-block around it and the
+update ops), which the select does not have.
 
 With AMP loss scaling, the scaled gradients are accumulated and unscaled and checked on
 the k-th run: an inf or NaN in any micro-batch stays in the buffer, so the whole update is
