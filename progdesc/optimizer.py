@@ -17,7 +17,7 @@ from lowering import progdesc_pb2 as pb
 from lowering.errors import ProgramError
 from progdesc import lr as lr_sched
 from progdesc.backward import append_backward
-from progdesc.distributed.accumulate import accumulate, check_can_accumulate
+from progdesc.distributed.accumulate import accumulate, check_can_accumulate, check_steps
 from progdesc.distributed.data_parallel import minimize_option
 from progdesc.distributed.sharding import sharding_of
 from progdesc.framework import Variable, default_startup_program, program_guard
@@ -83,6 +83,7 @@ class Optimizer:
         the loss depends on no trainable parameter, and ProgramError (leaving the
         program as it was) when an earlier `minimize` already updates one of them.
         """
+        check_steps(accumulate_steps)
         if isinstance(loss, Variable):
             check_can_accumulate(loss.block, accumulate_steps)
             check_not_updated(loss, parameter_list, no_grad_set)
