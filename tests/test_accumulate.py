@@ -219,6 +219,44 @@ def test_data_parallel_case():
     _assert_close(_values(scope), _reference(_initial(startup), batches, optax.adam(LR)))
 
 
+TWO_PROCESSES = """
+import os, sys
+import numpy as np
+port, pid, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+from progdesc import distributed as dist
+dist.initialize(f"127.0.0.1:{port}", num_processes=2, process_id=pid)   # before any JAX call
+sys.path.insert(0, "tests")
+import progdesc as pd
+import test_accumulate as T
+main, startup, _, _ = T._build(T.Adam(T.LR), data_parallel=True, steps=2)
+mesh = dist.Mesh({"data": 4})
+exe, scope = pd.Executor(mesh=mesh), pd.Scope()
+exe.run(startup, scope=scope)
+initial = {n: dist.to_host(scope.get(n)) for n in T.PARAMS}
+rows = slice(pid * T.BATCH // 4, (pid + 1) * T.BATCH // 4)   # half of each micro-batch
+for x, y in T._micro_batches(T._batches(2), 2):
+    exe.run(main, feed={"x": dist.global_batch(x[rows], mesh),
+                        "label": dist.global_batch(y[rows], mesh)}, scope=scope)
+np.savez(os.path.join(out, f"process-{pid}.npz"),
+         **{n: dist.to_host(scope.get(n)) for n in T.PARAMS},
+         **{"initial " + n: v for n, v in initial.items()})
+"""
+
+
+@pytest.mark.slow
+def test_data_parallel_across_two_processes(tmp_path):
+    from test_multihost import finish, free_port, start
+    port = free_port()
+    procs = [start(["-c", TWO_PROCESSES], port, pid, tmp_path, devices=2) for pid in (0, 1)]
+    for code, out in finish(procs):
+        assert code == 0, out[-4000:]
+    for pid in (0, 1):
+        saved = np.load(tmp_path / f"process-{pid}.npz")
+        initial = {n: saved["initial " + n] for n in PARAMS}
+        _assert_close({n: saved[n] for n in PARAMS},
+                      _reference(initial, _batches(2), optax.adam(LR)))
+
+
 # --- bad input: a typed error, the programs as they were ---
 
 def _unchanged(main, startup):
