@@ -197,26 +197,52 @@ def test_amp_overflow_in_one_micro_batch_skips_the_update():
 
 # --- data parallel on four host devices ---
 
-def test_data_parallel_on_four_host_devices():
+@pytest.mark.parametrize("selection", ["not slow", pytest.param("slow", marks=pytest.mark.slow)])
+def test_data_parallel_on_four_host_devices(selection):
     if FOUR:
-        pytest.skip("this process has four devices: the case runs in it")
+        pytest.skip("this process has four devices: the cases run in it")
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4",
                JAX_PLATFORMS="cpu", PYTHONPATH=ROOT)
     result = subprocess.run([sys.executable, "-m", "pytest", __file__, "-p",
-                             "no:cacheprovider", "-k", "data_parallel_case"],
+                             "no:cacheprovider", "-k", "four_devices_case", "-m", selection],
                             env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0 and re.search(r"\b1 passed", result.stdout), \
+    assert result.returncode == 0 and re.search(r"\b[1-9] passed", result.stdout), \
         result.stdout[-6000:] + result.stderr[-3000:]
 
 
-@pytest.mark.skipif(not FOUR, reason="run by test_data_parallel_on_four_host_devices")
-def test_data_parallel_case():
+four_devices = pytest.mark.skipif(not FOUR, reason="run by test_data_parallel_on_four_host_devices")
+
+
+@four_devices
+def test_data_parallel_four_devices_case():
     main, startup, _, _ = _build(Adam(LR), data_parallel=True, steps=2)
     assert sum(op.type == "c_allreduce" for op in main.global_block().ops) == len(PARAMS)
     batches = _batches(2)
     exe = pd.Executor(mesh=Mesh({"data": 4}))
     scope, _ = _run(main, startup, _micro_batches(batches, 2), exe)   # 16 rows: 4 a device
     _assert_close(_values(scope), _reference(_initial(startup), batches, optax.adam(LR)))
+
+
+@four_devices
+@pytest.mark.slow
+def test_data_parallel_amp_four_devices_case():
+    """float16 loss scaling, data parallel and accumulation together: an inf in the rows of
+    one device in one micro-batch skips the update on every device."""
+    main, startup, _, opt = _build(SGD(LR), data_parallel=True, steps=2, dtype="float16",
+                                   init_loss_scaling=2.0 ** 10)
+    batches = _batches(2, seed=2)
+    feeds = _micro_batches(batches, 2)
+    bad_x = feeds[1][0].copy()
+    bad_x[0, 0] = 1e5          # device 0's rows of micro-batch 2 of update 1
+    feeds[1] = (bad_x, feeds[1][1])
+    initial = _initial(startup)
+    exe = pd.Executor(mesh=Mesh({"data": 4}))
+    scope, _ = _run(main, startup, feeds[:2], exe)
+    for n, v in _values(scope).items():
+        np.testing.assert_array_equal(v, initial[n])
+    assert float(np.asarray(scope.get(opt.loss_scaler.scale.name)).item()) == 2.0 ** 9
+    scope, _ = _run(main, startup, feeds[2:], exe, scope)
+    _assert_close(_values(scope), _reference(initial, batches[1:], optax.sgd(LR)), atol=2e-5)
 
 
 TWO_PROCESSES = """
