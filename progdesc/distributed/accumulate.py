@@ -16,9 +16,9 @@ runs give the parameters the one step the whole batch gives.
 The update is a select rather than a `cond` sub-block, as optax.MultiSteps selects its
 inner state: under jax.jit the update ops (elementwise, memory-bound) run on every
 micro-batch and the select is one more elementwise op beside them. A branch (lax.cond)
-would skip that work on k-1 runs in k, but XLA's GPU conditional copies its predicate to
-the host and waits for it on every run. bench/scaling.py measures the whole against
-optax.MultiSteps.
+would skip that work on k-1 runs in k, but XLA's GPU conditional (outside CUDA graphs)
+copies its predicate to the host and waits for it on every run. bench/scaling.py
+measures the whole against optax.MultiSteps.
 
 With data parallel, the gradients are all-reduced on every micro-batch (the `c_allreduce`
 ops stay where the data-parallel pass put them, before the accumulation), as DDP does
