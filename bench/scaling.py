@@ -21,13 +21,8 @@ target on GPUs: >= 90% for data parallel at 4 devices on the transformer).
 The 1-device rows of a mode run on a mesh of one device; "plain" is the Executor
 without a mesh.
 
-Gradient accumulation (`--accumulate K`, default 4, 0 to skip), measured in the
-1-device process: one update made of K micro-batches of the workload's batch, by
-`progdesc.distributed.accumulate_gradients(main, K)` (K runs of the program) against
-hand-written JAX in the same process: the Flax model with `optax.MultiSteps(adam, K)`,
-its train step under `jax.jit` called K times. Both read each micro-batch's loss back
-to the host. The same K micro-batches as K ordinary steps, progdesc and Flax + optax
-without accumulation, show what the accumulation itself costs.
+Gradient accumulation (`--accumulate K`, default 4, 0 to skip): in each device count's
+process, one update of K micro-batches against hand-written JAX (bench/accumulation.py).
 
 On a CPU the forced devices share the same cores, so k devices do k times the
 work with the same cores: the best "vs 1 device" there is x1.00 (efficiency 1/k),
@@ -39,8 +34,6 @@ import json
 import os
 import subprocess
 import sys
-
-import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -116,84 +109,6 @@ def measure(k, names, steps):
     return rows
 
 
-def measure_accumulation(names, steps, micro):
-    """Rows timing one update of `micro` micro-batches: progdesc's pass against
-    optax.MultiSteps, and both without accumulation (`micro` ordinary steps)."""
-    import jax
-    import jax.numpy as jnp
-    import optax
-
-    import progdesc as pd
-    from bench import workloads as W
-    from bench.common import interleaved
-    from progdesc import distributed as dist
-    rows = []
-    for name in names:
-        spec = W.SPECS[name]
-        batches = W.make_batches(spec, micro)
-        fns = {}
-        for mode in ("progdesc accumulate", "progdesc steps"):
-            main, startup, _, _, loss = W.build_progdesc(spec)
-            if mode == "progdesc accumulate":
-                dist.accumulate_gradients(main, micro, startup)
-            exe, scope = pd.Executor(), pd.Scope()
-            exe.run(startup, scope=scope)
-            feeds = [{"x": x, "label": y} for x, y in batches]
-
-            def update(exe=exe, main=main, loss=loss, scope=scope, feeds=feeds):
-                return [exe.run(main, feed=f, fetch_list=[loss], scope=scope)[0]
-                        for f in feeds]
-            fns[mode] = update
-        model = W._flax_module(spec)
-        prepared = [W.flax_batch(spec, b) for b in batches]
-        for mode, tx in (("optax.MultiSteps", optax.MultiSteps(optax.adam(W.ADAM_LR), micro)),
-                         ("flax steps", optax.adam(W.ADAM_LR))):
-            def loss_fn(p, x, y):
-                logits = model.apply(p, x).astype(jnp.float32)
-                return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
-
-            def train_step(p, s, x, y, tx=tx, loss_fn=loss_fn):
-                loss, grads = jax.value_and_grad(loss_fn)(p, x, y)
-                updates, s = tx.update(grads, s, p)
-                return optax.apply_updates(p, updates), s, loss
-            params = model.init(jax.random.PRNGKey(0), prepared[0][0])
-            state = {"p": params, "s": tx.init(params)}
-            step = jax.jit(train_step, donate_argnums=(0, 1))
-
-            def update(state=state, step=step):
-                out = []
-                for x, y in prepared:
-                    state["p"], state["s"], loss = step(state["p"], state["s"], x, y)
-                    out.append(np.asarray(loss))
-                return out
-            update()   # compile
-            fns[mode] = update
-        for fn in fns.values():
-            fn()
-        timed = interleaved(fns, steps=steps, warmup=1, block=3)
-        rows += [{"workload": name, "mode": mode, "micro_batches": micro,
-                  "micro_batch": spec.batch, "update_s": r["median_s"]}
-                 for mode, r in timed.items()]
-    return rows
-
-
-def accumulation_table(rows):
-    """The accumulation rows as text, with progdesc's ratios to hand-written JAX."""
-    by = {(r["workload"], r["mode"]): r["update_s"] for r in rows}
-    lines = ["workload     | micro-batches | progdesc accumulate | optax.MultiSteps | ratio | "
-             "progdesc steps | flax steps | ratio",
-             "-------------+---------------+---------------------+------------------+-------+-"
-             "---------------+------------+------"]
-    for name in dict.fromkeys(r["workload"] for r in rows):
-        k = next(r for r in rows if r["workload"] == name)
-        acc, ms = by[name, "progdesc accumulate"], by[name, "optax.MultiSteps"]
-        pds, fls = by[name, "progdesc steps"], by[name, "flax steps"]
-        lines.append(f"{name:<12} | {k['micro_batches']:>3} x b{k['micro_batch']:<6} | "
-                     f"{acc * 1e3:>16.1f} ms | {ms * 1e3:>13.1f} ms | x{acc / ms:.2f} | "
-                     f"{pds * 1e3:>11.1f} ms | {fls * 1e3:>7.1f} ms | x{pds / fls:.2f}")
-    return "\n".join(lines)
-
-
 def run_all(device_counts, names, steps, log=print, accumulate=0):
     """Rows of every device count, each measured in a fresh subprocess."""
     rows, gpu = [], _has_gpu()
@@ -205,7 +120,7 @@ def run_all(device_counts, names, steps, log=print, accumulate=0):
                                 f" --xla_force_host_platform_device_count={k}").strip()
         done = subprocess.run([sys.executable, "-m", "bench.scaling", "--one", str(k),
                                "--workloads", ",".join(names), "--steps", str(steps),
-                               "--accumulate", str(accumulate if k == 1 else 0)],
+                               "--accumulate", str(accumulate)],
                               cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
         if done.returncode != 0:
             raise RuntimeError(f"{k} devices: the measuring process failed:\n{done.stderr}")
@@ -253,7 +168,8 @@ def main(argv=None):
     if args.one:
         rows = measure(args.one, names, args.steps)
         if args.accumulate > 1:
-            rows += measure_accumulation(names, args.steps, args.accumulate)
+            from bench import accumulation
+            rows += accumulation.measure(args.one, names, args.steps, args.accumulate)
         print(json.dumps(rows))
         return
     import platform
@@ -263,9 +179,9 @@ def main(argv=None):
     print(table(rows))
     accumulated = [r for r in rows if "micro_batches" in r]
     if accumulated:
-        print(f"\ngradient accumulation, one update of {args.accumulate} micro-batches "
-              "(1 device):")
-        print(accumulation_table(accumulated))
+        from bench import accumulation
+        print(f"\ngradient accumulation, one update of {args.accumulate} micro-batches:")
+        print(accumulation.table(accumulated))
     with open(args.json, "w") as f:
         json.dump(rows, f, indent=1)
 
