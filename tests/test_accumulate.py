@@ -230,6 +230,19 @@ def test_data_parallel_four_devices_case():
 
 @four_devices
 @pytest.mark.slow
+def test_data_parallel_pass_after_accumulation_four_devices_case():
+    """The data-parallel pass applied after accumulate_gradients all-reduces the mean of the
+    buffer instead of each micro-batch's gradient: the same parameters."""
+    from progdesc.distributed import data_parallel
+    main, startup, _, _ = _build(Adam(LR), how="pass", steps=2)
+    data_parallel(main)
+    batches = _batches(2)
+    scope, _ = _run(main, startup, _micro_batches(batches, 2), pd.Executor(mesh=Mesh({"data": 4})))
+    _assert_close(_values(scope), _reference(_initial(startup), batches, optax.adam(LR)))
+
+
+@four_devices
+@pytest.mark.slow
 def test_data_parallel_amp_four_devices_case():
     """float16 loss scaling, data parallel and accumulation together: an inf in the rows of
     one device in one micro-batch skips the update on every device."""
