@@ -35,6 +35,9 @@ table gives progdesc's step time over JAX's.
 The 1-device rows of a mode run on a mesh of one device; "plain" is the Executor
 without a mesh.
 
+Gradient accumulation (`--accumulate K`, default 4, 0 to skip): in each device count's
+process, one update of K micro-batches against hand-written JAX (bench/accumulation.py).
+
 On a CPU the forced devices share the same cores, so k devices do k times the
 work with the same cores: the best "vs 1 device" there is x1.00 (efficiency 1/k),
 and what falls short of it is the cost of the collectives and the partitioning.
@@ -257,7 +260,7 @@ def _pipeline_rows(k, steps):
             for mode, r in timed.items()]
 
 
-def run_all(device_counts, names, steps, log=print):
+def run_all(device_counts, names, steps, log=print, accumulate=0):
     """Rows of every device count, each measured in a fresh subprocess."""
     rows, gpu = [], _has_gpu()
     for k in device_counts:
@@ -267,7 +270,8 @@ def run_all(device_counts, names, steps, log=print):
             env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") +
                                 f" --xla_force_host_platform_device_count={k}").strip()
         done = subprocess.run([sys.executable, "-m", "bench.scaling", "--one", str(k),
-                               "--workloads", ",".join(names), "--steps", str(steps)],
+                               "--workloads", ",".join(names), "--steps", str(steps),
+                               "--accumulate", str(accumulate)],
                               cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
         if done.returncode != 0:
             raise RuntimeError(f"{k} devices: the measuring process failed:\n{done.stderr}")
@@ -284,6 +288,7 @@ def _has_gpu():
 
 def table(rows):
     """The scaling table as text, with efficiency against the same mode on 1 device."""
+    rows = [r for r in rows if "micro_batches" not in r]
     base = {(r["workload"], r["mode"]): r["examples_per_s"] for r in rows if r["devices"] == 1}
     lines = ["workload     | mode  | devices | global batch | step      | examples/s | "
              "vs 1 device | efficiency | state/device",
@@ -320,18 +325,30 @@ def main(argv=None):
     parser.add_argument("--workloads", default=",".join(WORKLOADS))
     parser.add_argument("--steps", type=int, default=15)
     parser.add_argument("--json", default=os.path.join(HERE, "scaling.json"))
+    parser.add_argument("--accumulate", type=int, default=4,
+                        help="micro-batches per update of the accumulation rows (0: none)")
     parser.add_argument("--one", type=int, help=argparse.SUPPRESS)   # the subprocess' part
     args = parser.parse_args(argv)
     names = args.workloads.split(",")
     if args.one:
-        print(json.dumps(measure(args.one, names, args.steps)))
+        rows = measure(args.one, names, args.steps)
+        if args.accumulate > 1:
+            from bench import accumulation
+            rows += accumulation.measure(args.one, names, args.steps, args.accumulate)
+        print(json.dumps(rows))
         return
     import platform
     print(f"scaling: {platform.processor() or platform.machine()}, {os.cpu_count()} cores")
-    rows = run_all([int(k) for k in args.devices.split(",")], names, args.steps)
+    rows = run_all([int(k) for k in args.devices.split(",")], names, args.steps,
+                   accumulate=args.accumulate)
     print(table(rows))
     for line in ratios_2d(rows):
         print(line)
+    accumulated = [r for r in rows if "micro_batches" in r]
+    if accumulated:
+        from bench import accumulation
+        print(f"\ngradient accumulation, one update of {args.accumulate} micro-batches:")
+        print(accumulation.table(accumulated))
     with open(args.json, "w") as f:
         json.dump(rows, f, indent=1)
 

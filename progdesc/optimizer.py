@@ -17,6 +17,7 @@ from lowering import progdesc_pb2 as pb
 from lowering.errors import ProgramError
 from progdesc import lr as lr_sched
 from progdesc.backward import append_backward
+from progdesc.distributed.accumulate import accumulate, check_can_accumulate, check_steps
 from progdesc.distributed.data_parallel import minimize_option
 from progdesc.distributed.sharding import sharding_of
 from progdesc.framework import Variable, default_startup_program, program_guard
@@ -65,7 +66,7 @@ class Optimizer:
         return {}
 
     def minimize(self, loss, startup_program=None, parameter_list=None, no_grad_set=None,
-                 data_parallel=False):
+                 data_parallel=False, accumulate_steps=1):
         """Append backward and update ops for `loss`; returns (optimize ops, params_grads).
 
         With `data_parallel=True` (or a mesh axis name, default "data") each parameter
@@ -73,16 +74,25 @@ class Optimizer:
         updates (progdesc.distributed.all_reduce_gradients): run the program with
         `Executor(mesh=...)` to train one copy per device on its share of the batch.
 
+        With `accumulate_steps=k` (an int >= 1) the program updates the parameters once
+        every k runs, with the mean of the k runs' gradients: k micro-batches make the
+        step of their whole batch (progdesc.distributed.accumulate_gradients).
+
         `params_grads` are the [(parameter, gradient)] pairs of the backward
         pass, before clipping and regularization. Raises BackwardError when
         the loss depends on no trainable parameter, and ProgramError (leaving the
         program as it was) when an earlier `minimize` already updates one of them.
         """
+        check_steps(accumulate_steps)
         if isinstance(loss, Variable):
+            check_can_accumulate(loss.block, accumulate_steps)
             check_not_updated(loss, parameter_list, no_grad_set)
         params_grads = append_backward(loss, parameter_list, no_grad_set)
         minimize_option(loss.block, params_grads, data_parallel)
-        return self.apply_gradients(params_grads, startup_program), params_grads
+        ops = self.apply_gradients(params_grads, startup_program)
+        if accumulate_steps > 1:
+            accumulate(loss.block, params_grads, accumulate_steps, startup_program)
+        return ops, params_grads
 
     def apply_gradients(self, params_grads, startup_program=None):
         """Append clipping, regularization and update ops for [(param, grad)]; returns the ops.

@@ -3,6 +3,7 @@ from progdesc.amp.lists import AmpLists
 from progdesc.amp.loss_scaling import LossScaler, LossScaling
 from progdesc.amp.rewrite import low_dtype, rewrite_program
 from progdesc.backward import append_backward
+from progdesc.distributed.accumulate import accumulate, check_can_accumulate
 from progdesc.distributed.data_parallel import minimize_option
 from progdesc.framework import default_startup_program, program_guard
 from progdesc.optimizer import check_not_updated
@@ -29,7 +30,7 @@ class MixedPrecisionOptimizer:
         return self.optimizer.lr_var
 
     def minimize(self, loss, startup_program=None, parameter_list=None, no_grad_set=None,
-                 data_parallel=False):
+                 data_parallel=False, accumulate_steps=1):
         """Rewrite the forward program, then append backward, loss scaling and update ops.
 
         Returns (optimize ops, [(parameter, gradient)]) like Optimizer.minimize;
@@ -37,25 +38,33 @@ class MixedPrecisionOptimizer:
         ProgramError, leaving the program as it was, when an earlier minimize
         already updates one of the parameters, and takes `data_parallel`: the
         gradients are all-reduced before they are unscaled and checked, so an inf
-        on one device skips the step on every device.
+        on one device skips the step on every device. And `accumulate_steps`: the
+        scaled gradients are accumulated, then unscaled and checked once per update, so
+        an inf in any micro-batch skips the update and moves the loss scale once.
         """
         main = loss.block.program
         startup = startup_program or default_startup_program()
+        check_can_accumulate(loss.block, accumulate_steps)
         check_not_updated(loss, parameter_list, no_grad_set)
         rewrite_program(main, self.dtype, self.lists)
         block = loss.block
         with program_guard(main, startup):
             if self.loss_scaling is None:
-                params_grads = append_backward(loss, parameter_list, no_grad_set)
+                params_grads = accumulated = append_backward(loss, parameter_list,
+                                                             no_grad_set)
                 minimize_option(block, params_grads, data_parallel)
-                return self.optimizer.apply_gradients(params_grads, startup), params_grads
-            scaler = self.loss_scaler = LossScaler(self.loss_scaling, block)
-            scaled = append_backward(scaler.scale_loss(loss), parameter_list, no_grad_set)
-            minimize_option(block, scaled, data_parallel)
-            unscale_op, params_grads = scaler.unscale(scaled)
-            ops = [unscale_op, *scaler.update()]
-            update_ops = self.optimizer.apply_gradients(params_grads, startup)
-            ops += update_ops + scaler.skip_step_if_found_inf(update_ops)
+                ops = self.optimizer.apply_gradients(params_grads, startup)
+            else:
+                scaler = self.loss_scaler = LossScaler(self.loss_scaling, block)
+                accumulated = append_backward(scaler.scale_loss(loss), parameter_list,
+                                              no_grad_set)
+                minimize_option(block, accumulated, data_parallel)
+                unscale_op, params_grads = scaler.unscale(accumulated)
+                ops = [unscale_op, *scaler.update()]
+                update_ops = self.optimizer.apply_gradients(params_grads, startup)
+                ops += update_ops + scaler.skip_step_if_found_inf(update_ops)
+            if accumulate_steps > 1:
+                accumulate(block, accumulated, accumulate_steps, startup)
         return ops, params_grads
 
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from lowering import progdesc_pb2 as pb
 from lowering.errors import ProgramError
+from progdesc.distributed.accumulate import select_writes
 from progdesc.param import create_global_var
 
 
@@ -104,23 +105,8 @@ class LossScaler:
         the step counter of Adam and the learning-rate schedules alike.
         Returns the `where` ops.
         """
-        block, latest = self.block, {}
-        for op in ops:
-            for slot in op.desc.inputs:
-                for i, name in enumerate(slot.arguments):
-                    if name in latest:
-                        slot.arguments[i] = latest[name]
-            for slot in op.desc.outputs:
-                for i, name in enumerate(slot.arguments):
-                    var = block.var(name)
-                    if var.persistable:
-                        new = block.unused_name(f"{name}.new")
-                        block.create_var(new, var.shape, var.dtype, stop_gradient=True)
-                        slot.arguments[i] = latest[name] = new
-        block.program.mark_changed()
-        return [block.append_op("where", {"Condition": self.found_inf, "X": name, "Y": new},
-                                {"Out": name}, role=pb.OPTIMIZE)
-                for name, new in latest.items()]
+        return select_writes(self.block, [op.desc for op in ops], self.found_inf,
+                             keep_old_if=True)
 
     def _append(self, op_type, inputs, attrs, name, role=pb.BACKWARD):
         out = self.block.unused_name(name)
