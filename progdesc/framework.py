@@ -23,6 +23,7 @@ from lowering.lower import RNG_VAR, precision_of, precision_value
 from progdesc.display.text import ROLE_NAMES, block_text, op_line, program_text, type_str
 from progdesc.callsites import user_callsite
 from progdesc.constants import constant
+from progdesc import op_plans
 from progdesc.naming import NameGenerator
 from progdesc.validation import FORMAT_VERSION, check_desc
 
@@ -160,6 +161,9 @@ class Variable:
 
     def __neg__(self):
         return _result(default_main_program().current_block(), "neg", {"X": self})
+
+
+op_plans.use_variable_class(Variable)
 
 
 def _result(block, op_type, inputs, attrs=None):
@@ -338,36 +342,58 @@ class Block:
     def _add_op(self, op_type, inputs=None, outputs=None, attrs=None, *, role=pb.FORWARD,
                 name=None, callsite=None, index=None):
         """Validate and insert an op at `index` (default: the end); returns its desc."""
+        return self._insert_op(op_type, inputs, outputs, attrs, role, name, callsite, index)[0]
+
+    def _insert_op(self, op_type, inputs, outputs, attrs, role, name, callsite, index):
+        """`_add_op`'s work; returns (desc, {slot: [input names]}, {slot: [output names]})."""
         callsite = user_callsite() if callsite is None else callsite
         at_end = index is None
         n_ops, n_vars = len(self.desc.ops), len(self.desc.vars)
         index = n_ops if at_end else index
+        key = plan = None
         try:
             opdef = registry.get(op_type)
-            in_map, in_shapes = self._bind_inputs(opdef, inputs)
-            if at_end:   # after the constants NumPy inputs became
-                index = len(self.desc.ops)
-            full_attrs, encoded_attrs = opdef.checked_attrs(attrs or {})
-            inferred = infer.infer(opdef, in_shapes, full_attrs, self.program.desc, self.idx)
-            if outputs is None:
-                outputs = self._fresh_outputs(opdef, inferred, name)
-            out_map = _bind_slots(opdef.output_index, outputs, "output")
-            for slot, names in out_map.items():
-                produced = inferred.get(slot, ())
-                if len(names) > len(produced):
-                    raise ProgramError(f"output slot '{slot}' binds {len(names)} variables but "
-                                       f"the op produces {len(produced)}")
-                for n, (dims, dtype) in zip(names, produced):
-                    self._set_output_var(n, dims, dtype)
+            if outputs is None and at_end:   # a signature seen before: what it found, kept
+                key, in_map = op_plans.signature(self, opdef, inputs, attrs)
+                plan = None if key is None else op_plans.lookup(key)
+            if plan is not None:
+                encoded_attrs = plan.encoded_attrs
+                out_map = plan.out_map(self._output_base(opdef, name))
+                self._add_planned_vars(plan, out_map)
+            else:
+                in_map, in_shapes = self._bind_inputs(opdef, inputs)
+                if at_end:   # after the constants NumPy inputs became
+                    index = len(self.desc.ops)
+                full_attrs, encoded_attrs = opdef.checked_attrs(attrs or {})
+                inferred = infer.infer(opdef, in_shapes, full_attrs, self.program.desc,
+                                       self.idx)
+                base = None
+                if outputs is None:
+                    base = self._output_base(opdef, name)
+                    outputs = self._fresh_outputs(opdef, inferred, base)
+                out_map = _bind_slots(opdef.output_index, outputs, "output")
+                for slot, names in out_map.items():
+                    produced = inferred.get(slot, ())
+                    if len(names) > len(produced):
+                        raise ProgramError(f"output slot '{slot}' binds {len(names)} variables "
+                                           f"but the op produces {len(produced)}")
+                    for n, (dims, dtype) in zip(names, produced):
+                        self._set_output_var(n, dims, dtype)
+                if key is not None:
+                    op_plans.remember(key, opdef, full_attrs, encoded_attrs, inferred, out_map,
+                                      base)
         except ProgdescError as e:
-            if at_end and len(self.desc.ops) > n_ops:
+            if at_end and (len(self.desc.ops) > n_ops or len(self.desc.vars) > n_vars):
                 self._take_back(range(n_ops, len(self.desc.ops)), n_vars)
             if e.op_type is not None and e.op_index is not None:
                 raise
             var = e.var if e.var is not None or e.slot is None else _slot_var(inputs, e.slot)
             raise type(e)(e.detail, var=var, op_type=op_type, op_index=index,
                           block_idx=self.idx, callsite=callsite, slot=e.slot) from None
-        if index == len(self.desc.ops):
+        if plan is not None:
+            desc = self.desc.ops.add()
+            desc.MergeFromString(plan.op_bytes(in_map, out_map, role, callsite))
+        elif index == len(self.desc.ops):
             desc = self.desc.ops.add()
             fill_op_desc(desc, opdef, in_map, out_map, encoded_attrs, role, callsite)
         else:
@@ -376,7 +402,7 @@ class Block:
             desc = self.desc.ops[index]
         if opdef.random:
             self.program._ensure_rng_var()
-        self.program.mark_changed()
+        self.program._version += 1   # mark_changed
         if _listeners:
             try:
                 for listener in tuple(_listeners):
@@ -385,7 +411,19 @@ class Block:
                 self._take_back(range(n_ops, len(self.desc.ops)) if at_end else [index],
                                 n_vars)
                 raise
-        return desc
+        return desc, in_map, out_map
+
+    def _add_planned_vars(self, plan, out_map):
+        """Declare the outputs of a planned op (see progdesc.op_plans), as `_set_output_var`
+        would: a new variable from the plan's VarDesc bytes, an existing one retyped."""
+        for slot, tails in plan.var_tails:
+            for n, (dims, dtype, tail) in zip(out_map[slot], tails):
+                if self.find_var(n) is not None:
+                    self._set_output_var(n, dims, dtype)
+                    continue
+                desc = self.desc.vars.add()
+                desc.MergeFromString(op_plans.name_field(n) + tail)
+                self._vars[n] = Variable(self, desc, (dims, dtype))
 
     def _take_back(self, indices, n_vars):
         """Remove the ops at `indices` and the variables declared after the first `n_vars`
@@ -447,16 +485,18 @@ class Block:
             raise ProgramError("is used before it is defined in this block", var=name)
         return var._type or var._read_type()
 
-    def _fresh_outputs(self, opdef, inferred, name):
-        """{slot: [names]} for every output the op produces, named after `name`, else after
-        the op inside the layer being built ('fc_0.matmul_0'), else after the op ('add_0')."""
-        layers = self.program._layers
+    def _output_base(self, opdef, name):
+        """The base of a new op's output names: `name`, else the op inside the layer being
+        built ('fc_0.matmul_0'), else the op ('add_0')."""
         if name:
-            base = self.program._names(name)
-        elif layers:
-            base = self.program._names(f"{layers[-1]}.{opdef.type}")
-        else:
-            base = self.program._op_names(opdef.type)
+            return self.program._names(name)
+        layers = self.program._layers
+        if layers:
+            return self.program._names(f"{layers[-1]}.{opdef.type}")
+        return self.program._op_names(opdef.type)
+
+    def _fresh_outputs(self, opdef, inferred, base):
+        """{slot: [names]} for every output the op produces, named after `base`."""
         outputs = {}
         for slot in opdef.outputs:
             produced = inferred.get(slot.name, ())

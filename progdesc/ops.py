@@ -9,7 +9,7 @@ import inspect
 import keyword
 
 from lowering import registry
-from lowering.desc import slot_map
+from lowering import progdesc_pb2 as pb
 from progdesc.framework import default_main_program
 
 _INTERNAL = {"feed", "fetch"}
@@ -77,9 +77,10 @@ def make_op_function(opdef):
             if value is _MISSING:
                 raise TypeError(f"{opdef.type}() missing required argument '{slot.lower()}'")
         block = default_main_program().current_block()
-        op = block.append_op(opdef.type, dict(zip(slots, input_values)),
-                             attrs=dict(zip(attrs, attr_values)), name=name)
-        return _outputs_of(opdef, block, op.desc)
+        _, _, out_map = block._insert_op(opdef.type, dict(zip(slots, input_values)),
+                                         None, dict(zip(attrs, attr_values)), pb.FORWARD,
+                                         name, None, None)
+        return _outputs_of(opdef, block, out_map)
 
     namespace = {"_append": _append}
     exec(compile(source, f"<progdesc.ops.{opdef.type}>", "exec"), namespace)  # noqa: S102
@@ -104,9 +105,8 @@ def _parameter_list(signature):
     return ", ".join(parts)
 
 
-def _outputs_of(opdef, block, op_desc):
+def _outputs_of(opdef, block, out_map):
     """The op's output Variable, or a tuple of them (a list for a many slot)."""
-    out_map = slot_map(op_desc.outputs)
     outs = []
     for slot in opdef.outputs:
         vars_ = [block.var(n) for n in out_map.get(slot.name, ())]

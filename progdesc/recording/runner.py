@@ -32,23 +32,24 @@ from progdesc import compile_cache, jax_compat
 from progdesc.feeding import convert_feed
 from progdesc.scope import global_scope
 
-_values = weakref.WeakKeyDictionary()    # program -> {variable name: its eager value}
 _KERNELS = {}
 _MAX_KERNELS = 4096
 _run_states = weakref.WeakKeyDictionary()   # scope -> {program: RNG state its ops draw from}
 
 
 def values_of(program):
-    """{variable name: value} of `program`'s ordinary variables that eager mode computed."""
-    values = _values.get(program)
-    if values is None:
-        values = _values[program] = {}
-    return values
+    """{variable name: value} of `program`'s ordinary variables that eager mode computed
+    (kept on the program: they live as long as it does)."""
+    try:
+        return program._eager_values
+    except AttributeError:
+        values = program._eager_values = {}
+        return values
 
 
 def rename_values(program, renames):
     """Move the values of renamed variables ({old: new}) to their new names."""
-    values = _values.get(program)
+    values = getattr(program, "_eager_values", None)
     for old, new in renames.items() if values else ():
         if old in values:
             values[new] = values.pop(old)
@@ -56,7 +57,7 @@ def rename_values(program, renames):
 
 def drop_values(program, names):
     """Forget the values of variables taken out of `program`."""
-    values = _values.get(program)
+    values = getattr(program, "_eager_values", None)
     for name in names if values else ():
         values.pop(name, None)
 
@@ -70,7 +71,7 @@ def set_data_value(var, value):
 def run_op(block, index, opdef, in_map, out_map, encoded_attrs):
     """Run the op just appended at `index` of `block` (root blocks only) and store its
     outputs: in `values_of(program)`, persistables in the current Scope."""
-    if block.idx != 0:   # an op of a sub-block runs when its control-flow op does
+    if not block._is_root:   # an op of a sub-block runs when its control-flow op does
         return
     program = block.program
     scope = global_scope()
@@ -80,7 +81,10 @@ def run_op(block, index, opdef, in_map, out_map, encoded_attrs):
 
 def _run_locked(block, index, opdef, in_map, out_map, encoded_attrs, program, scope):
     """`run_op`'s work, with the scope's lock held."""
-    values = values_of(program)
+    try:
+        values = program._eager_values
+    except AttributeError:
+        values = values_of(program)
     args = []
     for slot in opdef.inputs:
         for name in in_map.get(slot.name, ()):
@@ -93,10 +97,15 @@ def _run_locked(block, index, opdef, in_map, out_map, encoded_attrs, program, sc
     else:
         names, produced = _run_kernel(program, index, opdef, in_map, out_map, encoded_attrs,
                                       args, rng)
-    persistable = {}
+    persistable = None
+    variables = block._vars
     for name, value in zip(names, produced):
-        var = block.find_var(name)
+        var = variables.get(name)
+        if var is None:
+            var = block.find_var(name)
         if var is not None and var.desc.persistable:
+            if persistable is None:
+                persistable = {}
             persistable[name] = value
         else:
             values[name] = value
@@ -162,11 +171,11 @@ def _run_kernel(program, index, opdef, in_map, out_map, encoded_attrs, args, rng
     """(output names, values) of an op without sub-blocks, through its cached executable."""
     key = (opdef.type, registry.GENERATION[0], encoded_attrs,
            *in_map, *map(len, in_map.values()),   # the binding
-           precision_of(program.desc), index if rng is not None else None,
+           program.desc.precision, index if rng is not None else None,
            *[a.aval for a in args])   # shapes, dtypes and weak types
-    flat = (*args, rng) if rng is not None else args
     kernel = _KERNELS.get(key)
     if kernel is None:
+        flat = (*args, rng) if rng is not None else args
         compiled, produced_slots = _compile(program, index, opdef, args, rng)
         outs = compiled(*flat)
         # After its first call a Compiled holds the C++ call its __call__ forwards to
@@ -176,7 +185,11 @@ def _run_kernel(program, index, opdef, in_map, out_map, encoded_attrs, args, rng
         _KERNELS[key] = (jax_compat.compiled_call(compiled), produced_slots)
     else:
         call, produced_slots = kernel
-        outs = call(*flat)
+        outs = call(*args, rng) if rng is not None else call(*args)
+    if len(produced_slots) == 1:
+        slot, k = produced_slots[0]
+        names = out_map.get(slot, ())
+        return (names if len(names) == k else names[:k]), outs
     names = [n for slot, k in produced_slots for n in out_map.get(slot, ())[:k]]
     return names, outs
 

@@ -1,0 +1,170 @@
+"""Appending an op of a signature seen before: what its first append worked out, kept.
+
+An op appended with the same type, attributes and input variable types as an earlier one
+binds, checks and infers exactly as that one did: the checks and the shape rule are
+functions of these alone (ops with sub-blocks excepted, whose shape rule reads them).
+`signature` names that signature; an `OpPlan` keeps what the first append of it found
+(the checked and encoded attributes, the output slots, their inferred types) and writes
+the new OpDesc and output VarDescs as protobuf wire-format bytes, each parsed by one
+`MergeFromString`: the very messages `fill_op_desc` and `create_var` would make.
+
+Only the common case has a signature: every input a Variable of the block appending it
+(or of an enclosing block), attributes of hashable values or lists, fresh outputs
+appended at the end. Anything else (names, arrays, explicit outputs, an insert) takes the
+general path, which also makes the first plan of each signature, so an error is always
+raised by the general path's checks, with their messages.
+"""
+from lowering import progdesc_pb2 as pb
+from lowering import registry
+
+_PLANS = {}
+_MAX_PLANS = 8192
+
+
+def signature(block, opdef, inputs, attrs):
+    """(key, {slot: [name]}) of an op appended to `block` with `inputs` and `attrs`, or
+    (None, None) where the op takes the general path (see the module docstring)."""
+    if opdef.has_blocks:
+        return None, None
+    key, in_map = [opdef.type, registry.GENERATION[0]], {}
+    variable = _VARIABLE[0]
+    find = block._vars.get if block._is_root else block.find_var
+    for slot, value in inputs.items() if inputs else ():
+        if value is None:
+            continue
+        if value.__class__ is not variable:
+            return None, None
+        name = value.name
+        if find(name) is not value:   # another program's Variable, or a stale one
+            return None, None
+        key.append(slot)
+        key.append(value._type or value._read_type())
+        in_map[slot] = [name]
+    if attrs:
+        key.append(None)
+        for k, v in attrs.items():
+            key.append(k)
+            key.append(v.__class__)
+            key.append(v if v.__class__ not in (list, tuple) else _frozen(v))
+    key = tuple(key)
+    try:
+        hash(key)
+    except TypeError:
+        return None, None
+    return key, in_map
+
+
+def lookup(key):
+    """The plan of signature `key`, or None."""
+    return _PLANS.get(key)
+
+
+def remember(key, opdef, full_attrs, encoded_attrs, inferred, out_map, base):
+    """Keep what the general path found for signature `key`: outputs named `base`.<...>."""
+    if len(_PLANS) >= _MAX_PLANS:
+        _PLANS.clear()
+    cut = len(base)
+    outputs = tuple((slot, tuple(n[cut:] for n in names)) for slot, names in out_map.items())
+    _PLANS[key] = OpPlan(opdef, full_attrs, encoded_attrs, inferred, outputs)
+
+
+def _frozen(value):
+    return tuple(_frozen(v) if v.__class__ in (list, tuple) else (v.__class__, v)
+                 for v in value)
+
+
+class OpPlan:
+    """What appending an op of one signature needs (see the module docstring)."""
+
+    __slots__ = ("opdef", "full_attrs", "encoded_attrs", "outputs", "head", "slot_heads",
+                 "var_tails")
+
+    def __init__(self, opdef, full_attrs, encoded_attrs, inferred, outputs):
+        self.opdef = opdef
+        self.full_attrs = full_attrs
+        self.encoded_attrs = encoded_attrs
+        self.outputs = outputs   # ((slot, (suffix after the base name, ...)), ...)
+        self.head = b"\x0a" + _counted(opdef.type) + encoded_attrs   # type and attributes
+        self.slot_heads = {s.name: b"\x0a" + _counted(s.name)
+                           for s in (*opdef.inputs, *opdef.outputs)}
+        self.var_tails = tuple(
+            (slot, tuple((dims, dtype, pb.VarDesc(kind=pb.DENSE_TENSOR, dtype=_enum(dtype),
+                                                  dims=dims).SerializeToString())
+                         for dims, dtype in inferred.get(slot, ())[:len(suffixes)]))
+            for slot, suffixes in outputs)
+
+    def out_map(self, base):
+        """{slot: [names]} of the outputs, named after `base`."""
+        return {slot: [base + s for s in suffixes] for slot, suffixes in self.outputs}
+
+    def op_bytes(self, in_map, out_map, role, callsite):
+        """The OpDesc, as wire-format bytes."""
+        parts = [self.head]
+        heads = self.slot_heads
+        counted = _COUNTED.get
+        for tag, slots in ((b"\x12", in_map), (b"\x1a", out_map)):
+            for slot, names in slots.items():
+                body = [heads[slot]]
+                for n in names:
+                    encoded = counted(n)
+                    body.append(b"\x12")
+                    body.append(_counted(n) if encoded is None else encoded)
+                body = b"".join(body)
+                parts.append(tag)
+                parts.append(_varint(len(body)))
+                parts.append(body)
+        if callsite:
+            encoded = counted(callsite)
+            parts.append(b"\x2a")
+            parts.append(_counted(callsite) if encoded is None else encoded)
+        if role:
+            parts.append(b"\x30" + _varint(role))
+        return b"".join(parts)
+
+
+_VARIABLE = [None]   # framework.Variable (framework imports this module)
+
+
+def use_variable_class(cls):
+    """Tell the module the class of Variables (`framework.Variable`)."""
+    _VARIABLE[0] = cls
+
+
+_COUNTED = {}   # text -> its UTF-8 bytes after their length (a varint): names recur
+_MAX_COUNTED = 65536
+
+
+def _enum(dtype):
+    from lowering import dtypes
+    return dtypes.to_enum(dtype)
+
+
+def _varint(n):
+    if n < 0x80:
+        return _BYTES[n]
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+_BYTES = [bytes((i,)) for i in range(0x80)]
+
+
+def _counted(text):
+    """`text`'s UTF-8 bytes after their length, as a length-delimited field holds them."""
+    encoded = _COUNTED.get(text)
+    if encoded is None:
+        data = text.encode("utf-8")
+        encoded = _varint(len(data)) + data
+        if len(_COUNTED) >= _MAX_COUNTED:
+            _COUNTED.clear()
+        _COUNTED[text] = encoded
+    return encoded
+
+
+def name_field(name):
+    """A VarDesc's `name` field, as wire-format bytes."""
+    return b"\x0a" + _counted(name)
