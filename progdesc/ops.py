@@ -126,12 +126,15 @@ def forget(op_type):
 
 
 def __getattr__(name):
+    made = _made.get(name)
+    if made is not None and made[2] == registry.GENERATION[0]:   # no op registered since
+        return made[1]
     if name.startswith("__") or name in _INTERNAL or not registry.is_registered(name):
         raise AttributeError(f"module 'progdesc.ops' has no op '{name}'")
     opdef = registry.get(name)
-    made = _made.get(name)
     if made is None or made[0] is not opdef:
-        made = _made[name] = (opdef, make_op_function(opdef))
+        made = (opdef, make_op_function(opdef))
+    made = _made[name] = (*made[:2], registry.GENERATION[0])
     return made[1]
 
 

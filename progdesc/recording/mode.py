@@ -25,7 +25,7 @@ class _EagerListener(framework.ProgramListener):
     """Runs each appended op while eager mode is on (in the appending thread or task)."""
 
     def op_appended(self, *args):
-        if eager.active:
+        if _depth.get() or getattr(_enabled, "on", False):   # eager.active, inlined
             run_op(*args)
 
     def vars_renamed(self, block, renames):

@@ -76,27 +76,27 @@ def run_op(block, index, opdef, in_map, out_map, encoded_attrs):
     program = block.program
     scope = global_scope()
     with scope.lock:   # as a run: no other run on this scope donates what the op reads
-        _run_locked(block, index, opdef, in_map, out_map, encoded_attrs, program, scope)
+        try:
+            values = program._eager_values
+        except AttributeError:
+            values = values_of(program)
+        args = []
+        for slot in opdef.inputs:
+            for name in in_map.get(slot.name, ()):
+                value = values.get(name)
+                args.append(_stored_value(block, scope, name, opdef, index)
+                            if value is None else value)
+        rng = _rng_state(program, scope) if opdef.random else None
+        if opdef.has_blocks:
+            names, produced = _run_unjitted(program, index, in_map, args, rng)
+        else:
+            names, produced = _run_kernel(program, index, opdef, in_map, out_map,
+                                          encoded_attrs, args, rng)
+        _store(block, scope, opdef, values, names, produced)
 
 
-def _run_locked(block, index, opdef, in_map, out_map, encoded_attrs, program, scope):
-    """`run_op`'s work, with the scope's lock held."""
-    try:
-        values = program._eager_values
-    except AttributeError:
-        values = values_of(program)
-    args = []
-    for slot in opdef.inputs:
-        for name in in_map.get(slot.name, ()):
-            value = values.get(name)
-            args.append(_stored_value(block, scope, name, opdef, index)
-                        if value is None else value)
-    rng = _rng_state(program, scope) if opdef.random else None
-    if opdef.has_blocks:
-        names, produced = _run_unjitted(program, index, in_map, args, rng)
-    else:
-        names, produced = _run_kernel(program, index, opdef, in_map, out_map, encoded_attrs,
-                                      args, rng)
+def _store(block, scope, opdef, values, names, produced):
+    """Keep an op's outputs: persistables in `scope`, the others in `values`."""
     persistable = None
     variables = block._vars
     for name, value in zip(names, produced):
