@@ -51,6 +51,10 @@ class ProgramListener:
         """`appended_whole` begins on `programs`; returns a function that takes back what the
         listener keeps for them outside the programs, or None."""
 
+    def training_step_appended(self, program, steps):
+        """Optimizer updates began in `program` after a backward pass: the program now holds
+        `steps` training steps (told from the second on)."""
+
 
 _listeners = []
 
@@ -403,6 +407,8 @@ class Block:
         if opdef.random:
             self.program._ensure_rng_var()
         self.program._version += 1   # mark_changed
+        if role != self.program._last_role:
+            self.program._role_changed(role)
         if _listeners:
             try:
                 for listener in tuple(_listeners):
@@ -662,6 +668,22 @@ class Program:
         self._names = NameGenerator(taken)       # layers, parameters, user-given names
         self._op_names = NameGenerator(taken)    # default names of op outputs
         self._layers = []                        # prefixes of the layers being built
+        self._last_role = pb.FORWARD             # of the op appended last, and:
+        self._differentiated = False             # a backward pass since the last update
+        self._training_steps = 0                 # updates that followed a backward pass
+
+    def _role_changed(self, role):
+        """Count training steps (see ProgramListener.training_step_appended): an op of
+        `role` follows one of another role."""
+        self._last_role = role
+        if role == pb.BACKWARD:
+            self._differentiated = True
+        elif role == pb.OPTIMIZE and self._differentiated:
+            self._differentiated = False
+            self._training_steps += 1
+            if self._training_steps > 1:
+                for listener in tuple(_listeners):
+                    listener.training_step_appended(self, self._training_steps)
 
     def mark_changed(self):
         """Count the program as changed (`version`), so that executors compile it again:
@@ -1052,7 +1074,9 @@ def data(name, shape, dtype="float32", *, stop_gradient=True, value=None):
     block = default_main_program().global_block()
     try:
         if block.find_var(name) is not None:
-            raise ProgramError(f"a variable named '{name}' already exists", var=name)
+            from progdesc.recording.loops import why_redeclared   # lazy: it imports this
+            raise ProgramError(f"a variable named '{name}' already exists{why_redeclared()}",
+                               var=name)
         var = block.create_var(name, shape, dtype, stop_gradient=stop_gradient,
                                need_check_feed=True)
     except ProgdescError as e:

@@ -8,6 +8,8 @@ train, save or export it.
 from progdesc.recording.capture import Captured, capture
 from progdesc.recording.mode import eager
 from progdesc.constants import LargeConstantWarning
+from progdesc.recording.loops import EagerLoopWarning
 from progdesc.recording.values import RecordingWarning
 
-__all__ = ["Captured", "capture", "eager", "LargeConstantWarning", "RecordingWarning"]
+__all__ = ["Captured", "capture", "eager", "EagerLoopWarning", "LargeConstantWarning",
+           "RecordingWarning"]

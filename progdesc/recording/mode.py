@@ -13,6 +13,7 @@ import contextvars
 import threading
 
 from progdesc import framework
+from progdesc.recording.loops import warn_training_loop
 from progdesc.recording.runner import (drop_values, rename_values, run_op, set_data_value,
                                        snapshot_eager_state)
 
@@ -39,6 +40,9 @@ class _EagerListener(framework.ProgramListener):
 
     def appending_whole(self, programs):
         return snapshot_eager_state(programs) if eager.active else None
+
+    def training_step_appended(self, program, steps):
+        warn_training_loop(program, steps)
 
 
 class EagerMode:
