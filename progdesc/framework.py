@@ -167,9 +167,6 @@ class Variable:
         return _result(default_main_program().current_block(), "neg", {"X": self})
 
 
-op_plans.use_variable_class(Variable)
-
-
 def _result(block, op_type, inputs, attrs=None):
     """The output Variable of a one-output op appended to `block` (the operators of
     Variables: `a + b`, `a @ b`, `-a`)."""
@@ -318,6 +315,11 @@ class Block:
         return Operator(self, self._add_op(type, inputs, outputs, attrs, role=role, name=name,
                                            callsite=callsite))
 
+    def append_op_outputs(self, type, inputs=None, attrs=None, *, name=None):
+        """`append_op` with fresh outputs, returning {output slot: [variable names]} (what
+        the functions of progdesc.ops return Variables of)."""
+        return self._insert_op(type, inputs, None, attrs, pb.FORWARD, name, None, None)[2]
+
     def insert_op(self, index, type, inputs=None, outputs=None, attrs=None, *, role=pb.FORWARD,
                   name=None, callsite=None):
         """`append_op`, inserting the op before the op at `index`."""
@@ -358,9 +360,11 @@ class Block:
         try:
             opdef = registry.get(op_type)
             if outputs is None and at_end:   # a signature seen before: what it found, kept
-                key, in_map = op_plans.signature(self, opdef, inputs, attrs)
+                key, in_map = self._signature(opdef, inputs, attrs)
                 plan = None if key is None else op_plans.lookup(key)
-            if plan is not None:
+            if plan is not None and plan.single is not None:
+                pass   # one output variable: `_append_single`, below
+            elif plan is not None:
                 encoded_attrs = plan.encoded_attrs
                 out_map = plan.out_map(self._output_base(opdef, name))
                 self._add_planned_vars(plan, out_map)
@@ -394,6 +398,9 @@ class Block:
             var = e.var if e.var is not None or e.slot is None else _slot_var(inputs, e.slot)
             raise type(e)(e.detail, var=var, op_type=op_type, op_index=index,
                           block_idx=self.idx, callsite=callsite, slot=e.slot) from None
+        if plan is not None and plan.single is not None:
+            return self._append_single(plan, opdef, in_map, role, name, callsite, n_ops,
+                                       n_vars)
         if plan is not None:
             desc = self.desc.ops.add()
             desc.MergeFromString(plan.op_bytes(in_map, out_map, role, callsite))
@@ -416,6 +423,67 @@ class Block:
             except BaseException:
                 self._take_back(range(n_ops, len(self.desc.ops)) if at_end else [index],
                                 n_vars)
+                raise
+        return desc, in_map, out_map
+
+    def _signature(self, opdef, inputs, attrs):
+        """(key, {slot: [name]}) of an op whose outputs an `OpPlan` may make (see
+        progdesc.op_plans), or (None, None): every input a Variable declared here."""
+        if opdef.has_blocks:
+            return None, None
+        parts, in_map = [opdef.type, registry.GENERATION[0]], {}
+        find = self._vars.get if self._is_root else self.find_var
+        for slot, value in inputs.items() if inputs else ():
+            if value is None:
+                continue
+            if value.__class__ is not Variable:
+                return None, None
+            name = value.name
+            if find(name) is not value:   # another program's Variable, or a stale one
+                return None, None
+            parts.append(slot)
+            parts.append(value._type or value._read_type())
+            in_map[slot] = [name]
+        key = op_plans.signature_key(parts, attrs)
+        return (None, None) if key is None else (key, in_map)
+
+    def _append_single(self, plan, opdef, in_map, role, name, callsite, n_ops, n_vars):
+        """`_insert_op` of a planned op with one output variable (most ops): the same steps,
+        in one frame."""
+        slot, suffix, dims, dtype, tail = plan.single
+        program = self.program
+        if name:
+            base = program._names(name)
+        elif program._layers:
+            base = program._names(f"{program._layers[-1]}.{opdef.type}")
+        else:
+            base = program._op_names(opdef.type)
+        out = base + suffix
+        if self.find_var(out) is None:
+            var_desc = self.desc.vars.add()
+            var_desc.MergeFromString(op_plans.name_field(out) + tail)
+            self._vars[out] = Variable(self, var_desc, (dims, dtype))
+        else:
+            try:
+                self._set_output_var(out, dims, dtype)
+            except ProgdescError as e:
+                raise type(e)(e.detail, var=e.var, op_type=opdef.type, op_index=n_ops,
+                              block_idx=self.idx, callsite=callsite) from None
+        out_map = {slot: [out]}
+        desc = self.desc.ops.add()
+        desc.MergeFromString(plan.op_bytes(in_map, out_map, role, callsite))
+        if opdef.random:
+            program._ensure_rng_var()
+        program._version += 1   # mark_changed
+        if role != program._last_role:
+            program._role_changed(role)
+        if _listeners:
+            try:
+                for listener in tuple(_listeners):
+                    listener.op_appended(self, n_ops, opdef, in_map, out_map,
+                                         plan.encoded_attrs)
+            except BaseException:
+                self._take_back(range(n_ops, len(self.desc.ops)), n_vars)
                 raise
         return desc, in_map, out_map
 

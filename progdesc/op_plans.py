@@ -3,55 +3,38 @@
 An op appended with the same type, attributes and input variable types as an earlier one
 binds, checks and infers exactly as that one did: the checks and the shape rule are
 functions of these alone (ops with sub-blocks excepted, whose shape rule reads them).
-`signature` names that signature; an `OpPlan` keeps what the first append of it found
+`signature_key` names that signature; an `OpPlan` keeps what the first append of it found
 (the checked and encoded attributes, the output slots, their inferred types) and writes
 the new OpDesc and output VarDescs as protobuf wire-format bytes, each parsed by one
 `MergeFromString`: the very messages `fill_op_desc` and `create_var` would make.
 
-Only the common case has a signature: every input a Variable of the block appending it
-(or of an enclosing block), attributes of hashable values or lists, fresh outputs
-appended at the end. Anything else (names, arrays, explicit outputs, an insert) takes the
+Only the common case has a signature (`Block` makes its key with `signature_key`): every
+input a Variable of the block appending it (or of an enclosing block), attributes of
+hashable values or lists, fresh outputs appended at the end. Anything else (names, arrays, explicit outputs, an insert) takes the
 general path, which also makes the first plan of each signature, so an error is always
 raised by the general path's checks, with their messages.
 """
 from lowering import progdesc_pb2 as pb
-from lowering import registry
 
 _PLANS = {}
 _MAX_PLANS = 8192
 
 
-def signature(block, opdef, inputs, attrs):
-    """(key, {slot: [name]}) of an op appended to `block` with `inputs` and `attrs`, or
-    (None, None) where the op takes the general path (see the module docstring)."""
-    if opdef.has_blocks:
-        return None, None
-    key, in_map = [opdef.type, registry.GENERATION[0]], {}
-    variable = _VARIABLE[0]
-    find = block._vars.get if block._is_root else block.find_var
-    for slot, value in inputs.items() if inputs else ():
-        if value is None:
-            continue
-        if value.__class__ is not variable:
-            return None, None
-        name = value.name
-        if find(name) is not value:   # another program's Variable, or a stale one
-            return None, None
-        key.append(slot)
-        key.append(value._type or value._read_type())
-        in_map[slot] = [name]
+def signature_key(parts, attrs):
+    """The signature key of an op whose type and input types are `parts` (a list, extended
+    here) and whose attributes are `attrs`; None where a value cannot be hashed."""
     if attrs:
-        key.append(None)
+        parts.append(None)
         for k, v in attrs.items():
-            key.append(k)
-            key.append(v.__class__)
-            key.append(v if v.__class__ not in (list, tuple) else _frozen(v))
-    key = tuple(key)
+            parts.append(k)
+            parts.append(v.__class__)
+            parts.append(v if v.__class__ not in (list, tuple) else _frozen(v))
+    key = tuple(parts)
     try:
         hash(key)
     except TypeError:
-        return None, None
-    return key, in_map
+        return None
+    return key
 
 
 def lookup(key):
@@ -77,7 +60,7 @@ class OpPlan:
     """What appending an op of one signature needs (see the module docstring)."""
 
     __slots__ = ("opdef", "full_attrs", "encoded_attrs", "outputs", "head", "slot_heads",
-                 "var_tails")
+                 "var_tails", "single")
 
     def __init__(self, opdef, full_attrs, encoded_attrs, inferred, outputs):
         self.opdef = opdef
@@ -92,6 +75,11 @@ class OpPlan:
                                                   dims=dims).SerializeToString())
                          for dims, dtype in inferred.get(slot, ())[:len(suffixes)]))
             for slot, suffixes in outputs)
+        made = [(slot, suffixes[0], *tails[0]) for (slot, suffixes), (_, tails)
+                in zip(outputs, self.var_tails) if suffixes]
+        self.single = made[0] if len(made) == 1 and len(outputs) == 1 and len(
+            outputs[0][1]) == 1 and len(self.var_tails[0][1]) == 1 else None
+        """(slot, suffix, dims, dtype, VarDesc tail) of a plan with one output variable."""
 
     def out_map(self, base):
         """{slot: [names]} of the outputs, named after `base`."""
@@ -120,14 +108,6 @@ class OpPlan:
         if role:
             parts.append(b"\x30" + _varint(role))
         return b"".join(parts)
-
-
-_VARIABLE = [None]   # framework.Variable (framework imports this module)
-
-
-def use_variable_class(cls):
-    """Tell the module the class of Variables (`framework.Variable`)."""
-    _VARIABLE[0] = cls
 
 
 _COUNTED = {}   # text -> its UTF-8 bytes after their length (a varint): names recur

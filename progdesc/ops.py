@@ -9,7 +9,6 @@ import inspect
 import keyword
 
 from lowering import registry
-from lowering import progdesc_pb2 as pb
 from progdesc.framework import default_main_program
 
 _INTERNAL = {"feed", "fetch"}
@@ -77,9 +76,8 @@ def make_op_function(opdef):
             if value is _MISSING:
                 raise TypeError(f"{opdef.type}() missing required argument '{slot.lower()}'")
         block = default_main_program().current_block()
-        _, _, out_map = block._insert_op(opdef.type, dict(zip(slots, input_values)),
-                                         None, dict(zip(attrs, attr_values)), pb.FORWARD,
-                                         name, None, None)
+        out_map = block.append_op_outputs(opdef.type, dict(zip(slots, input_values)),
+                                          dict(zip(attrs, attr_values)), name=name)
         return _outputs_of(opdef, block, out_map)
 
     namespace = {"_append": _append}

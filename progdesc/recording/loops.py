@@ -19,6 +19,7 @@ counts the optimizer updates that follow a backward pass
 warning is given.
 """
 import warnings
+import weakref
 
 from progdesc.callsites import user_callsite, user_stacklevel
 
@@ -32,6 +33,20 @@ WAYS = ("write the training step once instead, as a pd.Model subclass (its "
         "and train the recorded program with Executor.run in your loop")
 
 
+_warned = weakref.WeakSet()   # programs warned about
+_checks = []   # how to tell whether eager mode is on: progdesc.recording.mode adds it
+
+
+def set_eager_check(active):
+    """Use `active()` (True while eager mode is on in this thread) for the checks here;
+    progdesc.recording.mode sets it when it loads."""
+    _checks[:] = [active]
+
+
+def _eager():
+    return bool(_checks) and _checks[0]()
+
+
 class EagerLoopWarning(UserWarning):
     """A program that grows by one training step per iteration of a loop in eager mode."""
 
@@ -39,8 +54,7 @@ class EagerLoopWarning(UserWarning):
 def why_redeclared():
     """The reason to add to a 'name already exists' error raised in eager mode: eager mode
     appends to the program, so a loop builds the model again ('' outside eager mode)."""
-    from progdesc.recording.mode import eager   # lazy: mode imports framework
-    if not eager.active:
+    if not _eager():
         return ""
     return (". In eager mode every op and variable is appended to the program, so code run "
             "again in a loop (a training loop) declares the same names again; " + WAYS)
@@ -49,10 +63,9 @@ def why_redeclared():
 def warn_training_loop(program, steps):
     """Warn (EagerLoopWarning, once per program) when `program` holds `steps` training
     steps in eager mode and `steps` reached LOOP_STEPS."""
-    from progdesc.recording.mode import eager   # lazy: mode imports framework
-    if steps < LOOP_STEPS or not eager.active or getattr(program, "_loop_warned", False):
+    if steps < LOOP_STEPS or not _eager() or program in _warned:
         return
-    program._loop_warned = True
+    _warned.add(program)
     warnings.warn(
         f"this program now holds {steps} training steps (a backward pass and optimizer "
         f"updates, appended {steps} times, the last at {user_callsite()}): in eager mode a "

@@ -13,7 +13,7 @@ import contextvars
 import threading
 
 from progdesc import framework
-from progdesc.recording.loops import warn_training_loop
+from progdesc.recording.loops import set_eager_check, warn_training_loop
 from progdesc.recording.runner import (drop_values, rename_values, run_op, set_data_value,
                                        snapshot_eager_state)
 
@@ -104,5 +104,6 @@ class EagerMode:
 
 
 eager = EagerMode()
+set_eager_check(lambda: eager.active)
 
 framework.add_listener(_EagerListener())

@@ -37,19 +37,22 @@ _MAX_KERNELS = 4096
 _run_states = weakref.WeakKeyDictionary()   # scope -> {program: RNG state its ops draw from}
 
 
+_values = {}   # program serial -> {variable name: its eager value}, while the program lives
+
+
 def values_of(program):
     """{variable name: value} of `program`'s ordinary variables that eager mode computed
-    (kept on the program: they live as long as it does)."""
-    try:
-        return program._eager_values
-    except AttributeError:
-        values = program._eager_values = {}
-        return values
+    (as long as the program lives)."""
+    values = _values.get(program.serial)
+    if values is None:
+        values = _values[program.serial] = {}
+        weakref.finalize(program, _values.pop, program.serial, None)
+    return values
 
 
 def rename_values(program, renames):
     """Move the values of renamed variables ({old: new}) to their new names."""
-    values = getattr(program, "_eager_values", None)
+    values = _values.get(program.serial)
     for old, new in renames.items() if values else ():
         if old in values:
             values[new] = values.pop(old)
@@ -57,7 +60,7 @@ def rename_values(program, renames):
 
 def drop_values(program, names):
     """Forget the values of variables taken out of `program`."""
-    values = getattr(program, "_eager_values", None)
+    values = _values.get(program.serial)
     for name in names if values else ():
         values.pop(name, None)
 
@@ -71,14 +74,13 @@ def set_data_value(var, value):
 def run_op(block, index, opdef, in_map, out_map, encoded_attrs):
     """Run the op just appended at `index` of `block` (root blocks only) and store its
     outputs: in `values_of(program)`, persistables in the current Scope."""
-    if not block._is_root:   # an op of a sub-block runs when its control-flow op does
+    if block.idx:   # an op of a sub-block runs when its control-flow op does
         return
     program = block.program
     scope = global_scope()
     with scope.lock:   # as a run: no other run on this scope donates what the op reads
-        try:
-            values = program._eager_values
-        except AttributeError:
+        values = _values.get(program.serial)
+        if values is None:
             values = values_of(program)
         args = []
         for slot in opdef.inputs:
@@ -98,11 +100,8 @@ def run_op(block, index, opdef, in_map, out_map, encoded_attrs):
 def _store(block, scope, opdef, values, names, produced):
     """Keep an op's outputs: persistables in `scope`, the others in `values`."""
     persistable = None
-    variables = block._vars
     for name, value in zip(names, produced):
-        var = variables.get(name)
-        if var is None:
-            var = block.find_var(name)
+        var = block.find_var(name)
         if var is not None and var.desc.persistable:
             if persistable is None:
                 persistable = {}
