@@ -89,22 +89,15 @@ class OpPlan:
         """The OpDesc, as wire-format bytes."""
         parts = [self.head]
         heads = self.slot_heads
-        counted = _COUNTED.get
         for tag, slots in ((b"\x12", in_map), (b"\x1a", out_map)):
             for slot, names in slots.items():
-                body = [heads[slot]]
-                for n in names:
-                    encoded = counted(n)
-                    body.append(b"\x12")
-                    body.append(_counted(n) if encoded is None else encoded)
-                body = b"".join(body)
-                parts.append(tag)
-                parts.append(_varint(len(body)))
-                parts.append(body)
+                if len(names) == 1:   # most slots: one variable
+                    body = heads[slot] + b"\x12" + _counted(names[0])
+                else:
+                    body = heads[slot] + b"".join([b"\x12" + _counted(n) for n in names])
+                parts.append(tag + _varint(len(body)) + body)
         if callsite:
-            encoded = counted(callsite)
-            parts.append(b"\x2a")
-            parts.append(_counted(callsite) if encoded is None else encoded)
+            parts.append(b"\x2a" + _counted(callsite))
         if role:
             parts.append(b"\x30" + _varint(role))
         return b"".join(parts)
@@ -135,14 +128,15 @@ _BYTES = [bytes((i,)) for i in range(0x80)]
 
 def _counted(text):
     """`text`'s UTF-8 bytes after their length, as a length-delimited field holds them."""
-    encoded = _COUNTED.get(text)
-    if encoded is None:
+    try:
+        return _COUNTED[text]
+    except KeyError:
         data = text.encode("utf-8")
         encoded = _varint(len(data)) + data
         if len(_COUNTED) >= _MAX_COUNTED:
             _COUNTED.clear()
         _COUNTED[text] = encoded
-    return encoded
+        return encoded
 
 
 def name_field(name):
