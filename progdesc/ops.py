@@ -71,13 +71,21 @@ def make_op_function(opdef):
               f"    return _append(({''.join(s.lower() + ', ' for s in slots)}), "
               f"({''.join(a + ', ' for a in attrs)}), name)\n")
 
+    may_miss = any(p.default is _MISSING for p in signature.parameters.values())
+    op_type = opdef.type
+    single = [s.name for s in opdef.outputs if not s.many]   # the one output Variable
+    single = single[0] if len(opdef.outputs) == 1 and single else None
+
     def _append(input_values, attr_values, name):
-        for slot, value in zip(slots, input_values):
-            if value is _MISSING:
-                raise TypeError(f"{opdef.type}() missing required argument '{slot.lower()}'")
+        if may_miss:
+            for slot, value in zip(slots, input_values):
+                if value is _MISSING:
+                    raise TypeError(f"{op_type}() missing required argument '{slot.lower()}'")
         block = default_main_program().current_block()
-        out_map = block.append_op_outputs(opdef.type, dict(zip(slots, input_values)),
+        out_map = block.append_op_outputs(op_type, dict(zip(slots, input_values)),
                                           dict(zip(attrs, attr_values)), name=name)
+        if single is not None and len(out_map.get(single, ())) == 1:
+            return block.var(out_map[single][0])
         return _outputs_of(opdef, block, out_map)
 
     namespace = {"_append": _append}
