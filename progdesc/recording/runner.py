@@ -21,6 +21,7 @@ independent ops overlap on the device.
 """
 import contextlib
 import dataclasses
+import operator
 import weakref
 
 import jax
@@ -34,6 +35,7 @@ from progdesc.scope import global_scope
 
 _KERNELS = {}
 _MAX_KERNELS = 4096
+_AVAL = operator.attrgetter("aval")
 _run_states = weakref.WeakKeyDictionary()   # scope -> {program: RNG state its ops draw from}
 
 
@@ -171,7 +173,7 @@ def _run_kernel(program, index, opdef, in_map, out_map, encoded_attrs, args, rng
     key = (opdef.type, registry.GENERATION[0], encoded_attrs,
            *in_map, *map(len, in_map.values()),   # the binding
            program.desc.precision, index if rng is not None else None,
-           *[a.aval for a in args])   # shapes, dtypes and weak types
+           *map(_AVAL, args))   # shapes, dtypes and weak types
     kernel = _KERNELS.get(key)
     if kernel is None:
         flat = (*args, rng) if rng is not None else args
