@@ -10,10 +10,12 @@ the new OpDesc and output VarDescs as protobuf wire-format bytes, each parsed by
 
 Only the common case has a signature (`Block` makes its key with `signature_key`): every
 input a Variable of the block appending it (or of an enclosing block), attributes of
-hashable values or lists, fresh outputs appended at the end. Anything else (names, arrays, explicit outputs, an insert) takes the
-general path, which also makes the first plan of each signature, so an error is always
-raised by the general path's checks, with their messages.
+hashable values or lists, fresh outputs appended at the end. Anything else (names,
+arrays, explicit outputs, an insert) takes the general path, which also makes the first
+plan of each signature, so an error is always raised by the general path's checks, with
+their messages.
 """
+from lowering import dtypes
 from lowering import progdesc_pb2 as pb
 
 _PLANS = {}
@@ -71,15 +73,15 @@ class OpPlan:
         self.slot_heads = {s.name: b"\x0a" + _counted(s.name)
                            for s in (*opdef.inputs, *opdef.outputs)}
         self.var_tails = tuple(
-            (slot, tuple((dims, dtype, pb.VarDesc(kind=pb.DENSE_TENSOR, dtype=_enum(dtype),
-                                                  dims=dims).SerializeToString())
+            (slot, tuple((tuple(dims), dtype, pb.VarDesc(
+                kind=pb.DENSE_TENSOR, dtype=dtypes.to_enum(dtype), dims=dims).SerializeToString())
                          for dims, dtype in inferred.get(slot, ())[:len(suffixes)]))
             for slot, suffixes in outputs)
-        made = [(slot, suffixes[0], *tails[0]) for (slot, suffixes), (_, tails)
-                in zip(outputs, self.var_tails) if suffixes]
-        self.single = made[0] if len(made) == 1 and len(outputs) == 1 and len(
-            outputs[0][1]) == 1 and len(self.var_tails[0][1]) == 1 else None
-        """(slot, suffix, dims, dtype, VarDesc tail) of a plan with one output variable."""
+        # (slot, suffix, dims, dtype, VarDesc tail) where the op makes one output variable
+        self.single = None
+        if len(outputs) == 1 and len(outputs[0][1]) == 1 and len(self.var_tails[0][1]) == 1:
+            (slot, (suffix,)), (_, ((dims, dtype, tail),)) = outputs[0], self.var_tails[0]
+            self.single = (slot, suffix, dims, dtype, tail)
 
     def out_map(self, base):
         """{slot: [names]} of the outputs, named after `base`."""
@@ -105,11 +107,6 @@ class OpPlan:
 
 _COUNTED = {}   # text -> its UTF-8 bytes after their length (a varint): names recur
 _MAX_COUNTED = 65536
-
-
-def _enum(dtype):
-    from lowering import dtypes
-    return dtypes.to_enum(dtype)
 
 
 def _varint(n):
