@@ -96,3 +96,18 @@ def test_planned_eager_ops_compute_numpys_values():
                 else expected + 0.25
         got = y.numpy()
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_a_planned_eager_op_that_cannot_run_names_itself_and_is_taken_back():
+    main = pd.Program()
+    with pd.scope_guard(pd.Scope()), pd.program_guard(main, pd.Program()):
+        x = pd.data("x", [4, 4], value=np.ones((4, 4), np.float32))
+        outside = ops.tanh(ops.tanh(x))   # appended outside eager mode: no value; planned
+        n_ops, n_vars = len(main.global_block().desc.ops), len(main.global_block().desc.vars)
+        with pd.eager(), pytest.raises(pd.ProgramError) as info:
+            ops.tanh(outside)   # the plan of tanh on float32[4, 4], run at once: fails
+    text = str(info.value)
+    assert f"op #{n_ops} 'tanh'" in text and outside.name in text
+    assert "test_eager_speed.py:" in text and "ran outside eager mode" in text
+    assert len(main.global_block().desc.ops) == n_ops
+    assert len(main.global_block().desc.vars) == n_vars
