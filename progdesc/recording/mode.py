@@ -25,9 +25,9 @@ _enabled = threading.local()        # .on: `enable()` in this thread
 class _EagerListener(framework.ProgramListener):
     """Runs each appended op while eager mode is on (in the appending thread or task)."""
 
-    def op_appended(self, *args):
+    def op_appended(self, block, index, opdef, inputs, outputs, attrs):
         if _depth.get() or getattr(_enabled, "on", False):   # eager.active, inlined
-            run_op(*args)
+            run_op(block, index, opdef, inputs, outputs, attrs)
 
     def vars_renamed(self, block, renames):
         rename_values(block.program, renames)
