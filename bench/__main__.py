@@ -37,7 +37,9 @@ Sections (all by default; pick with --only):
              expand-all times at 1k and 10k ops (skipped without Playwright or Chromium);
   concurrency  plain JAX code (an un-jitted jax.hessian, a jitted MLP step) compiled by 4
              processes at once, with progdesc imported against without (bench/concurrency.py);
-  import     `import progdesc` against `import jax`, fresh processes (bench/import_time.py).
+  import     `import progdesc` against `import jax`, fresh processes (bench/import_time.py);
+  eager      eager mode's per-op cost against jax.numpy op by op (bench/eager.py), and whether
+             another dispatch order pays on a wide graph (bench/eager_schedule.py).
 
 The sections that run in subprocesses (torch, first, concurrency, paddle, onnx, import) run before this
 process starts its JAX backend, which on a GPU holds most of the device's memory from then on.
@@ -58,6 +60,8 @@ import time
 
 from bench import build_scaling, concurrency, import_time, imported, multistep, overhead, peaks
 from bench import model_step
+from bench import eager as eager_bench
+from bench import eager_schedule
 from bench import onnx as onnx_bench
 from bench import viewer as viewer_bench
 from bench import paddle as paddle_bench
@@ -67,13 +71,14 @@ from bench.common import fmt_s, hlo_summary, interleaved
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 SECTIONS = ("torch", "steps", "first", "overhead", "model", "build", "multistep", "imported",
-            "paddle", "onnx", "concurrency", "viewer", "import")
+            "paddle", "onnx", "concurrency", "viewer", "import", "eager")
 TARGETS = {
     "step": ("<=", 1.05), "first": ("<=", 1.0), "memory": ("<=", 1.2),
     "overhead": ("<=", 1.5), "exponent": ("<=", 1.1), "build10k": ("<", 2.0),
     "multistep": (">=", 1.5), "concurrency": ("<=", 1.1), "imported": ("<=", 1.05),
     "paddle_import": ("<", 1.0), "onnx_import": ("<", 0.5),
     "torch_f32": ("<=", 1.0), "torch_bf16": ("<=", 0.8), "viewer": ("<", 1.0),
+    "eager": ("<=", eager_bench.TARGET),
 }
 # issue 14's targets against PyTorch: the large transformer's float32 step against
 # torch.compile (TF32 on a GPU), its bf16 step against torch.compile with bf16 autocast
@@ -385,6 +390,11 @@ def table(res):
         rows.append(("import progdesc / import jax (fresh processes)",
                      f"{i['progdesc_s']:.2f} s / {i['jax_s']:.2f} s", f"x{i['ratio']:.2f}",
                      "reference", ""))
+    e = res.get("eager")
+    if e:
+        add("eager: small op / jax.numpy op (per op)",
+            f"{e['progdesc eager'] * 1e6:.1f} us / {e['jax.numpy'] * 1e6:.1f} us", "eager",
+            e["progdesc eager"] / e["jax.numpy"], "x{:.2f}")
     head = ("measure", "progdesc / reference", "value", "target", "")
     widths = [max(len(str(r[i])) for r in rows + [head]) for i in range(5)]
     lines = [" | ".join(str(c).ljust(w) for c, w in zip(head, widths)),
@@ -558,6 +568,11 @@ def main(argv=None):
     if "multistep" in only:
         log("many steps per call:")
         results["multistep"] = multistep.run(k=args.k, rounds=ms_rounds, log=log)
+    if "eager" in only:
+        log("eager mode, op by op, against jax.numpy:")
+        results["eager"] = eager_bench.run(n=300 if args.quick else 1000,
+                                           repeats=5 if args.quick else 15, log=log)
+        results["eager_schedule"] = eager_schedule.run(repeats=5 if args.quick else 15, log=log)
     if "imported" in only:
         log("models imported from Flax, a training step against the original's jax.jit step:")
         results["imported"] = imported.run(steps=10 if args.quick else 30, log=log)

@@ -13,7 +13,9 @@ constant, in turn), run op by op:
 Each chain ends by waiting for its result. The chains take turns (bench.common.interleaved),
 so a slow phase of a shared machine hits every row alike; ratios, not absolute times, are
 what to compare across machines. Also timed: one eager training step of a small MLP
-(forward, `append_backward`, Adam), per op it appended.
+(forward, `append_backward`, Adam), per op it appended. The last row is issue 28's target:
+a small eager op costs at most 2x a `jax.numpy` op. `bench/eager_schedule.py` measures
+whether dispatching independent ops in another order pays.
 """
 import argparse
 import contextlib
@@ -112,8 +114,13 @@ def eager_mlp_step():
     return step, step.ops
 
 
+TARGET = 2.0
+"""issue 28's target: a small eager op costs at most this many times a `jax.numpy` op."""
+
+
 def run(n=1000, repeats=15, log=print):
-    """Time every chain; returns {row: seconds per op} and logs a table."""
+    """Time every chain; returns {row: seconds per op} and logs a table, ending with the
+    target row ('small op <= 2x jax.numpy: PASS' or FAIL)."""
     numpy_chain, jit_chain = jax_chains(n)
     fns = {"progdesc eager": progdesc_chain(n), "progdesc append only":
            progdesc_chain(n, eager=False), "jax.numpy": numpy_chain, "jax.jit": jit_chain}
@@ -134,6 +141,9 @@ def run(n=1000, repeats=15, log=print):
         log(f"progdesc eager / torch eager: x{ratio:.2f}")
     else:
         log("torch is not importable here: no torch row")
+    ratio = per_op["progdesc eager"] / per_op["jax.numpy"]
+    log(f"small op <= {TARGET:g}x jax.numpy: {'PASS' if ratio <= TARGET else 'FAIL'} "
+        f"(x{ratio:.2f})")
     return per_op
 
 

@@ -26,6 +26,7 @@ from progdesc import regularizer
 from progdesc.paddle_names import CPUPlace, CUDAPlace   # Paddle's places (paddle_names.NAMES)
 from progdesc.recording import (Captured, LargeConstantWarning, Model, RecordingWarning,
                                 capture, eager)
+from progdesc.recording import EagerLoopWarning
 
 compile_cache.configure_default()   # progdesc's compiled programs kept on disk; JAX's settings untouched
 
@@ -68,5 +69,5 @@ __all__ = [
     "NumericsError", "distributed", "DistributedError", "RecordingError", "RecordingWarning",
     "LargeConstantWarning", "Captured", "capture", "eager", "Model", "BatchPolymorphismError",
     "CompiledCallError", "OperandError", "SaveError", "JaxCompatError", "UnsupportedOpError",
-    "regularizer", "CPUPlace", "CUDAPlace",
+    "regularizer", "CPUPlace", "CUDAPlace", "EagerLoopWarning",
 ]

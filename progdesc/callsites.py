@@ -43,11 +43,12 @@ def command_frame(frame):
 
 def user_callsite():
     """'file:line' of the innermost frame outside progdesc and lowering ('In[3]:2' in a cell)."""
-    frame, stop = sys._getframe(1), _COMMAND.get()
+    frame, stop, known = sys._getframe(1), _COMMAND.get(), _USER_FILES.get
     while frame is not None and frame is not stop:
-        site = _site_of(frame)
-        if site:
-            return site
+        if known(frame.f_code.co_filename) != "":   # not a file known to be progdesc's
+            site = _site_of(frame)
+            if site:
+                return site
         frame = frame.f_back
     return ""
 

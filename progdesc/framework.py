@@ -23,6 +23,7 @@ from lowering.lower import RNG_VAR, precision_of, precision_value
 from progdesc.display.text import ROLE_NAMES, block_text, op_line, program_text, type_str
 from progdesc.callsites import user_callsite
 from progdesc.constants import constant
+from progdesc import op_plans
 from progdesc.naming import NameGenerator
 from progdesc.validation import FORMAT_VERSION, check_desc
 
@@ -49,6 +50,10 @@ class ProgramListener:
     def appending_whole(self, programs):
         """`appended_whole` begins on `programs`; returns a function that takes back what the
         listener keeps for them outside the programs, or None."""
+
+    def training_step_appended(self, program, steps):
+        """Optimizer updates began in `program` after a backward pass: the program now holds
+        `steps` training steps (told from the second on)."""
 
 
 _listeners = []
@@ -310,6 +315,11 @@ class Block:
         return Operator(self, self._add_op(type, inputs, outputs, attrs, role=role, name=name,
                                            callsite=callsite))
 
+    def append_op_outputs(self, type, inputs=None, attrs=None, *, name=None):
+        """`append_op` with fresh outputs, returning {output slot: [variable names]} (what
+        the functions of progdesc.ops return Variables of)."""
+        return self._insert_op(type, inputs, None, attrs, pb.FORWARD, name, None, None)[2]
+
     def insert_op(self, index, type, inputs=None, outputs=None, attrs=None, *, role=pb.FORWARD,
                   name=None, callsite=None):
         """`append_op`, inserting the op before the op at `index`."""
@@ -338,36 +348,63 @@ class Block:
     def _add_op(self, op_type, inputs=None, outputs=None, attrs=None, *, role=pb.FORWARD,
                 name=None, callsite=None, index=None):
         """Validate and insert an op at `index` (default: the end); returns its desc."""
+        return self._insert_op(op_type, inputs, outputs, attrs, role, name, callsite, index)[0]
+
+    def _insert_op(self, op_type, inputs, outputs, attrs, role, name, callsite, index):
+        """`_add_op`'s work; returns (desc, {slot: [input names]}, {slot: [output names]})."""
         callsite = user_callsite() if callsite is None else callsite
         at_end = index is None
         n_ops, n_vars = len(self.desc.ops), len(self.desc.vars)
         index = n_ops if at_end else index
+        key = plan = None
         try:
             opdef = registry.get(op_type)
-            in_map, in_shapes = self._bind_inputs(opdef, inputs)
-            if at_end:   # after the constants NumPy inputs became
-                index = len(self.desc.ops)
-            full_attrs, encoded_attrs = opdef.checked_attrs(attrs or {})
-            inferred = infer.infer(opdef, in_shapes, full_attrs, self.program.desc, self.idx)
-            if outputs is None:
-                outputs = self._fresh_outputs(opdef, inferred, name)
-            out_map = _bind_slots(opdef.output_index, outputs, "output")
-            for slot, names in out_map.items():
-                produced = inferred.get(slot, ())
-                if len(names) > len(produced):
-                    raise ProgramError(f"output slot '{slot}' binds {len(names)} variables but "
-                                       f"the op produces {len(produced)}")
-                for n, (dims, dtype) in zip(names, produced):
-                    self._set_output_var(n, dims, dtype)
+            if outputs is None and at_end:   # a signature seen before: what it found, kept
+                key, in_map = self._signature(opdef, inputs, attrs)
+                plan = None if key is None else op_plans.lookup(key)
+            if plan is not None and plan.single is not None:
+                pass   # one output variable: `_append_single`, below
+            elif plan is not None:
+                encoded_attrs = plan.encoded_attrs
+                out_map = plan.out_map(self._output_base(opdef, name))
+                self._add_planned_vars(plan, out_map)
+            else:
+                in_map, in_shapes = self._bind_inputs(opdef, inputs)
+                if at_end:   # after the constants NumPy inputs became
+                    index = len(self.desc.ops)
+                full_attrs, encoded_attrs = opdef.checked_attrs(attrs or {})
+                inferred = infer.infer(opdef, in_shapes, full_attrs, self.program.desc,
+                                       self.idx)
+                base = None
+                if outputs is None:
+                    base = self._output_base(opdef, name)
+                    outputs = self._fresh_outputs(opdef, inferred, base)
+                out_map = _bind_slots(opdef.output_index, outputs, "output")
+                for slot, names in out_map.items():
+                    produced = inferred.get(slot, ())
+                    if len(names) > len(produced):
+                        raise ProgramError(f"output slot '{slot}' binds {len(names)} variables "
+                                           f"but the op produces {len(produced)}")
+                    for n, (dims, dtype) in zip(names, produced):
+                        self._set_output_var(n, dims, dtype)
+                if key is not None:
+                    op_plans.remember(key, opdef, full_attrs, encoded_attrs, inferred, out_map,
+                                      base)
         except ProgdescError as e:
-            if at_end and len(self.desc.ops) > n_ops:
+            if at_end and (len(self.desc.ops) > n_ops or len(self.desc.vars) > n_vars):
                 self._take_back(range(n_ops, len(self.desc.ops)), n_vars)
             if e.op_type is not None and e.op_index is not None:
                 raise
             var = e.var if e.var is not None or e.slot is None else _slot_var(inputs, e.slot)
             raise type(e)(e.detail, var=var, op_type=op_type, op_index=index,
                           block_idx=self.idx, callsite=callsite, slot=e.slot) from None
-        if index == len(self.desc.ops):
+        if plan is not None and plan.single is not None:
+            return self._append_single(plan, opdef, in_map, role, name, callsite, n_ops,
+                                       n_vars)
+        if plan is not None:
+            desc = self.desc.ops.add()
+            desc.MergeFromString(plan.op_bytes(in_map, out_map, role, callsite))
+        elif index == len(self.desc.ops):
             desc = self.desc.ops.add()
             fill_op_desc(desc, opdef, in_map, out_map, encoded_attrs, role, callsite)
         else:
@@ -376,7 +413,9 @@ class Block:
             desc = self.desc.ops[index]
         if opdef.random:
             self.program._ensure_rng_var()
-        self.program.mark_changed()
+        self.program._version += 1   # mark_changed
+        if role != self.program._last_role:
+            self.program._role_changed(role)
         if _listeners:
             try:
                 for listener in tuple(_listeners):
@@ -385,7 +424,80 @@ class Block:
                 self._take_back(range(n_ops, len(self.desc.ops)) if at_end else [index],
                                 n_vars)
                 raise
-        return desc
+        return desc, in_map, out_map
+
+    def _signature(self, opdef, inputs, attrs):
+        """(key, {slot: [name]}) of an op whose outputs an `OpPlan` may make (see
+        progdesc.op_plans), or (None, None): every input a Variable declared here."""
+        if opdef.has_blocks:
+            return None, None
+        parts, in_map = [opdef.type, registry.GENERATION[0]], {}
+        find = self._vars.get if self._is_root else self.find_var
+        for slot, value in inputs.items() if inputs else ():
+            if value is None:
+                continue
+            if value.__class__ is not Variable:
+                return None, None
+            name = value.name
+            if find(name) is not value:   # another program's Variable, or a stale one
+                return None, None
+            parts.append(slot)
+            parts.append(value._type or value._read_type())
+            in_map[slot] = [name]
+        key = op_plans.signature_key(parts, attrs)
+        return (None, None) if key is None else (key, in_map)
+
+    def _append_single(self, plan, opdef, in_map, role, name, callsite, n_ops, n_vars):
+        """`_insert_op` of a planned op with one output variable (most ops): the same steps,
+        in one frame."""
+        slot, suffix, dims, dtype, tail = plan.single
+        program = self.program
+        if name:
+            base = program._names(name)
+        elif program._layers:
+            base = program._names(f"{program._layers[-1]}.{opdef.type}")
+        else:
+            base = program._op_names(opdef.type)
+        out = base + suffix
+        if self.find_var(out) is None:
+            var_desc = self.desc.vars.add()
+            var_desc.MergeFromString(op_plans.name_field(out) + tail)
+            self._vars[out] = Variable(self, var_desc, (dims, dtype))
+        else:
+            try:
+                self._set_output_var(out, dims, dtype)
+            except ProgdescError as e:
+                raise type(e)(e.detail, var=e.var, op_type=opdef.type, op_index=n_ops,
+                              block_idx=self.idx, callsite=callsite) from None
+        out_map = {slot: [out]}
+        desc = self.desc.ops.add()
+        desc.MergeFromString(plan.op_bytes(in_map, out_map, role, callsite))
+        if opdef.random:
+            program._ensure_rng_var()
+        program._version += 1   # mark_changed
+        if role != program._last_role:
+            program._role_changed(role)
+        if _listeners:
+            try:
+                for listener in tuple(_listeners):
+                    listener.op_appended(self, n_ops, opdef, in_map, out_map,
+                                         plan.encoded_attrs)
+            except BaseException:
+                self._take_back(range(n_ops, len(self.desc.ops)), n_vars)
+                raise
+        return desc, in_map, out_map
+
+    def _add_planned_vars(self, plan, out_map):
+        """Declare the outputs of a planned op (see progdesc.op_plans), as `_set_output_var`
+        would: a new variable from the plan's VarDesc bytes, an existing one retyped."""
+        for slot, tails in plan.var_tails:
+            for n, (dims, dtype, tail) in zip(out_map[slot], tails):
+                if self.find_var(n) is not None:
+                    self._set_output_var(n, dims, dtype)
+                    continue
+                desc = self.desc.vars.add()
+                desc.MergeFromString(op_plans.name_field(n) + tail)
+                self._vars[n] = Variable(self, desc, (dims, dtype))
 
     def _take_back(self, indices, n_vars):
         """Remove the ops at `indices` and the variables declared after the first `n_vars`
@@ -447,16 +559,18 @@ class Block:
             raise ProgramError("is used before it is defined in this block", var=name)
         return var._type or var._read_type()
 
-    def _fresh_outputs(self, opdef, inferred, name):
-        """{slot: [names]} for every output the op produces, named after `name`, else after
-        the op inside the layer being built ('fc_0.matmul_0'), else after the op ('add_0')."""
-        layers = self.program._layers
+    def _output_base(self, opdef, name):
+        """The base of a new op's output names: `name`, else the op inside the layer being
+        built ('fc_0.matmul_0'), else the op ('add_0')."""
         if name:
-            base = self.program._names(name)
-        elif layers:
-            base = self.program._names(f"{layers[-1]}.{opdef.type}")
-        else:
-            base = self.program._op_names(opdef.type)
+            return self.program._names(name)
+        layers = self.program._layers
+        if layers:
+            return self.program._names(f"{layers[-1]}.{opdef.type}")
+        return self.program._op_names(opdef.type)
+
+    def _fresh_outputs(self, opdef, inferred, base):
+        """{slot: [names]} for every output the op produces, named after `base`."""
         outputs = {}
         for slot in opdef.outputs:
             produced = inferred.get(slot.name, ())
@@ -622,6 +736,22 @@ class Program:
         self._names = NameGenerator(taken)       # layers, parameters, user-given names
         self._op_names = NameGenerator(taken)    # default names of op outputs
         self._layers = []                        # prefixes of the layers being built
+        self._last_role = pb.FORWARD             # of the op appended last, and:
+        self._differentiated = False             # a backward pass since the last update
+        self._training_steps = 0                 # updates that followed a backward pass
+
+    def _role_changed(self, role):
+        """Count training steps (see ProgramListener.training_step_appended): an op of
+        `role` follows one of another role."""
+        self._last_role = role
+        if role == pb.BACKWARD:
+            self._differentiated = True
+        elif role == pb.OPTIMIZE and self._differentiated:
+            self._differentiated = False
+            self._training_steps += 1
+            if self._training_steps > 1:
+                for listener in tuple(_listeners):
+                    listener.training_step_appended(self, self._training_steps)
 
     def mark_changed(self):
         """Count the program as changed (`version`), so that executors compile it again:
@@ -1013,7 +1143,9 @@ def data(name, shape, dtype="float32", *, stop_gradient=True, value=None):
     block = default_main_program().global_block()
     try:
         if block.find_var(name) is not None:
-            raise ProgramError(f"a variable named '{name}' already exists", var=name)
+            from progdesc.recording.loops import why_redeclared   # lazy: it imports this
+            raise ProgramError(f"a variable named '{name}' already exists{why_redeclared()}",
+                               var=name)
         var = block.create_var(name, shape, dtype, stop_gradient=stop_gradient,
                                need_check_feed=True)
     except ProgdescError as e:

@@ -9,7 +9,6 @@ import inspect
 import keyword
 
 from lowering import registry
-from lowering.desc import slot_map
 from progdesc.framework import default_main_program
 
 _INTERNAL = {"feed", "fetch"}
@@ -72,14 +71,22 @@ def make_op_function(opdef):
               f"    return _append(({''.join(s.lower() + ', ' for s in slots)}), "
               f"({''.join(a + ', ' for a in attrs)}), name)\n")
 
+    may_miss = any(p.default is _MISSING for p in signature.parameters.values())
+    op_type = opdef.type
+    single = [s.name for s in opdef.outputs if not s.many]   # the one output Variable
+    single = single[0] if len(opdef.outputs) == 1 and single else None
+
     def _append(input_values, attr_values, name):
-        for slot, value in zip(slots, input_values):
-            if value is _MISSING:
-                raise TypeError(f"{opdef.type}() missing required argument '{slot.lower()}'")
+        if may_miss:
+            for slot, value in zip(slots, input_values):
+                if value is _MISSING:
+                    raise TypeError(f"{op_type}() missing required argument '{slot.lower()}'")
         block = default_main_program().current_block()
-        op = block.append_op(opdef.type, dict(zip(slots, input_values)),
-                             attrs=dict(zip(attrs, attr_values)), name=name)
-        return _outputs_of(opdef, block, op.desc)
+        out_map = block.append_op_outputs(op_type, dict(zip(slots, input_values)),
+                                          dict(zip(attrs, attr_values)), name=name)
+        if single is not None and len(out_map.get(single, ())) == 1:
+            return block.var(out_map[single][0])
+        return _outputs_of(opdef, block, out_map)
 
     namespace = {"_append": _append}
     exec(compile(source, f"<progdesc.ops.{opdef.type}>", "exec"), namespace)  # noqa: S102
@@ -104,9 +111,8 @@ def _parameter_list(signature):
     return ", ".join(parts)
 
 
-def _outputs_of(opdef, block, op_desc):
+def _outputs_of(opdef, block, out_map):
     """The op's output Variable, or a tuple of them (a list for a many slot)."""
-    out_map = slot_map(op_desc.outputs)
     outs = []
     for slot in opdef.outputs:
         vars_ = [block.var(n) for n in out_map.get(slot.name, ())]
@@ -126,12 +132,15 @@ def forget(op_type):
 
 
 def __getattr__(name):
+    made = _made.get(name)
+    if made is not None and made[2] == registry.GENERATION[0]:   # no op registered since
+        return made[1]
     if name.startswith("__") or name in _INTERNAL or not registry.is_registered(name):
         raise AttributeError(f"module 'progdesc.ops' has no op '{name}'")
     opdef = registry.get(name)
-    made = _made.get(name)
     if made is None or made[0] is not opdef:
-        made = _made[name] = (opdef, make_op_function(opdef))
+        made = (opdef, make_op_function(opdef))
+    made = _made[name] = (*made[:2], registry.GENERATION[0])
     return made[1]
 
 

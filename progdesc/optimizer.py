@@ -187,7 +187,13 @@ def _check_not_updated(block, params_grads):
         raise ProgramError(
             f"parameters {', '.join(clash)} are already updated by an optimizer of this "
             "program: a second minimize would update them twice per run. Give each optimizer "
-            "its own parameters (minimize's parameter_list), or minimize the sum of the losses")
+            "its own parameters (minimize's parameter_list), or minimize the sum of the losses"
+            + _why_repeated())
+
+
+def _why_repeated():
+    from progdesc.recording.loops import why_redeclared   # lazy: recording imports this module
+    return why_redeclared().replace("declares the same names again", "minimizes again")
 
 
 def _op(block, op_type, inputs, attrs, name):

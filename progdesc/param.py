@@ -82,8 +82,10 @@ def create_parameter(shape, dtype="float32", *, attr=None, default_name="param",
     main, startup = default_main_program(), default_startup_program()
     name = attr.name or default_name
     if main.global_block().find_var(name) is not None:
+        from progdesc.recording.loops import why_redeclared   # lazy: recording imports this
         raise ProgramError("a variable of this name already exists; give the parameter "
-                           "another name", var=name, callsite=user_callsite())
+                           "another name" + why_redeclared(), var=name,
+                           callsite=user_callsite())
     if attr.sharding is not None:   # a spec that does not fit refuses before anything is added
         set_sharding(pb.VarDesc(name=name, dims=shape), attr.sharding)
     var = main.global_block().create_parameter(name, shape, dtype, trainable=attr.trainable)

@@ -11,6 +11,8 @@ from progdesc.recording.capture import Captured, capture
 from progdesc.recording.mode import eager
 from progdesc.recording.model import Model
 from progdesc.constants import LargeConstantWarning
+from progdesc.recording.loops import EagerLoopWarning
 from progdesc.recording.values import RecordingWarning
 
-__all__ = ["Captured", "capture", "eager", "Model", "LargeConstantWarning", "RecordingWarning"]
+__all__ = ["Captured", "capture", "eager", "Model", "EagerLoopWarning", "LargeConstantWarning",
+           "RecordingWarning"]

@@ -14,6 +14,7 @@ import threading
 import weakref
 
 from progdesc import framework
+from progdesc.recording.loops import set_eager_check, warn_training_loop
 from progdesc.recording.runner import (drop_values, rename_values, run_op, set_data_value,
                                        snapshot_eager_state)
 from progdesc.scope import global_scope
@@ -27,9 +28,11 @@ _keeping = weakref.WeakSet()        # startup programs whose ops skip state the 
 class _EagerListener(framework.ProgramListener):
     """Runs each appended op while eager mode is on (in the appending thread or task)."""
 
-    def op_appended(self, *args):
-        if eager.active and not (args[0].program in _keeping and _held(args[4])):
-            run_op(*args)
+    def op_appended(self, block, index, opdef, inputs, outputs, attrs):
+        if _depth.get() or getattr(_enabled, "on", False):   # eager.active, inlined
+            if _keeping and block.program in _keeping and _held(outputs):
+                return   # a re-created initializer of state the Scope holds (pd.Model)
+            run_op(block, index, opdef, inputs, outputs, attrs)
 
     def vars_renamed(self, block, renames):
         rename_values(block.program, renames)
@@ -42,6 +45,9 @@ class _EagerListener(framework.ProgramListener):
 
     def appending_whole(self, programs):
         return snapshot_eager_state(programs) if eager.active else None
+
+    def training_step_appended(self, program, steps):
+        warn_training_loop(program, steps)
 
 
 class EagerMode:
@@ -141,5 +147,6 @@ def _held(out_map):
 
 
 eager = EagerMode()
+set_eager_check(lambda: eager.active)
 
 framework.add_listener(_EagerListener())

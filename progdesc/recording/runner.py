@@ -17,10 +17,14 @@ RNG state when the program's first random op runs (else the program's seed), fol
 the op's position; that first op also advances the Scope's state as the run would.
 
 Ops run in the order they are appended (FIFO); JAX dispatches each asynchronously, so
-independent ops overlap on the device.
+independent ops overlap on the device and nothing here waits for a result (Python waits
+only when it reads a value). `python -m bench.eager_schedule` measured it on a wide graph:
+waiting for each op costs up to 1.3x, and dispatching in `program.schedule()`'s level
+order instead of FIFO did not pay (bench/RESULTS.md), so ops are not held back to reorder.
 """
 import contextlib
 import dataclasses
+import operator
 import weakref
 
 import jax
@@ -32,23 +36,28 @@ from progdesc import compile_cache, jax_compat
 from progdesc.feeding import convert_feed
 from progdesc.scope import global_scope
 
-_values = weakref.WeakKeyDictionary()    # program -> {variable name: its eager value}
 _KERNELS = {}
 _MAX_KERNELS = 4096
+_AVAL = operator.attrgetter("aval")
 _run_states = weakref.WeakKeyDictionary()   # scope -> {program: RNG state its ops draw from}
 
 
+_values = {}   # program serial -> {variable name: its eager value}, while the program lives
+
+
 def values_of(program):
-    """{variable name: value} of `program`'s ordinary variables that eager mode computed."""
-    values = _values.get(program)
+    """{variable name: value} of `program`'s ordinary variables that eager mode computed
+    (as long as the program lives)."""
+    values = _values.get(program.serial)
     if values is None:
-        values = _values[program] = {}
+        values = _values[program.serial] = {}
+        weakref.finalize(program, _values.pop, program.serial, None)
     return values
 
 
 def rename_values(program, renames):
     """Move the values of renamed variables ({old: new}) to their new names."""
-    values = _values.get(program)
+    values = _values.get(program.serial)
     for old, new in renames.items() if values else ():
         if old in values:
             values[new] = values.pop(old)
@@ -56,7 +65,7 @@ def rename_values(program, renames):
 
 def drop_values(program, names):
     """Forget the values of variables taken out of `program`."""
-    values = _values.get(program)
+    values = _values.get(program.serial)
     for name in names if values else ():
         values.pop(name, None)
 
@@ -70,33 +79,37 @@ def set_data_value(var, value):
 def run_op(block, index, opdef, in_map, out_map, encoded_attrs):
     """Run the op just appended at `index` of `block` (root blocks only) and store its
     outputs: in `values_of(program)`, persistables in the current Scope."""
-    if block.idx != 0:   # an op of a sub-block runs when its control-flow op does
+    if block.idx:   # an op of a sub-block runs when its control-flow op does
         return
     program = block.program
     scope = global_scope()
     with scope.lock:   # as a run: no other run on this scope donates what the op reads
-        _run_locked(block, index, opdef, in_map, out_map, encoded_attrs, program, scope)
+        values = _values.get(program.serial)
+        if values is None:
+            values = values_of(program)
+        args = []
+        for slot in opdef.inputs:
+            for name in in_map.get(slot.name, ()):
+                value = values.get(name)
+                args.append(_stored_value(block, scope, name, opdef, index)
+                            if value is None else value)
+        rng = _rng_state(program, scope) if opdef.random else None
+        if opdef.has_blocks:
+            names, produced = _run_unjitted(program, index, in_map, args, rng)
+        else:
+            names, produced = _run_kernel(program, index, opdef, in_map, out_map,
+                                          encoded_attrs, args, rng)
+        _store(block, scope, opdef, values, names, produced)
 
 
-def _run_locked(block, index, opdef, in_map, out_map, encoded_attrs, program, scope):
-    """`run_op`'s work, with the scope's lock held."""
-    values = values_of(program)
-    args = []
-    for slot in opdef.inputs:
-        for name in in_map.get(slot.name, ()):
-            value = values.get(name)
-            args.append(_stored_value(block, scope, name, opdef, index)
-                        if value is None else value)
-    rng = _rng_state(program, scope) if opdef.random else None
-    if opdef.has_blocks:
-        names, produced = _run_unjitted(program, index, in_map, args, rng)
-    else:
-        names, produced = _run_kernel(program, index, opdef, in_map, out_map, encoded_attrs,
-                                      args, rng)
-    persistable = {}
+def _store(block, scope, opdef, values, names, produced):
+    """Keep an op's outputs: persistables in `scope`, the others in `values`."""
+    persistable = None
     for name, value in zip(names, produced):
         var = block.find_var(name)
         if var is not None and var.desc.persistable:
+            if persistable is None:
+                persistable = {}
             persistable[name] = value
         else:
             values[name] = value
@@ -162,11 +175,11 @@ def _run_kernel(program, index, opdef, in_map, out_map, encoded_attrs, args, rng
     """(output names, values) of an op without sub-blocks, through its cached executable."""
     key = (opdef.type, registry.GENERATION[0], encoded_attrs,
            *in_map, *map(len, in_map.values()),   # the binding
-           precision_of(program.desc), index if rng is not None else None,
-           *[a.aval for a in args])   # shapes, dtypes and weak types
-    flat = (*args, rng) if rng is not None else args
+           program.desc.precision, index if rng is not None else None,
+           *map(_AVAL, args))   # shapes, dtypes and weak types
     kernel = _KERNELS.get(key)
     if kernel is None:
+        flat = (*args, rng) if rng is not None else args
         compiled, produced_slots = _compile(program, index, opdef, args, rng)
         outs = compiled(*flat)
         # After its first call a Compiled holds the C++ call its __call__ forwards to
@@ -176,7 +189,11 @@ def _run_kernel(program, index, opdef, in_map, out_map, encoded_attrs, args, rng
         _KERNELS[key] = (jax_compat.compiled_call(compiled), produced_slots)
     else:
         call, produced_slots = kernel
-        outs = call(*flat)
+        outs = call(*args, rng) if rng is not None else call(*args)
+    if len(produced_slots) == 1:
+        slot, k = produced_slots[0]
+        names = out_map.get(slot, ())
+        return (names if len(names) == k else names[:k]), outs
     names = [n for slot, k in produced_slots for n in out_map.get(slot, ())[:k]]
     return names, outs
 
