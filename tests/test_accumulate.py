@@ -344,6 +344,14 @@ def test_programs_the_pass_refuses():
 
     with pd.program_guard(forward, fstartup):
         SGD(LR).minimize(loss)
+    before = _unchanged(forward, fstartup)
+    default_startup = _unchanged(pd.default_main_program(), pd.default_startup_program())
+    with pytest.raises(ProgramError, match="needs startup_program="):
+        accumulate_gradients(forward, 2)   # its initializers would go to a program never run
+    assert _unchanged(forward, fstartup) == before
+    assert _unchanged(pd.default_main_program(), pd.default_startup_program()) == default_startup
+
+    with pd.program_guard(forward, fstartup):
         before = _unchanged(forward, fstartup)
         with pytest.raises(ProgramError, match="already has optimizer ops"):
             SGD(LR).minimize(loss, accumulate_steps=2)

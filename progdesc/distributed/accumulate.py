@@ -40,7 +40,7 @@ from lowering import progdesc_pb2 as pb
 from lowering.errors import ProgramError
 from lowering.gradients import grad_name
 from progdesc.distributed.sharding import sharding_of
-from progdesc.framework import default_startup_program, program_guard
+from progdesc.framework import default_main_program, default_startup_program, program_guard
 from progdesc.param import create_global_var
 
 COUNTER_VAR = "@ACCUMULATE_STEP@"
@@ -81,13 +81,19 @@ def accumulate_gradients(program, steps, startup_program=None):
 
     `program` holds a backward pass and the optimizer ops after it (minimize, with or
     without data_parallel and AMP). The buffers and the counter are initialized by
-    `startup_program` (default: the default startup program). `steps == 1` changes
-    nothing. Returns the names of the accumulated gradients. ProgramError, leaving both
-    programs as they were, if `steps` is not an int >= 1, the program already
+    `startup_program`, which may be left out only for the default main program (its
+    startup program is then the default one). `steps == 1` changes nothing. Returns the
+    names of the accumulated gradients. ProgramError, leaving both programs as they were,
+    if `steps` is not an int >= 1, the startup program is missing, the program already
     accumulates, computes no parameter gradient, or has an optimizer op before its last
     gradient is computed.
     """
     check_steps(steps)
+    if startup_program is None and program is not default_main_program():
+        raise ProgramError(
+            "accumulate_gradients needs startup_program= for a program that is not the "
+            "default main program: the accumulation buffers and the step counter are "
+            "initialized there, and the default startup program is not the one you run")
     block = program.global_block()
     written = {n for op_desc in block.desc.ops if op_desc.role == pb.BACKWARD
                for slot in op_desc.outputs for n in slot.arguments}
