@@ -32,6 +32,7 @@ the next save of the same target. Loading validates everything (names, shapes ag
 the program's VarDescs with -1 matching any size, dtypes) before it writes a
 single value to the Scope.
 """
+import contextlib
 import hashlib
 import json
 import os
@@ -46,6 +47,7 @@ from lowering import progdesc_pb2 as pb
 from lowering.errors import (FeedError, FetchError, FormatError, ProgdescError, ScopeError,
                              did_you_mean)
 from lowering.lower import RNG_VAR
+from progdesc import checkpointing
 from progdesc.atomic import atomic_write, write_directory
 from progdesc.framework import Program, Variable, default_main_program, dims_compatible
 from progdesc.limits import MAX_NAME_CHARS, clean_text
@@ -178,18 +180,28 @@ def persistable_vars(program):
 def checkpoint_bytes(program, scope=None):
     """The safetensors bytes of every persistable of `program`, read from `scope` (a Scope,
     or a {name: array} dict)."""
+    return tensors_bytes(checkpoint_values(program, scope))
+
+
+def checkpoint_values(program, scope=None):
+    """{name: array} of every persistable of `program` in `scope` (a Scope, or a {name:
+    array} dict), all of one step: a Scope's are taken under its lock, as jax arrays that
+    stay valid after later runs (see progdesc.scope), their transfer to the host started."""
     scope = global_scope() if scope is None else scope
-    tensors = {}
-    for name, var in persistable_vars(program).items():
-        if name in scope:
-            value = np.asarray(scope.get(name))
-        elif name == RNG_VAR:          # what the Executor would start from
-            value = np.asarray(jax.random.PRNGKey(program.random_seed))
-        else:
-            raise ScopeError("has no value in the scope: run the startup program first "
-                             "(or load a checkpoint)", var=name)
-        tensors[name] = value
-    return tensors_bytes(tensors)
+    values = {}
+    with getattr(scope, "lock", contextlib.nullcontext()):
+        for name, var in persistable_vars(program).items():
+            if name in scope:
+                values[name] = scope.get(name)
+            elif name == RNG_VAR:          # what the Executor would start from
+                values[name] = np.asarray(jax.random.PRNGKey(program.random_seed))
+            else:
+                raise ScopeError("has no value in the scope: run the startup program first "
+                                 "(or load a checkpoint)", var=name)
+    for value in values.values():
+        if isinstance(value, jax.Array) and value.is_fully_addressable:
+            value.copy_to_host_async()
+    return values
 
 
 def tensors_bytes(tensors):
@@ -209,9 +221,23 @@ def _checksum(code, shape, data):
     return {"dtype": code, "shape": [int(d) for d in shape], "crc32": f"{zlib.crc32(data):08x}"}
 
 
-def save_checkpoint(path, program=None, scope=None):
-    """Atomically write every persistable of `program` (default main) held by `scope` to `path`."""
-    atomic_write(path, checkpoint_bytes(program or default_main_program(), scope))
+def save_checkpoint(path, program=None, scope=None, background=False):
+    """Atomically write every persistable of `program` (default main) held by `scope` to `path`.
+
+    With `background=True` the values are taken now (those of the last finished step)
+    and the file is written by a thread while training goes on: returns a
+    `progdesc.checkpointing.PendingSave` (`wait()` raises the error if the write failed,
+    `done()` polls). The file is the same as a blocking save's; see progdesc.checkpointing
+    for the rules (one save in flight per path, errors raised on the next save if no one
+    waited, exit waits for the write). A blocking save returns None.
+    """
+    program = program or default_main_program()
+    checkpointing.before_save(path)
+    values = checkpoint_values(program, scope)
+    if not background:
+        atomic_write(path, tensors_bytes(values))
+        return None
+    return checkpointing.submit(path, lambda: atomic_write(path, tensors_bytes(values)))
 
 
 def checkpoint_from_bytes(data, path="<bytes>"):
@@ -265,7 +291,10 @@ def _verify_checksums(checksums, entries, where):
 
 
 def read_checkpoint(path):
-    """{name: numpy array} of a checkpoint file (validated as a file, not against a program)."""
+    """{name: numpy array} of a checkpoint file (validated as a file, not against a program).
+
+    A background save of `path` still in flight in this process is waited for first."""
+    checkpointing.wait_for(path, raising=False)
     return checkpoint_from_bytes(read_file(path, "checkpoint"), path)
 
 
