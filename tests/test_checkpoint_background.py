@@ -96,7 +96,8 @@ def gated_writer(monkeypatch):
         assert gate.wait(60), "the test never opened the gate"
         write()
 
-    monkeypatch.setattr(checkpointing, "submit", lambda path, write: real(path, lambda: gated(write)))
+    monkeypatch.setattr(checkpointing, "submit",
+                        lambda path, write: real(path, lambda: gated(write)))
     return gate
 
 
@@ -135,7 +136,8 @@ def test_a_background_save_holds_the_asking_step_and_leaves_training_alone(
     assert_same(host_values(model[0], scope), after)
 
 
-def test_a_second_save_of_a_path_waits_for_the_first(model, gated_writer, tmp_path):
+def test_a_second_save_or_a_load_of_a_path_waits_for_the_save_in_flight(model, gated_writer,
+                                                                        tmp_path):
     scope, exe = started(model)
     path = tmp_path / "ck.safetensors"
     first = io.save_checkpoint(path, model[0], scope, background=True)
@@ -144,8 +146,8 @@ def test_a_second_save_of_a_path_waits_for_the_first(model, gated_writer, tmp_pa
     threading.Timer(0.3, gated_writer.set).start()
     second = io.save_checkpoint(path, model[0], scope, background=True)   # waits for `first`
     assert first.done()
-    second.wait()
-    assert_same(io.read_checkpoint(path), expected)
+    assert_same(io.read_checkpoint(path), expected)     # a load waits for the save in flight
+    assert second.done()
 
 
 def test_a_background_error_surfaces_on_wait_then_on_the_next_save(model, monkeypatch,
