@@ -205,15 +205,39 @@ def checkpoint_values(program, scope=None):
 
 
 def tensors_bytes(tensors):
-    """The safetensors checkpoint bytes (format metadata, checksums) of {key: array}."""
-    from safetensors.numpy import save as st_save
+    """The safetensors checkpoint bytes (format metadata, checksums) of {key: array}, as a
+    bytearray.
+
+    The layout is safetensors' (an 8-byte header size, the JSON header padded with spaces
+    to 8 bytes, the tensors' bytes back to back, the widest dtypes first so that each
+    starts aligned), read back by the safetensors library. It is laid out here rather
+    than by `safetensors.numpy.save`, which builds the file through two more copies of
+    every tensor while holding the GIL: 5 to 8 times slower on this project's CPU, and a
+    background save would stall the training thread meanwhile. Here each tensor is copied
+    once, by NumPy, which releases the GIL, and checksummed by zlib, which does too.
+    """
     tensors = {name: np.ascontiguousarray(value) for name, value in tensors.items()}
-    checksums = {name: _checksum(_ST_CODES[dtypes.name_of(value.dtype)], value.shape,
-                                 value.reshape(-1).view(np.uint8))
-                 for name, value in tensors.items()}
+    order = sorted(tensors, key=lambda n: (-tensors[n].dtype.itemsize, n))
+    entries, checksums, offset = {}, {}, 0
+    for name in order:
+        value = tensors[name]
+        code = _ST_CODES[dtypes.name_of(value.dtype)]
+        entries[name] = {"dtype": code, "shape": [int(d) for d in value.shape],
+                         "data_offsets": [offset, offset + value.nbytes]}
+        checksums[name] = _checksum(code, value.shape, value.reshape(-1).view(np.uint8))
+        offset += value.nbytes
     meta = {"format": CHECKPOINT_FORMAT, "format_version": str(CHECKPOINT_VERSION),
             CHECKSUMS_KEY: json.dumps(checksums, separators=(",", ":"))}
-    return st_save(tensors, metadata=meta)
+    header = json.dumps({"__metadata__": meta, **entries}, separators=(",", ":")).encode()
+    header += b" " * (-len(header) % 8)
+    start = 8 + len(header)
+    out = bytearray(start + offset)
+    out[:start] = len(header).to_bytes(8, "little") + header
+    flat = np.frombuffer(out, np.uint8)
+    for name in order:
+        begin, end = entries[name]["data_offsets"]
+        flat[start + begin:start + end] = tensors[name].reshape(-1).view(np.uint8)
+    return out
 
 
 def _checksum(code, shape, data):

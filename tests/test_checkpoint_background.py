@@ -258,3 +258,36 @@ def test_exit_waits_for_a_save_in_flight_and_reports_an_unseen_failure(tmp_path)
     assert "main thread done" in out, err
     assert_same(io.read_checkpoint(tmp_path / "ck.safetensors"), expected_values(tmp_path))
     assert "background checkpoint save of" in err and "missing" in err, err
+
+
+def test_checkpoint_files_are_safetensors_the_library_reads():
+    """The files are laid out by progdesc (io.tensors_bytes): the safetensors library's own
+    parser must give back every tensor (dtype, shape, bytes), of every dtype a checkpoint
+    may hold, each starting aligned to its element size."""
+    import ml_dtypes
+    import safetensors
+    rng = np.random.default_rng(0)
+    tensors = {"w": rng.normal(size=(3, 5)).astype(np.float32),
+               "w.moment": rng.normal(size=(5,)).astype(ml_dtypes.bfloat16),
+               "step": np.array(7, np.int64), "mask": np.array([True, False, True]),
+               "half": rng.normal(size=(2, 2)).astype(np.float16),
+               "d": rng.normal(size=(1, 3)).astype(np.float64),
+               "empty": np.zeros((0, 4), np.int32),
+               "t": np.arange(6, dtype=np.uint8)[::2]}           # not contiguous
+    codes = {"float32": "F32", "bfloat16": "BF16", "int64": "I64", "bool": "BOOL",
+             "float16": "F16", "float64": "F64", "int32": "I32", "uint8": "U8"}
+    data = bytes(io.tensors_bytes(tensors))
+    parsed = dict(safetensors.deserialize(data))
+    assert sorted(parsed) == sorted(tensors)
+    for name, value in tensors.items():
+        entry, value = parsed[name], np.ascontiguousarray(value)   # (as ever: 0-d saved as [1])
+        assert (entry["dtype"], list(entry["shape"])) == (codes[value.dtype.name],
+                                                          list(value.shape)), name
+        assert bytes(entry["data"]) == value.tobytes(), name
+    n = int.from_bytes(data[:8], "little")
+    header = json.loads(data[8:8 + n])
+    assert header["__metadata__"]["format"] == io.CHECKPOINT_FORMAT
+    for name, value in tensors.items():
+        assert (8 + n + header[name]["data_offsets"][0]) % value.dtype.itemsize == 0, name
+    assert_same(io.checkpoint_from_bytes(data),
+                {n: np.ascontiguousarray(v) for n, v in tensors.items()})
