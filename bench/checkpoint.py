@@ -13,7 +13,9 @@ for a few steps (so every save writes new values). For each save:
   step's excess over the median step without a save (the first step after the call copies
   the state it donates: progdesc.scope), and the write's own wall time is shown beside it.
 
-Blocking and background saves alternate, so a slow phase of a shared machine hits both.
+The two implementations take turns, a blocking and a background save each per round,
+and the step time without a save is the median of the steps run between saves
+throughout, so that a slow phase of a shared machine hits both alike.
 The reference is the same MLP by hand in JAX (optax Adam, a jitted step with donated
 state) saving as a JAX user would: `jax.device_get` at the call, then
 `safetensors.numpy.save_file` to a temporary, fsync and `os.replace`, in a thread for the
@@ -75,7 +77,8 @@ class _Progdesc:
 
     def save(self, background):
         from progdesc import io
-        return io.save_checkpoint(self.path, self.main, self.scope, background=background)
+        pending = io.save_checkpoint(self.path, self.main, self.scope, background=background)
+        return pending or _Written()
 
 
 class _Written:
@@ -160,43 +163,50 @@ def measure(hidden, layers, saves, directory, between=5, log=print):
     """{impl: {"state_mb", "step_s", "blocking": [...], "background": [...]}} for progdesc
     and the hand-written JAX loop: see the module docstring."""
     import jax
+    trainers = {name: impl(hidden, layers, os.path.join(directory, f"bench-{name}.safetensors"))
+                for name, impl in (("progdesc", _Progdesc), ("jax", _Jax))}
+    plain = {name: [] for name in trainers}
+    rows = {name: {"blocking": [], "background": []} for name in trainers}
+
+    def step(trainer):
+        t0 = time.perf_counter()
+        trainer.step()
+        return time.perf_counter() - t0
+
+    for trainer in trainers.values():
+        for _ in range(3):
+            step(trainer)
+    # rounds: each implementation in turn (the order alternating), a blocking then a
+    # background save, each after `between` plain steps that give the step time of the round
+    for i in range(saves):
+        for name in (list(trainers) if i % 2 == 0 else list(trainers)[::-1]):
+            trainer = trainers[name]
+            for mode in ("blocking", "background"):
+                plain[name].extend(step(trainer) for _ in range(between))
+                t0 = time.perf_counter()
+                pending = trainer.save(background=mode == "background")
+                call = time.perf_counter() - t0
+                during = []
+                while not pending.done():
+                    during.append(step(trainer))
+                pending.wait()
+                rows[name][mode].append({"call_s": call, "write_s": time.perf_counter() - t0,
+                                         "during": during})
     results = {}
-    for name, impl in (("progdesc", _Progdesc), ("jax", _Jax)):
-        trainer = impl(hidden, layers, os.path.join(directory, f"bench-{name}.safetensors"))
-
-        def step():
-            t0 = time.perf_counter()
-            trainer.step()
-            return time.perf_counter() - t0
-
-        plain = [step() for _ in range(3 + 2 * between)][3:]
-        step_s = statistics.median(plain)
-        state = trainer.state_bytes()
-        log(f"{name}: state {state / 2**20:.0f} MiB, step {step_s * 1e3:.1f} ms on "
-            f"{jax.devices()[0].device_kind}")
-        rows = {"blocking": [], "background": []}
-        for i in range(2 * saves):
-            mode = ("blocking", "background")[i % 2]
-            for _ in range(between):
-                step()
-            t0 = time.perf_counter()
-            pending = trainer.save(background=mode == "background")
-            call = time.perf_counter() - t0
-            if mode == "blocking":
-                rows[mode].append({"save_s": call, "lost_s": call})
-                continue
-            during = []
-            while not pending.done():
-                during.append(step())
-            pending.wait()
-            write = time.perf_counter() - t0
-            lost = call + sum(max(0.0, t - step_s) for t in during)
-            rows[mode].append({"call_s": call, "write_s": write, "steps": len(during),
-                               "first_step_s": during[0] if during else None,
-                               "during_step_s": statistics.median(during) if during else None,
-                               "lost_s": lost})
-        results[name] = {"state_mb": state / 2**20, "step_s": step_s, **rows}
-        del trainer
+    for name, trainer in trainers.items():
+        step_s = statistics.median(plain[name])
+        for row in rows[name]["background"]:
+            during = row.pop("during")
+            row.update(steps=len(during), first_step_s=during[0] if during else None,
+                       during_step_s=statistics.median(during) if during else None,
+                       lost_s=row["call_s"] + sum(max(0.0, t - step_s) for t in during))
+        for row in rows[name]["blocking"]:
+            row.pop("during")
+            row["lost_s"] = row["call_s"]
+        results[name] = {"state_mb": trainer.state_bytes() / 2**20, "step_s": step_s,
+                         "device": jax.devices()[0].device_kind, **rows[name]}
+        log(f"{name}: state {results[name]['state_mb']:.0f} MiB, step {step_s * 1e3:.1f} ms "
+            f"on {results[name]['device']}")
     return results
 
 
