@@ -48,7 +48,7 @@ from lowering.errors import (FeedError, FetchError, FormatError, ProgdescError, 
                              did_you_mean)
 from lowering.lower import RNG_VAR
 from progdesc import checkpointing
-from progdesc.atomic import atomic_write, write_directory
+from progdesc.atomic import Pieces, atomic_write, write_directory
 from progdesc.framework import Program, Variable, default_main_program, dims_compatible
 from progdesc.limits import MAX_NAME_CHARS, clean_text
 from progdesc.prune import prune
@@ -205,16 +205,21 @@ def checkpoint_values(program, scope=None):
 
 
 def tensors_bytes(tensors):
-    """The safetensors checkpoint bytes (format metadata, checksums) of {key: array}, as a
-    bytearray.
+    """The safetensors checkpoint bytes (format metadata, checksums) of {key: array}."""
+    return bytes(tensors_file(tensors))
+
+
+def tensors_file(tensors):
+    """The safetensors checkpoint file (format metadata, checksums) of {key: array}, as
+    `progdesc.atomic.Pieces`: the header, then each tensor's own buffer.
 
     The layout is safetensors' (an 8-byte header size, the JSON header padded with spaces
     to 8 bytes, the tensors' bytes back to back, the widest dtypes first so that each
     starts aligned), read back by the safetensors library. It is laid out here rather
-    than by `safetensors.numpy.save`, which builds the file through two more copies of
+    than by `safetensors.numpy.save`, which builds the whole file through two copies of
     every tensor while holding the GIL: 5 to 8 times slower on this project's CPU, and a
-    background save would stall the training thread meanwhile. Here each tensor is copied
-    once, by NumPy, which releases the GIL, and checksummed by zlib, which does too.
+    background save would stall the training thread meanwhile. Here the tensors are
+    checksummed (zlib releases the GIL) and written from their own memory.
     """
     tensors = {name: np.ascontiguousarray(value) for name, value in tensors.items()}
     order = sorted(tensors, key=lambda n: (-tensors[n].dtype.itemsize, n))
@@ -230,14 +235,8 @@ def tensors_bytes(tensors):
             CHECKSUMS_KEY: json.dumps(checksums, separators=(",", ":"))}
     header = json.dumps({"__metadata__": meta, **entries}, separators=(",", ":")).encode()
     header += b" " * (-len(header) % 8)
-    start = 8 + len(header)
-    out = bytearray(start + offset)
-    out[:start] = len(header).to_bytes(8, "little") + header
-    flat = np.frombuffer(out, np.uint8)
-    for name in order:
-        begin, end = entries[name]["data_offsets"]
-        flat[start + begin:start + end] = tensors[name].reshape(-1).view(np.uint8)
-    return out
+    return Pieces((len(header).to_bytes(8, "little") + header,
+                   *(tensors[name].reshape(-1).view(np.uint8) for name in order)))
 
 
 def _checksum(code, shape, data):
@@ -259,9 +258,9 @@ def save_checkpoint(path, program=None, scope=None, background=False):
     checkpointing.before_save(path)
     values = checkpoint_values(program, scope)
     if not background:
-        atomic_write(path, tensors_bytes(values))
+        atomic_write(path, tensors_file(values))
         return None
-    return checkpointing.submit(path, lambda: atomic_write(path, tensors_bytes(values)))
+    return checkpointing.submit(path, lambda: atomic_write(path, tensors_file(values)))
 
 
 def checkpoint_from_bytes(data, path="<bytes>"):

@@ -224,14 +224,14 @@ def save_checkpoint(path, program=None, scope=None, background=False):
     writer = jax.process_index() == 0
     if not background:
         if writer:
-            io.atomic_write(path, io.checkpoint_bytes(program, gathered))
+            io.atomic_write(path, io.tensors_file(io.checkpoint_values(program, gathered)))
         _sync(f"progdesc checkpoint {os.fspath(path)}")
         return None
     values = io.checkpoint_values(program, gathered) if writer else None
 
     def write():
         if writer:
-            io.atomic_write(path, io.tensors_bytes(values))
+            io.atomic_write(path, io.tensors_file(values))
 
     return checkpointing.submit_across(path, write, [0], f"checkpoint '{os.fspath(path)}'")
 
@@ -265,11 +265,11 @@ def save_checkpoint_shards(dirname, program=None, scope=None, background=False):
     index, count = jax.process_index(), jax.process_count()
     path = os.path.join(dirname, _SHARD_FILE.format(index, count))
     if not background:
-        io.atomic_write(path, io.tensors_bytes(pieces))
+        io.atomic_write(path, io.tensors_file(pieces))
         _sync(f"progdesc checkpoint shards {os.fspath(dirname)}")
         return None
     return checkpointing.submit_across(
-        dirname, lambda: io.atomic_write(path, io.tensors_bytes(pieces)), list(range(count)),
+        dirname, lambda: io.atomic_write(path, io.tensors_file(pieces)), list(range(count)),
         f"checkpoint shards '{os.fspath(dirname)}'")
 
 
