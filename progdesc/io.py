@@ -17,7 +17,8 @@ Nothing here uses pickle: files may come from strangers.
   refused as corrupted); version 1 files, written before checksums existed,
   load unchecked.
   Variable names are only keys inside that one file, so no name can make a
-  save write anywhere else.
+  save write anywhere else. `save_checkpoint(..., background=True)` writes the
+  same file in a thread while training goes on (progdesc.checkpointing).
 - **Inference models** are a directory: ``model.pb`` (the pruned, test-mode
   program), ``params.safetensors`` (its persistables) and ``model.json``
   (format version, feed and fetch names, SHA-256 of the other two files and
