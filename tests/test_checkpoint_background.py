@@ -207,8 +207,8 @@ _CHILD = textwrap.dedent("""
         train(model, exe, scope, feeds(2, seed=2))
         time.sleep(600)
     else:                    # exit with a save in flight, and one that fails unwaited
-        def slow(f, data):
-            time.sleep(1.0)
+        def slow(f, data):           # still writing when the main thread ends
+            time.sleep(0.5)
             real(f, data)
         atomic._write_all = slow
         io.save_checkpoint(path, model[0], scope, background=True)
