@@ -32,11 +32,25 @@ from lowering.errors import SaveError
 _LEGACY_AGE_S = 3600   # temporaries named without a pid: removed once this old
 
 
+class Pieces(tuple):
+    """File contents given as a sequence of buffers (bytes, NumPy arrays...), written one
+    after the other without first joining them into one copy. `len` is the byte count and
+    `bytes()` joins them, as for bytes."""
+
+    def __len__(self):
+        return sum(memoryview(p).nbytes for p in self)
+
+    def __bytes__(self):
+        return b"".join(memoryview(p).cast("B") for p in self)
+
+
 def _write_all(f, data):
-    """Write `data` to the open file `f` in pieces (a seam for crash tests)."""
-    view = memoryview(data)
-    for start in range(0, len(view), 1 << 20):
-        f.write(view[start:start + (1 << 20)])
+    """Write `data` (bytes-like, or Pieces) to the open file `f` in pieces of at most 1 MiB
+    (a seam for crash tests)."""
+    for piece in (data if isinstance(data, Pieces) else (data,)):
+        view = memoryview(piece).cast("B")
+        for start in range(0, len(view), 1 << 20):
+            f.write(view[start:start + (1 << 20)])
 
 
 def fsync_dir(directory):
@@ -140,7 +154,7 @@ def _as_bytes(data):
 
 
 def atomic_write(path, data):
-    """Replace the file `path` by `data` (bytes or str) atomically; SaveError naming the
+    """Replace the file `path` by `data` (bytes, str or Pieces) atomically; SaveError naming the
     path if it cannot be written (the previous file is then left as it was)."""
     path = os.fspath(path)
     data = _as_bytes(data)

@@ -28,7 +28,7 @@ import numpy as np
 from jax.experimental import multihost_utils
 
 from lowering.errors import DistributedError, FormatError
-from progdesc import atomic, io, jax_compat
+from progdesc import atomic, checkpointing, io, jax_compat
 from progdesc.distributed import environments, peers
 from progdesc.framework import default_main_program
 from progdesc.scope import global_scope
@@ -219,45 +219,76 @@ def _sync(what):
             multihost_utils.sync_global_devices(what)
 
 
-def save_checkpoint(path, program=None, scope=None):
+def save_checkpoint(path, program=None, scope=None, background=False):
     """Write one checkpoint of `program`'s persistables: gathered from every process,
     written by process 0. Every process must call it; all return once the file is written.
 
     The file is an ordinary checkpoint: `progdesc.io.load_checkpoint` reads it
     into a run on any number of devices and processes.
+
+    With `background=True` the gather happens now, on every process, and process 0
+    writes the file in a thread while training goes on; every process gets a
+    `progdesc.checkpointing.PendingSave` whose `wait()` returns once the file is written
+    (or raises process 0's error), as `progdesc.io.save_checkpoint(background=True)`.
     """
     program = program or default_main_program()
     scope = scope or global_scope()
-    gathered = {name: to_host(scope.get(name)) for name in io.persistable_vars(program)
-                if name in scope}
-    if jax.process_index() == 0:
-        io.atomic_write(path, io.checkpoint_bytes(program, gathered))
-    _sync(f"progdesc checkpoint {os.fspath(path)}")
+    checkpointing.before_save(path)
+    with scope.lock:    # values of one step: a run holds the lock from reading to writing
+        gathered = {name: scope.get(name) for name in io.persistable_vars(program)
+                    if name in scope}
+        gathered = {name: value if isinstance(value, jax.Array) and value.is_fully_addressable
+                    else to_host(value) for name, value in gathered.items()}
+    writer = jax.process_index() == 0
+    if not background:
+        if writer:
+            io.atomic_write(path, io.tensors_file(io.checkpoint_values(program, gathered)))
+        _sync(f"progdesc checkpoint {os.fspath(path)}")
+        return None
+    values = io.checkpoint_values(program, gathered) if writer else None
+
+    def write():
+        if writer:
+            io.atomic_write(path, io.tensors_file(values))
+
+    return checkpointing.submit_across(path, write, [0], f"checkpoint '{os.fspath(path)}'")
 
 
-def save_checkpoint_shards(dirname, program=None, scope=None):
+def save_checkpoint_shards(dirname, program=None, scope=None, background=False):
     """Each process writes the shards of `program`'s persistables that it holds, nothing
     gathered: `dirname/shard-<process>-of-<count>.safetensors`. Every process must call it.
 
     A shard replicated on several devices is written once. `load_checkpoint_shards`
-    assembles the files for a run on any number of devices.
+    assembles the files for a run on any number of devices. With `background=True` the
+    shards are taken now and each process writes its file in a thread; every process's
+    `PendingSave.wait()` returns once all the files are written (or raises the error of a
+    process that failed), as `progdesc.io.save_checkpoint(background=True)`.
     """
     program = program or default_main_program()
     scope = scope or global_scope()
+    checkpointing.before_save(dirname)
     pieces = {}
-    for name in io.persistable_vars(program):
-        if name not in scope:
-            continue
-        value = scope.get(name)   # a jax.Array: a Scope holds nothing else
-        for shard in value.addressable_shards:
-            if shard.replica_id == 0:
-                box = _box(shard.index, value.shape)
-                pieces[_shard_key(name, box, value.shape)] = np.asarray(shard.data)
+    with scope.lock:    # values of one step (they stay valid: see progdesc.scope)
+        for name in io.persistable_vars(program):
+            if name not in scope:
+                continue
+            value = scope.get(name)   # a jax.Array: a Scope holds nothing else
+            for shard in value.addressable_shards:
+                if shard.replica_id == 0:
+                    box = _box(shard.index, value.shape)
+                    pieces[_shard_key(name, box, value.shape)] = shard.data
+    for piece in pieces.values():
+        piece.copy_to_host_async()
     atomic.makedirs(dirname)
     index, count = jax.process_index(), jax.process_count()
-    io.atomic_write(os.path.join(dirname, _SHARD_FILE.format(index, count)),
-                    io.tensors_bytes(pieces))
-    _sync(f"progdesc checkpoint shards {os.fspath(dirname)}")
+    path = os.path.join(dirname, _SHARD_FILE.format(index, count))
+    if not background:
+        io.atomic_write(path, io.tensors_file(pieces))
+        _sync(f"progdesc checkpoint shards {os.fspath(dirname)}")
+        return None
+    return checkpointing.submit_across(
+        dirname, lambda: io.atomic_write(path, io.tensors_file(pieces)), list(range(count)),
+        f"checkpoint shards '{os.fspath(dirname)}'")
 
 
 def _box(index, shape):
