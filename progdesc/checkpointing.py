@@ -110,9 +110,14 @@ def wait_for(path, raising=True):
 
 def submit(path, write):
     """Run `write()` (which writes `path`) in a writer thread; returns its PendingSave."""
-    pending = PendingSave(path, write)
-    with _lock:
-        _in_flight[_key(path)] = pending
+    pending, key = PendingSave(path, write), _key(path)
+    while True:   # another thread may have started a save of `path` since before_save
+        with _lock:
+            previous = _in_flight.get(key)
+            if previous is None or previous.done():
+                _in_flight[key] = pending
+                break
+        previous._thread.join()
     pending._thread.start()
     return pending
 

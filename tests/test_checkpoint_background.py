@@ -291,3 +291,24 @@ def test_checkpoint_files_are_safetensors_the_library_reads():
         assert (8 + n + header[name]["data_offsets"][0]) % value.dtype.itemsize == 0, name
     assert_same(io.checkpoint_from_bytes(data),
                 {n: np.ascontiguousarray(v) for n, v in tensors.items()})
+
+
+def test_two_saves_of_one_path_submitted_at_once_write_one_after_the_other(tmp_path):
+    """Two threads past `before_save` at the same instant: the second writer starts only
+    when the first has finished."""
+    order, gate, second_pending = [], threading.Event(), []
+    path = tmp_path / "ck.safetensors"
+
+    def first():
+        assert gate.wait(30)
+        order.append("first")
+    checkpointing.submit(path, first)
+    late = threading.Thread(target=lambda: second_pending.append(
+        checkpointing.submit(path, lambda: order.append("second"))))
+    late.start()
+    late.join(0.3)
+    assert late.is_alive() and order == []
+    gate.set()
+    late.join(30)
+    second_pending[0].wait()
+    assert order == ["first", "second"]
