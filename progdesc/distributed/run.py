@@ -41,14 +41,13 @@ data axis, from the device's index folded into the program's RNG state; the stat
 itself advances as on one device. The devices of another axis draw the same numbers.
 """
 import jax
-import jax.numpy as jnp
 import numpy as np
 from jax import lax
 from jax.sharding import NamedSharding, PartitionSpec
 
 from lowering.desc import PIPELINE_STAGE
 from lowering.errors import FeedError, ProgramError
-from lowering.lower import RNG_VAR
+from lowering.lower import RNG_VAR, watching
 from lowering.ops.collective import varying_axes
 from progdesc.distributed.data_parallel import collective_axes
 from progdesc.distributed import peers
@@ -165,13 +164,18 @@ def _data_parallel(mesh, axes, fn, var, feed_specs, fetch_names, reads, writes, 
         if rng_in is not None and split_data:   # each device draws its own random numbers
             shared = args[rng_in]
             args[rng_in] = jax.random.fold_in(shared, lax.axis_index(axis))
-        outs = list(fn(*args))
+        trail = _Trail()
+        with watching(trail.watch):
+            outs = list(fn(*args))
         if rng_out is not None and split_data:   # the state advances as on one device
             outs[rng_out] = jax.random.fold_in(shared, 0)
-        fetched = [_fetched(v, axis, others, each, var.get(name))
-                   for v, each, name in zip(outs[:n_fetch], fetch_split, fetch_names)]
-        written = [_agree(v, axis, others, name, spec)
-                   for v, name, spec in zip(outs[n_fetch:], writes, write_specs)]
+        for v, name in zip(outs[:n_fetch], fetch_names):
+            _check_whole(v, others, (), name, var.get(name), trail, "fetched")
+        for v, name, spec in zip(outs[n_fetch:], writes, write_specs):
+            _check_whole(v, others, spec, name, var.get(name), trail, "persistable")
+        fetched = [_fetched(v, axis, others, each)
+                   for v, each in zip(outs[:n_fetch], fetch_split)]
+        written = [_agree(v, axis, name) for v, name in zip(outs[n_fetch:], writes)]
         return (*fetched, *written)
 
     out_specs = (*[PartitionSpec(*lead, axis) if each and split_data else PartitionSpec()
@@ -206,38 +210,96 @@ def _varies(x, axis):
     return axis in varying_axes(x)
 
 
-def _first(x, axis):
-    """`x` as device 0 of mesh axis `axis` holds it, on every device of the axis (exactly:
-    the others add zeros)."""
-    mine = lax.axis_index(axis) == 0
-    return lax.psum(jnp.where(mine, x, jnp.zeros((), x.dtype)), axis)
+class _Trail:
+    """What the ops of block 0 did while a step was traced under shard_map: the op that
+    wrote each variable and the mesh axes each value varies over, to tell where a value
+    that should be whole on every device began to differ."""
+
+    def __init__(self):
+        self.producer = {}   # variable -> the step that wrote it
+        self.varying = {}    # variable -> the mesh axes its value varies over
+
+    def watch(self, step, inputs, env, block_idx):
+        """The `lowering.lower.watching` callback."""
+        if block_idx:
+            return
+        for name, value in inputs.items():
+            self.varying.setdefault(name, _axes_of(value))
+        for names in step.outputs.values():
+            for name in names:
+                if name in env:
+                    self.producer[name] = step
+                    self.varying[name] = _axes_of(env[name])
+
+    def origin(self, name, axis):
+        """The first op (in program order) among those that made `name` vary over `axis`:
+        its ancestors through values that vary over `axis`. None if no op did (a read)."""
+        first, seen, todo = None, set(), [name]
+        while todo:
+            step = self.producer.get(todo.pop())
+            if step is None or step.index in seen:
+                continue
+            seen.add(step.index)
+            if first is None or step.index < first.index:
+                first = step
+            todo.extend(n for names in step.inputs.values() for n in names
+                        if axis in self.varying.get(n, ()))
+        return first
 
 
-def _fetched(x, axis, others, per_example, var_desc):
-    """A fetched per-device value made global. Over the data axis, a per-example value is
-    gathered (by out_specs); any other is combined: floats averaged, integers and bools
-    summed. Over the other axes (tensor parallel), a value is the same on every device
-    unless it is a slice of a split one, which cannot be fetched."""
+def _axes_of(value):
+    try:
+        return varying_axes(value)
+    except (TypeError, AttributeError):   # not an array (a sub-block's list, None)
+        return frozenset()
+
+
+def _check_whole(x, others, spec, name, var_desc, trail, what):
+    """ProgramError if traced value `x`, a fetched value or a written persistable of `name`,
+    differs between the devices of a mesh axis other than the data axis that its
+    annotation `spec` does not split it over: each device would hold its own value where
+    the program means one (a loss over a column-parallel layer's slice alone)."""
     for other in others:
-        if _varies(x, other):
-            if var_desc is not None and _is_slice(x, var_desc, per_example):
-                raise ProgramError(f"the fetched value is split over mesh axis '{other}' (an "
-                                   "output of a column-parallel layer): fetch a value that "
-                                   "every device holds whole, e.g. after a row-parallel layer",
-                                   var=var_desc.name)
-            x = _first(x, other)
+        if other in spec or not _varies(x, other):
+            continue
+        if what == "fetched" and var_desc is not None and _is_slice(x, var_desc):
+            raise ProgramError(f"the fetched value is split over mesh axis '{other}' (an "
+                               "output of a column-parallel layer): fetch a value that "
+                               "every device holds whole, e.g. after a row-parallel layer",
+                               var=name)
+        where = {}
+        step = trail.origin(name, other)
+        since = ""
+        if step is not None:
+            where = dict(op_type=step.opdef.type, op_index=step.index,
+                         callsite=step.callsite)
+            made = [n for names in step.outputs.values() for n in names]
+            since = f" from the output '{made[0] if made else '?'}' of the op named here on"
+        kind = ("fetched value" if what == "fetched" else
+                "persistable, replicated over the axis (no sharding annotation splits it "
+                "there),")
+        raise ProgramError(f"the {kind} differs between the devices of mesh axis '{other}': "
+                           "each computes it from its own slice of a layer split over "
+                           f"'{other}'{since}. Join the slices first: a column-parallel fc "
+                           "ends in a row-parallel one (mp_allreduce_sum), or c_concat "
+                           "gathers them", var=name, **where)
+
+
+def _fetched(x, axis, others, per_example):
+    """A fetched per-device value made global (`_check_whole` has checked it is whole over
+    the other axes). Over the data axis, a per-example value is gathered (by out_specs);
+    any other is combined: floats averaged, integers and bools summed."""
     return x if per_example else _combine(x, axis)
 
 
-def _is_slice(x, var_desc, per_example):
+def _is_slice(x, var_desc):
     """Whether a known dim of `var_desc` differs from the traced value's (a leading axis of
-    steps, and the batch dim of a per-example value, left aside)."""
+    steps, and the batch dim, -1, left aside)."""
     dims = list(var_desc.dims)
     if x.ndim < len(dims) or not dims:
         return False
     shape = x.shape[x.ndim - len(dims):]
-    start = 1 if per_example else 0
-    return any(d >= 0 and d != n for d, n in zip(dims[start:], shape[start:]))
+    return any(d >= 0 and d != n for d, n in zip(dims, shape))
 
 
 def _combine(x, axis):
@@ -249,13 +311,8 @@ def _combine(x, axis):
     return lax.psum(x.astype(np.int32) if x.dtype == np.bool_ else x, axis)
 
 
-def _agree(x, axis, others, name, spec):
-    """A written persistable, averaged over the data axis if its devices disagree on it;
-    over another axis that does not split it, device 0's value (the devices compute the
-    same value, which JAX's types cannot always tell)."""
-    for other in others:
-        if other not in spec and _varies(x, other):
-            x = _first(x, other)
+def _agree(x, axis, name):
+    """A written persistable, averaged over the data axis if its devices disagree on it."""
     if not _varies(x, axis):
         return x
     if not np.issubdtype(x.dtype, np.floating):
