@@ -30,9 +30,12 @@ FeedError); other feeds are replicated. Per-example fetches come back as one
 global array. In data-parallel mode every other fetch is computed per device and
 combined: floating-point values are averaged over the devices (the loss, as the
 mean over the global batch; a parameter, unchanged), integer and bool values are
-summed (counts, e.g. of correct predictions). Over the other axes a fetched value is
-the same on every device and comes back as device 0 has it; fetching the slice a
-device holds of a split value (a column-parallel layer's output) is a ProgramError.
+summed (counts, e.g. of correct predictions). Over the other axes (tensor parallel) a
+fetched value, the loss and each persistable not split over the axis must be the same on
+every device: one that JAX's tracing finds varying over such an axis (a column-parallel
+layer's slice reduced without a row-parallel layer) is a ProgramError naming it and the op
+it began to differ at, raised while the step compiles (nothing has run); fetching the slice
+a device holds of a split value (a column-parallel layer's output) is one too.
 In sharded mode the program sees the global batch, so fetches need no combining.
 Persistables that a data-parallel program leaves different on different devices
 (`batch_norm` running statistics without `sync_axis`) are averaged over the devices

@@ -21,7 +21,9 @@ copies), and the collectives that join the slices are ops of the program:
 With `minimize(loss, data_parallel=True)` the same program is also data parallel, and
 `Executor(mesh=Mesh({"data": 2, "model": 2}))` runs it under `shard_map` over both axes
 (progdesc/distributed/run.py); the mesh must have a "model" axis (its size divides the
-split dims: for attention, the number of heads). Without a mesh every one of these
+split dims: for attention, the number of heads, which `check_heads` checks). The loss, a
+fetched value and each replicated persistable must come out whole over "model"; run.py
+raises a ProgramError where one varies over it (a column layer's slice never joined). Without a mesh every one of these
 collectives is the identity (the lookup, for `c_embedding`): the program is the plain
 model. Parameters live in the Scope whole (global arrays laid out by their annotation),
 so checkpoints hold them whole and load on any layout. Dropout inside a split layer
