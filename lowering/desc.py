@@ -8,6 +8,10 @@ FORWARD_OP = "@forward_op"
 PIPELINE_STAGE = "@pipeline_stage"
 """Attribute of a forward op: the pipeline stage that runs it (i), set by
 `progdesc.distributed.pipeline_stage` and the pipeline pass."""
+SPLIT_HEADS = "@split_heads"
+"""Attribute of the `reshape` op of a tensor-parallel attention layer that cuts a device's
+slice of a projection into heads: the layer's num_heads (i), which must divide by the size
+of the mesh axis "model" (progdesc.distributed.run checks it once the mesh is known)."""
 
 
 def slot_map(slots):

@@ -17,7 +17,7 @@ from google.protobuf import text_format
 from lowering import dtypes, infer, registry, sizes
 from lowering import progdesc_pb2 as pb
 from lowering.blocks import drop_unused_blocks
-from lowering.desc import FORWARD_OP, PIPELINE_STAGE, fill_op_desc, read_attrs, slot_map
+from lowering.desc import FORWARD_OP, PIPELINE_STAGE, SPLIT_HEADS, fill_op_desc, read_attrs, slot_map
 from lowering.errors import FormatError, OperandError, ProgdescError, ProgramError
 from lowering.lower import RNG_VAR, precision_of, precision_value
 from progdesc.display.text import ROLE_NAMES, block_text, op_line, program_text, type_str
@@ -1014,7 +1014,8 @@ def validate(program):
                 _bind_slots(opdef.output_index, slot_map(op_desc.outputs), "output")
                 opdef.complete_attrs(read_attrs(opdef, op_desc))
                 unknown = set(op_desc.attrs) - {a.name for a in opdef.attrs} - {FORWARD_OP,
-                                                                          PIPELINE_STAGE}
+                                                                          PIPELINE_STAGE,
+                                                                          SPLIT_HEADS}
                 if unknown:
                     raise ProgramError(f"attribute '{sorted(unknown)[0]}' is not declared")
                 for names in list(slot_map(op_desc.inputs).values()) + list(

@@ -96,6 +96,7 @@ def _fc(input, size, num_flatten_dims, param_attr, bias_attr, act, name, tensor_
                            "one in its last dim: give it num_flatten_dims = rank - 1",
                            var=input.name, callsite=user_callsite())
     if tensor_parallel == "column":
+        tp.check_column_act(act)
         param_attr = tp.split_attr(param_attr, tp.column_spec(), "fc")
         bias_attr = tp.split_attr(bias_attr, (tp.MODEL_AXIS,), "fc")
     elif tensor_parallel == "row":
@@ -292,7 +293,10 @@ def multi_head_attention(queries, keys=None, values=None, num_heads=1, d_model=N
             if tensor_parallel and x.name not in entered:
                 entered[x.name] = tp.enter(x)
             x = entered.get(x.name, x)
-            return ops.reshape(proj(x, tag, split), shape=[0, 0, local_heads, head_dim])
+            out = ops.reshape(proj(x, tag, split), shape=[0, 0, local_heads, head_dim])
+            if tensor_parallel:
+                tp.mark_heads(out, num_heads)
+            return out
 
         q, k, v = heads(queries, "query"), heads(keys, "key"), heads(values, "value")
         if dropout_rate and not is_test:

@@ -21,7 +21,9 @@ copies), and the collectives that join the slices are ops of the program:
 With `minimize(loss, data_parallel=True)` the same program is also data parallel, and
 `Executor(mesh=Mesh({"data": 2, "model": 2}))` runs it under `shard_map` over both axes
 (progdesc/distributed/run.py); the mesh must have a "model" axis (its size divides the
-split dims: for attention, the number of heads). Without a mesh every one of these
+split dims: for attention, the number of heads, which `check_heads` checks). The loss, a
+fetched value and each replicated persistable must come out whole over "model"; run.py
+raises a ProgramError where one varies over it (a column layer's slice never joined). Without a mesh every one of these
 collectives is the identity (the lookup, for `c_embedding`): the program is the plain
 model. Parameters live in the Scope whole (global arrays laid out by their annotation),
 so checkpoints hold them whole and load on any layout. Dropout inside a split layer
@@ -29,6 +31,8 @@ draws the same numbers on the devices of "model" (per slice), unlike one device.
 """
 import dataclasses
 
+from lowering.desc import SPLIT_HEADS
+from lowering import registry
 from lowering.errors import ProgramError
 from progdesc import ops
 from progdesc.callsites import user_callsite
@@ -59,6 +63,17 @@ def check_flag(layer, value):
     return value
 
 
+def check_column_act(act):
+    """`act` if a column-parallel fc may apply it to its slice of the features: ProgramError if
+    it works along an axis (softmax normalizes over every feature, which no device holds)."""
+    if act is not None and registry.is_registered(act) and registry.get(act).attr("axis"):
+        raise ProgramError(f"a column-parallel fc holds a slice of its output features on each "
+                           f"device, but act={act!r} works across the features of its axis: "
+                           "apply it after the row-parallel fc (or c_concat) that joins them",
+                           callsite=user_callsite())
+    return act
+
+
 def split_attr(attr, spec, layer):
     """ParamAttr `attr` (anything ParamAttr.of takes) with the sharding `spec`; False (no
     parameter) stays False. ProgramError if `attr` already names another sharding."""
@@ -80,6 +95,37 @@ def column_spec():
 def row_spec():
     """The sharding of a row-parallel [in, out] weight."""
     return (MODEL_AXIS, None)
+
+
+def mark_heads(out, num_heads):
+    """Record `num_heads` on the op that wrote `out` (the reshape of a split projection into
+    heads), for the Executor to check against the size of the "model" axis."""
+    block = out.block
+    for op_desc in reversed(block.desc.ops):
+        if out.name in (n for slot in op_desc.outputs for n in slot.arguments):
+            op_desc.attrs[SPLIT_HEADS].i = num_heads
+            block.program.mark_changed()
+            return
+
+
+def check_heads(program_desc, mesh):
+    """ProgramError, naming the attention's reshape op, if a tensor-parallel attention layer
+    of the program has a number of heads that does not divide by the size of `mesh`'s
+    "model" axis (each device holds whole heads)."""
+    size = mesh.axes.get(MODEL_AXIS)
+    if not size:
+        return
+    ops = program_desc.blocks[0].ops
+    fed = sum(op_desc.type == "feed" for op_desc in ops)   # the Executor's, put first
+    for i, op_desc in enumerate(ops[fed:]):
+        attr = op_desc.attrs.get(SPLIT_HEADS)
+        if attr is not None and attr.i % size:
+            raise ProgramError(f"a tensor-parallel multi_head_attention splits its "
+                               f"num_heads={attr.i} heads over mesh axis '{MODEL_AXIS}' of "
+                               f"size {size}, which does not divide them: each device holds "
+                               f"whole heads. Give it a multiple of {size} heads, or a "
+                               f"'{MODEL_AXIS}' axis whose size divides {attr.i}",
+                               op_type=op_desc.type, op_index=i, callsite=op_desc.callsite)
 
 
 def enter(x):
