@@ -9,13 +9,22 @@ stops what it started too. Its output reaches the launcher's stdout and stderr l
 line, each line prefixed by `[rank]`.
 
 When a process exits with a non-zero status or is killed by a signal, the launcher stops
-the others (SIGTERM to their groups, SIGKILL after `stop_timeout` seconds) and starts all
-of them again, at most `max_restarts` times; the script resumes from its last checkpoint
-(progdesc/distributed/resume.py). When no restart is left it returns the failed process's
-status (128 + the signal's number for a signal). SIGINT and SIGTERM sent to the launcher
-go to every process; the launcher then stops them all, restarts none, and returns 128 +
-the signal's number.
+the others (SIGTERM to their groups, SIGKILL `FAILED_GRACE` seconds later: they are stuck in
+collectives that will not complete, and JAX's runtime takes SIGTERM as a preemption notice
+and goes on) and starts all of them again, at most `max_restarts` times; the script resumes
+from its last checkpoint (progdesc/distributed/resume.py). When no restart is left it
+returns the failed process's status (128 + the signal's number for a signal). SIGINT,
+SIGTERM and SIGHUP sent to the launcher go to every process; the launcher then stops them
+all (SIGKILL after `stop_timeout` seconds), restarts none, and returns 128 + the signal's
+number.
+
+A launcher killed outright (SIGKILL: the OOM killer, a scheduler) cannot stop anything: on
+Linux each process is started with PR_SET_PDEATHSIG so that the kernel kills it (SIGKILL)
+when the launcher ends; what it started itself is not reached then. Elsewhere the processes
+outlive a launcher killed with SIGKILL.
 """
+import ctypes
+import functools
 import os
 import signal
 import socket
@@ -27,14 +36,24 @@ import time
 from progdesc.distributed import environments, resume
 
 _POLL = 0.05            # seconds between looks at the processes
-_FORWARDED = (signal.SIGINT, signal.SIGTERM)
+_FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+FAILED_GRACE = 2.0      # seconds between SIGTERM and SIGKILL for the survivors of a failure
+_PR_SET_PDEATHSIG = 1   # <linux/prctl.h>
 
 
-def free_port():
-    """A TCP port free on every address of this host now (the coordinator listens on all)."""
-    with socket.socket() as s:
-        s.bind(("", 0))
-        return s.getsockname()[1]
+def free_port(first=None, last=65535):
+    """A TCP port free on every address of this host now (the coordinator listens on all):
+    one the system picks, or with `first` the lowest free in [first, last] (None if none)."""
+    for port in [0] if first is None else range(first, last + 1):
+        with socket.socket() as s:
+            try:
+                s.bind(("", port))
+            except OSError:
+                if first is None:
+                    raise
+                continue
+            return s.getsockname()[1]
+    return None
 
 
 def describe(code):
@@ -63,6 +82,7 @@ class Launcher:
         self.procs = []
         self.pumps = []
         self.signalled = None        # the signal number that asked us to stop
+        self.told = set()            # pids whose group got a signal from us
         self.write_lock = threading.Lock()
 
     def say(self, message):
@@ -101,7 +121,7 @@ class Launcher:
         """Start every process, wait for them; None if all ended with 0, else (rank,
         returncode) of the first that failed (the others are then stopped)."""
         coordinator = f"127.0.0.1:{free_port()}"
-        self.procs, self.pumps = [], []
+        self.procs, self.pumps, self.told = [], [], set()
         try:
             for rank in range(self.nprocs):
                 if self.signalled is not None:
@@ -126,7 +146,7 @@ class Launcher:
             resume.RESTART_COUNT: str(attempt)})
         proc = subprocess.Popen(self.command, env=env, stdin=subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                start_new_session=True)
+                                start_new_session=True, preexec_fn=_die_with(os.getpid()))
         self.procs.append(proc)
         for source, sink in ((proc.stdout, sys.stdout), (proc.stderr, sys.stderr)):
             pump = threading.Thread(target=self._pump, args=(source, sink, f"[{rank}] "),
@@ -144,21 +164,25 @@ class Launcher:
                     sink.flush()
 
     def _forward(self, signum, _frame):
-        """The launcher's handler of SIGINT and SIGTERM: pass it to every process; a second
-        one kills them."""
+        """The launcher's handler of SIGINT, SIGTERM and SIGHUP: pass it to every process; a
+        second one kills them."""
         again = self.signalled is not None
         self.signalled = signum
         for proc in self.procs:
             _signal_group(proc, signal.SIGKILL if again else signum)
+            self.told.add(proc.pid)
 
     def _stop_all(self):
-        """Stop every process still running (SIGTERM, SIGKILL after stop_timeout), and what
-        each started; wait until their output is copied."""
+        """Stop every process still running, and what each started: the signal the launcher
+        got (else SIGTERM) to each not told yet, SIGKILL after stop_timeout (FAILED_GRACE at
+        most when no signal asked); wait until their output is copied."""
         running = [p for p in self.procs if p.poll() is None]
-        if running and self.signalled is None:
-            for proc in running:
-                _signal_group(proc, signal.SIGTERM)
-        deadline = time.monotonic() + self.stop_timeout
+        for proc in running:
+            if proc.pid not in self.told:    # a process started as the signal came
+                _signal_group(proc, self.signalled or signal.SIGTERM)
+                self.told.add(proc.pid)
+        grace = self.stop_timeout if self.signalled else min(self.stop_timeout, FAILED_GRACE)
+        deadline = time.monotonic() + grace
         while any(p.poll() is None for p in running) and time.monotonic() < deadline:
             time.sleep(_POLL)
         for proc in self.procs:
@@ -166,6 +190,33 @@ class Launcher:
             proc.wait()
         for pump in self.pumps:
             pump.join(timeout=5)     # a grandchild that left the group may hold the pipe
+
+
+def _die_with(parent):
+    """A preexec_fn that has the kernel SIGKILL the child when `parent` (this process) ends,
+    where the system can (Linux); None elsewhere.
+
+    The kernel ties the death signal to the thread that forked: the launcher starts its
+    processes from its main thread, which lives as long as it does.
+    """
+    prctl = _prctl()
+    if prctl is None:
+        return None
+    kill = int(signal.SIGKILL)
+
+    def die_with_parent():
+        prctl(_PR_SET_PDEATHSIG, kill, 0, 0, 0)
+        if os.getppid() != parent:       # it ended before prctl took effect
+            os.kill(os.getpid(), signal.SIGKILL)
+    return die_with_parent
+
+
+@functools.lru_cache(maxsize=None)
+def _prctl():
+    """libc's prctl on Linux, else None."""
+    if not sys.platform.startswith("linux"):
+        return None
+    return ctypes.CDLL(None, use_errno=True).prctl     # libc, linked into Python
 
 
 def _signal_group(proc, signum):
