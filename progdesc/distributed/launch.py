@@ -23,8 +23,6 @@ Linux each process is started with PR_SET_PDEATHSIG so that the kernel kills it 
 when the launcher ends; what it started itself is not reached then. Elsewhere the processes
 outlive a launcher killed with SIGKILL.
 """
-import ctypes
-import functools
 import os
 import signal
 import socket
@@ -38,7 +36,6 @@ from progdesc.distributed import environments, resume
 _POLL = 0.05            # seconds between looks at the processes
 _FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 FAILED_GRACE = 2.0      # seconds between SIGTERM and SIGKILL for the survivors of a failure
-_PR_SET_PDEATHSIG = 1   # <linux/prctl.h>
 
 
 def free_port(first=None, last=65535):
@@ -144,9 +141,9 @@ class Launcher:
             environments.NUM_PROCESSES: str(self.nprocs),
             environments.PROCESS_ID: str(rank),
             resume.RESTART_COUNT: str(attempt)})
-        proc = subprocess.Popen(self.command, env=env, stdin=subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                start_new_session=True, preexec_fn=_die_with(os.getpid()))
+        proc = subprocess.Popen(_dying_with_launcher(self.command), env=env,
+                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, start_new_session=True)
         self.procs.append(proc)
         for source, sink in ((proc.stdout, sys.stdout), (proc.stderr, sys.stderr)):
             pump = threading.Thread(target=self._pump, args=(source, sink, f"[{rank}] "),
@@ -192,31 +189,27 @@ class Launcher:
             pump.join(timeout=5)     # a grandchild that left the group may hold the pipe
 
 
-def _die_with(parent):
-    """A preexec_fn that has the kernel SIGKILL the child when `parent` (this process) ends,
-    where the system can (Linux); None elsewhere.
+def _dying_with_launcher(command):
+    """`command` started so that the kernel SIGKILLs it when the launcher ends (Linux's
+    PR_SET_PDEATHSIG, which lasts through exec); `command` itself elsewhere.
 
-    The kernel ties the death signal to the thread that forked: the launcher starts its
-    processes from its main thread, which lives as long as it does.
+    A small Python program sets it and execs `command` (a preexec_fn would need a fork of
+    the launcher, unsafe once JAX's threads run in it); it ends at once if the launcher
+    ended before. The kernel ties the signal to the thread that started the process: the
+    launcher starts them from its main thread, which lives as long as it does.
     """
-    prctl = _prctl()
-    if prctl is None:
-        return None
-    kill = int(signal.SIGKILL)
-
-    def die_with_parent():
-        prctl(_PR_SET_PDEATHSIG, kill, 0, 0, 0)
-        if os.getppid() != parent:       # it ended before prctl took effect
-            os.kill(os.getpid(), signal.SIGKILL)
-    return die_with_parent
-
-
-@functools.lru_cache(maxsize=None)
-def _prctl():
-    """libc's prctl on Linux, else None."""
     if not sys.platform.startswith("linux"):
-        return None
-    return ctypes.CDLL(None, use_errno=True).prctl     # libc, linked into Python
+        return command
+    return [sys.executable, "-I", "-S", "-c", _DIE_WITH_PARENT, str(os.getpid()), *command]
+
+
+_DIE_WITH_PARENT = """\
+import ctypes, os, sys
+ctypes.CDLL(None).prctl(1, 9, 0, 0, 0)      # PR_SET_PDEATHSIG, SIGKILL
+if os.getppid() != int(sys.argv[1]):        # the launcher ended before it took hold
+    os._exit(128 + 9)
+os.execvp(sys.argv[2], sys.argv[2:])
+"""
 
 
 def _signal_group(proc, signum):
