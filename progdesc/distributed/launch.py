@@ -18,10 +18,9 @@ SIGTERM and SIGHUP sent to the launcher go to every process; the launcher then s
 all (SIGKILL after `stop_timeout` seconds), restarts none, and returns 128 + the signal's
 number.
 
-A launcher killed outright (SIGKILL: the OOM killer, a scheduler) cannot stop anything: on
-Linux each process is started with PR_SET_PDEATHSIG so that the kernel kills it (SIGKILL)
-when the launcher ends; what it started itself is not reached then. Elsewhere the processes
-outlive a launcher killed with SIGKILL.
+A launcher killed outright (SIGKILL: the OOM killer, a scheduler) cannot stop anything
+itself: its guard process kills the groups then, and on Linux the kernel kills the processes
+too (launch_guard.py).
 """
 import os
 import signal
@@ -31,7 +30,7 @@ import sys
 import threading
 import time
 
-from progdesc.distributed import environments, resume
+from progdesc.distributed import environments, launch_guard, resume
 
 _POLL = 0.05            # seconds between looks at the processes
 _FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -80,6 +79,7 @@ class Launcher:
         self.pumps = []
         self.signalled = None        # the signal number that asked us to stop
         self.told = set()            # pids whose group got a signal from us
+        self.guard = None
         self.write_lock = threading.Lock()
 
     def say(self, message):
@@ -92,6 +92,7 @@ class Launcher:
         """Run the job to its end; returns the exit status (0 when every process ended with 0)."""
         previous = {s: signal.signal(s, self._forward) for s in _FORWARDED}
         try:
+            self.guard = launch_guard.Guard()
             attempt = 0
             while True:
                 failed = self._attempt(attempt)
@@ -111,6 +112,8 @@ class Launcher:
                 self.say(f"{what}; stopped the others, starting all {self.nprocs} again "
                          f"(restart {attempt} of {self.max_restarts})")
         finally:
+            if self.guard is not None:
+                self.guard.close()
             for s, handler in previous.items():
                 signal.signal(s, handler)
 
@@ -141,10 +144,11 @@ class Launcher:
             environments.NUM_PROCESSES: str(self.nprocs),
             environments.PROCESS_ID: str(rank),
             resume.RESTART_COUNT: str(attempt)})
-        proc = subprocess.Popen(_dying_with_launcher(self.command), env=env,
+        proc = subprocess.Popen(launch_guard.dying_with_launcher(self.command), env=env,
                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, start_new_session=True)
         self.procs.append(proc)
+        self.guard.watch(proc.pid)
         for source, sink in ((proc.stdout, sys.stdout), (proc.stderr, sys.stderr)):
             pump = threading.Thread(target=self._pump, args=(source, sink, f"[{rank}] "),
                                     daemon=True)
@@ -185,31 +189,9 @@ class Launcher:
         for proc in self.procs:
             _signal_group(proc, signal.SIGKILL)   # what is left, and what it started
             proc.wait()
+            self.guard.forget(proc.pid)
         for pump in self.pumps:
             pump.join(timeout=5)     # a grandchild that left the group may hold the pipe
-
-
-def _dying_with_launcher(command):
-    """`command` started so that the kernel SIGKILLs it when the launcher ends (Linux's
-    PR_SET_PDEATHSIG, which lasts through exec); `command` itself elsewhere.
-
-    A small Python program sets it and execs `command` (a preexec_fn would need a fork of
-    the launcher, unsafe once JAX's threads run in it); it ends at once if the launcher
-    ended before. The kernel ties the signal to the thread that started the process: the
-    launcher starts them from its main thread, which lives as long as it does.
-    """
-    if not sys.platform.startswith("linux"):
-        return command
-    return [sys.executable, "-I", "-S", "-c", _DIE_WITH_PARENT, str(os.getpid()), *command]
-
-
-_DIE_WITH_PARENT = """\
-import ctypes, os, sys
-ctypes.CDLL(None).prctl(1, 9, 0, 0, 0)      # PR_SET_PDEATHSIG, SIGKILL
-if os.getppid() != int(sys.argv[1]):        # the launcher ended before it took hold
-    os._exit(128 + 9)
-os.execvp(sys.argv[2], sys.argv[2:])
-"""
 
 
 def _signal_group(proc, signum):
