@@ -4,7 +4,9 @@ cluster environments `jax.distributed.initialize()` detects (SLURM, Open MPI, Ku
 The environments are simulated by their variables. In this process, `environments.resolve`
 is checked against the values each environment's documented variables give (JAX's rules:
 the first node of the step, a port derived from the job id); in the slow cases, two real
-processes with those variables pointing at 127.0.0.1 join one run with `initialize()`.
+processes with those variables pointing at 127.0.0.1 join one run with `initialize()`. What
+devices JAX leaves a process is checked by running JAX's own `jax.distributed.initialize`
+up to its connection (a stand-in client stops it there).
 """
 import os
 import subprocess
