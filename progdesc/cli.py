@@ -96,8 +96,9 @@ def _launch_parser(sub):
         description="Start NPROCS processes of SCRIPT on this host, each with the coordinator, "
                     "its rank and the process count in its environment (what "
                     "progdesc.distributed.initialize() reads). Their output is prefixed by "
-                    "[rank]; SIGINT and SIGTERM go to all. When one fails, the others are "
-                    "stopped and all start again, at most --max-restarts times: the script "
+                    "[rank]; SIGINT, SIGTERM and SIGHUP go to all. When one fails, the others "
+                    "are stopped (SIGTERM, SIGKILL 2 s later) and all start again, at most "
+                    "--max-restarts times: the script "
                     "resumes from its last checkpoint (PROGDESC_RESTART_COUNT says how many "
                     "restarts came before). Exits 0 when the job finishes, else with the "
                     "failed process's status.")
@@ -106,7 +107,9 @@ def _launch_parser(sub):
     launch.add_argument("--max-restarts", type=_count(0), default=0, metavar="R",
                         help="restart all at most R times after a failure (default: 0)")
     launch.add_argument("--stop-timeout", type=_count(0), default=10, metavar="SECONDS",
-                        help="after SIGTERM, wait this long before SIGKILL (default: 10)")
+                        help="after a signal to the launcher, wait this long for the "
+                             "processes before SIGKILL (default: 10); after a failure the "
+                             "others get 2 s, or this if shorter")
     launch.add_argument("-m", "--module", action="store_true",
                         help="SCRIPT is a module name, run as 'python -m SCRIPT'")
     launch.add_argument("script", metavar="SCRIPT", help="the training script (Python)")

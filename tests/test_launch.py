@@ -71,8 +71,8 @@ def wait_gone(pids, seconds=10):
 
 # Each process records its pid and that of a child it starts (sleep 60), then process 1
 # exits with status 3 (or with the status argv[2] names) and process 0 sleeps: the launcher
-# must stop it and its child. With argv[2] "term", both wait for SIGTERM or SIGINT and say
-# so; with "ok", both end at once with status 0.
+# must stop it and its child. With argv[2] "term", both wait for SIGTERM, SIGINT or SIGHUP
+# and say so; with "ok", both end at once with status 0.
 SCRIPT = textwrap.dedent("""
     import os, signal, subprocess, sys, time
     out, how = sys.argv[1], sys.argv[2]
@@ -86,8 +86,8 @@ SCRIPT = textwrap.dedent("""
         def stop(signum, frame):
             print(f"rank {rank} got {signal.Signals(signum).name}", flush=True)
             sys.exit(0)
-        signal.signal(signal.SIGTERM, stop)
-        signal.signal(signal.SIGINT, stop)
+        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(signum, stop)
     with open(os.path.join(out, f"pids-{restart}-{rank}"), "w") as f:
         f.write(f"{os.getpid()} {child.pid}")
     if how == "ok":
@@ -139,7 +139,8 @@ def test_a_failure_restarts_all_then_ends_with_its_status_and_no_process_left(tm
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM,
-                                    pytest.param(signal.SIGINT, marks=pytest.mark.slow)])
+                                    pytest.param(signal.SIGINT, marks=pytest.mark.slow),
+                                    pytest.param(signal.SIGHUP, marks=pytest.mark.slow)])
 def test_a_signal_to_the_launcher_reaches_every_process_and_stops_them(tmp_path, signum):
     script = tmp_path / "job.py"
     script.write_text(SCRIPT)
@@ -156,6 +157,56 @@ def test_a_signal_to_the_launcher_reaches_every_process_and_stops_them(tmp_path,
     assert "restart 1" not in out                    # a signal is no failure: no restart
     assert err.strip().splitlines()[-1] == f"progdesc launch: got {name}: stopped all 2 processes"
     assert wait_gone(pids(tmp_path / "out")) == []
+
+
+def wait_for_pids(directory, count):
+    deadline = time.monotonic() + 60
+    while len(pids(directory)) < count and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return pids(directory)
+
+
+def test_a_launcher_killed_outright_takes_its_processes_with_it(tmp_path):
+    """SIGKILL to the launcher (the OOM killer, a scheduler): its processes and what they
+    started (the script's `sleep 60`) end too."""
+    script = tmp_path / "job.py"
+    script.write_text(SCRIPT)
+    (tmp_path / "out").mkdir()
+    proc = launch("--nprocs", 2, script, tmp_path / "out", "term")
+    started = wait_for_pids(tmp_path / "out", 4)
+    try:
+        proc.kill()
+        proc.communicate()
+        assert wait_gone(started) == []
+    finally:
+        for pid in started:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_a_process_started_as_a_signal_comes_gets_it_too(tmp_path, capsys, monkeypatch):
+    """SIGTERM reaches the launcher after process 1 is started but before the launcher holds
+    it: it still gets SIGTERM (then SIGKILL only after --stop-timeout, 60 s here)."""
+    from progdesc.distributed import launch as launch_module
+    script = tmp_path / "job.py"
+    script.write_text(SCRIPT)
+    (tmp_path / "out").mkdir()
+    started = []
+
+    class Popen(subprocess.Popen):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            started.append(self)
+            if len(started) == 2:
+                os.kill(os.getpid(), signal.SIGTERM)     # its handler runs before we return
+    monkeypatch.setattr(launch_module.subprocess, "Popen", Popen)
+    launcher = Launcher([sys.executable, str(script), str(tmp_path / "out"), "term"], 2,
+                        stop_timeout=60, env=environment())
+    assert launcher.run() == 128 + signal.SIGTERM
+    capsys.readouterr()
+    # killed by SIGTERM before its handler was set, or ended by its handler: not by SIGKILL
+    assert [p.returncode for p in started] in ([-signal.SIGTERM, -signal.SIGTERM],
+                                               [0, -signal.SIGTERM], [-signal.SIGTERM, 0], [0, 0])
 
 
 def test_a_job_whose_processes_all_end_well_exits_0(tmp_path, capsys):

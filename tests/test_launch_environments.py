@@ -4,10 +4,11 @@ cluster environments `jax.distributed.initialize()` detects (SLURM, Open MPI, Ku
 The environments are simulated by their variables. In this process, `environments.resolve`
 is checked against the values each environment's documented variables give (JAX's rules:
 the first node of the step, a port derived from the job id); in the slow cases, two real
-processes with those variables pointing at 127.0.0.1 join one run with `initialize()`.
+processes with those variables pointing at 127.0.0.1 join one run with `initialize()`. What
+devices JAX leaves a process is checked by running JAX's own `jax.distributed.initialize`
+up to its connection (a stand-in client stops it there).
 """
 import os
-import socket
 import subprocess
 import sys
 import textwrap
@@ -16,7 +17,7 @@ import pytest
 
 from lowering.errors import DistributedError
 from progdesc import distributed as dist
-from progdesc.distributed import environments
+from progdesc.distributed import environments, launch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TIMEOUT = 180
@@ -50,7 +51,7 @@ def open_mpi(job_id, rank, host="127.0.0.1"):
 def test_the_launchers_variables_are_read(bare):
     bare(PROGDESC_COORDINATOR="127.0.0.1:2345", PROGDESC_NUM_PROCESSES=4, PROGDESC_PROCESS_ID=3)
     assert environments.resolve(None, None, None, 10) == ("127.0.0.1:2345", 4, 3,
-                                                          "progdesc launch")
+                                                          "progdesc launch", None)
     # arguments given win; the launcher's variables fill the rest
     assert environments.resolve("10.0.0.1:1", None, 0, 10)[:3] == ("10.0.0.1:1", 4, 0)
 
@@ -58,20 +59,21 @@ def test_the_launchers_variables_are_read(bare):
 def test_slurm_is_detected(bare):
     bare(**slurm(12345, 1, nodes="node[003-004,007],login"))
     assert environments.resolve(None, None, None, 10) == (
-        f"node003:{FIRST_PORT + 12345 % 4096}", 2, 1, "the SLURM environment")
+        f"node003:{FIRST_PORT + 12345 % 4096}", 2, 1, "the SLURM environment", "SlurmCluster")
     bare(JAX_COORDINATOR_PORT=4321)
     assert environments.resolve(None, None, None, 10)[0] == "node003:4321"
     # progdesc launch inside a SLURM step: the launcher's variables win
     bare(PROGDESC_COORDINATOR="127.0.0.1:2345", PROGDESC_NUM_PROCESSES=3, PROGDESC_PROCESS_ID=2)
     assert environments.resolve(None, None, None, 10) == ("127.0.0.1:2345", 3, 2,
-                                                          "progdesc launch")
+                                                          "progdesc launch", None)
 
 
 def test_open_mpi_is_detected(bare):
     job = 1531576320      # a multiple of 2**12, as Open MPI's job ids are
     bare(**open_mpi(job, 1, host="10.96.0.1"))
     assert environments.resolve(None, None, None, 10) == (
-        f"10.96.0.1:{FIRST_PORT + job // 4096 % 4096}", 2, 1, "the Open MPI environment")
+        f"10.96.0.1:{FIRST_PORT + job // 4096 % 4096}", 2, 1, "the Open MPI environment",
+        "OmpiCluster")
 
 
 def test_nothing_found_and_bad_variables_are_named(bare):
@@ -134,16 +136,12 @@ KUBERNETES = textwrap.dedent("""
 """)
 
 
-def free_port(first=1024, last=65535):
-    """A port in [first, last] free on every address now."""
-    for port in range(first, last + 1):
-        with socket.socket() as s:
-            try:
-                s.bind(("", port))
-            except OSError:
-                continue
-            return port
-    pytest.skip(f"no free port in [{first}, {last}]")
+def free_port(first=None):
+    """A port free on every address now, in [first, 65535] if `first` is given."""
+    port = launch.free_port(first)
+    if port is None:
+        pytest.skip(f"no free port in [{first}, 65535]")
+    return port
 
 
 def join(variables, kind, extra_path=None):
@@ -221,3 +219,49 @@ def test_on_a_jax_whose_detection_takes_other_arguments_the_error_names_it(bare,
                         types.SimpleNamespace(ClusterEnv=Other))
     with pytest.raises(JaxCompatError, match="auto_detect_unset_distributed_params"):
         environments.resolve(None, None, None, 10)
+
+
+class Joining(Exception):
+    """Raised where JAX would connect to the coordinator: the fake client's answer."""
+
+
+@pytest.fixture
+def visible_devices(monkeypatch):
+    """`initialize()` runs JAX's own `jax.distributed.initialize` on a fresh distributed state
+    up to the connection (the client raises Joining); returns a function that calls it and
+    gives the devices JAX then lets this process see (`jax_cuda_visible_devices`)."""
+    import jax
+    from jax._src import distributed, xla_bridge
+    monkeypatch.setattr(distributed, "global_state", distributed.State())
+    monkeypatch.setattr(xla_bridge, "backends_are_initialized", lambda: False)
+
+    def no_connection(*args, **kwargs):
+        raise Joining
+    monkeypatch.setattr(distributed._jax, "get_distributed_runtime_client", no_connection)
+    before = {name: getattr(jax.config, name, None) for name in (
+        "jax_cpu_collectives_implementation", "jax_rocm_visible_devices")}
+    before["jax_cuda_visible_devices"] = xla_bridge.CUDA_VISIBLE_DEVICES.value
+
+    def run(*args, **kwargs):
+        jax.config.update("jax_cuda_visible_devices", "all")     # JAX's default
+        with pytest.raises(Joining):
+            dist.initialize(*args, **kwargs)
+        return xla_bridge.CUDA_VISIBLE_DEVICES.value
+    yield run
+    for name, value in before.items():
+        if value is not None:
+            jax.config.update(name, value)
+
+
+def test_jaxs_detection_does_not_pick_devices_for_the_launchers_processes(bare,
+                                                                         visible_devices):
+    """`progdesc launch` inside a SLURM step: the step's variables (SLURM_LOCALID 0 in every
+    process of the launcher) do not narrow what the processes see, nor do they with all
+    arguments given; values found in the SLURM step alone keep JAX's one device per task."""
+    bare(**slurm(12345, 1))
+    assert visible_devices(timeout=5) == "1"                 # JAX's rule: SLURM_LOCALID
+    bare(PROGDESC_COORDINATOR="127.0.0.1:2345", PROGDESC_NUM_PROCESSES=3, PROGDESC_PROCESS_ID=2,
+         SLURM_LOCALID=0)
+    assert visible_devices(timeout=5) == "all"
+    assert visible_devices("127.0.0.1:2345", 3, 1, timeout=5) == "all"
+    assert visible_devices(timeout=5, local_device_ids=[1]) == "1"

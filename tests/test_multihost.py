@@ -19,17 +19,12 @@ import progdesc as pd
 from lowering.errors import DistributedError, FormatError
 from progdesc import distributed as dist
 from progdesc import io
+from progdesc.distributed.launch import free_port
 
 from multihost_worker import GLOBAL_BATCH, global_batches, mlp_program
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROCESS_TIMEOUT = 180
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start(command, *args, devices=1):

@@ -13,7 +13,14 @@ In order, each filling only what is still missing:
    indexed Job (`KUBERNETES_SERVICE_HOST`, `JOB_COMPLETION_INDEX` and the pod's Job, read
    through the `kubernetes` package), Cloud TPU. `JAX_COORDINATOR_PORT` overrides the port
    JAX derives there.
+
+Only in case 4 does `initialize` let `jax.distributed.initialize` run its own detection too
+(which then also picks `local_device_ids`, one device per process where the environment
+says the process's local rank: SLURM_LOCALID...). With values from 1 to 3 it is turned off,
+so that variables of an enclosing SLURM step or mpirun do not restrict every process started
+by `progdesc launch` to the same device.
 """
+import collections
 import os
 
 from lowering.errors import DistributedError, JaxCompatError
@@ -28,12 +35,19 @@ _NAMES = {"SlurmCluster": "SLURM", "OmpiCluster": "Open MPI", "K8sCluster": "Kub
           "GkeTpuCluster": "GKE TPU", "GceTpuCluster": "Cloud TPU"}
 
 
+Found = collections.namedtuple(
+    "Found", "coordinator num_processes process_id source cluster")
+Found.__doc__ = """What `resolve` found: the three values, where they came from (words), and
+the cluster environment JAX detected (its class name: "SlurmCluster"...), None if none was
+asked."""
+
+
 def resolve(coordinator, num_processes, process_id, timeout):
-    """(coordinator, num_processes, process_id, where they came from) for `initialize`:
-    the arguments given, the rest found as the module docstring says. DistributedError
-    if one is still missing, or a variable does not hold what it should."""
+    """A `Found` for `initialize`: the arguments given, the rest found as the module
+    docstring says. DistributedError if one is still missing, or a variable does not hold
+    what it should."""
     values = [coordinator, num_processes, process_id]
-    sources = []
+    sources, found = [], None
     if None in values and any(name in os.environ for name in LAUNCH_VARIABLES):
         values = [given if given is not None else _launch_variable(name, parse)
                   for given, name, parse in zip(values, LAUNCH_VARIABLES, (str, int, int))]
@@ -59,7 +73,7 @@ def resolve(coordinator, num_processes, process_id, timeout):
             "says: start the script with 'progdesc launch', in a SLURM step (srun), under Open "
             "MPI's mpirun or in a Kubernetes indexed Job, or pass coordinator, num_processes "
             "and process_id")
-    return (*values, " and ".join(sources) or "the arguments")
+    return Found(*values, " and ".join(sources) or "the arguments", found)
 
 
 def _launch_variable(name, parse):

@@ -9,12 +9,18 @@ stops what it started too. Its output reaches the launcher's stdout and stderr l
 line, each line prefixed by `[rank]`.
 
 When a process exits with a non-zero status or is killed by a signal, the launcher stops
-the others (SIGTERM to their groups, SIGKILL after `stop_timeout` seconds) and starts all
-of them again, at most `max_restarts` times; the script resumes from its last checkpoint
-(progdesc/distributed/resume.py). When no restart is left it returns the failed process's
-status (128 + the signal's number for a signal). SIGINT and SIGTERM sent to the launcher
-go to every process; the launcher then stops them all, restarts none, and returns 128 +
-the signal's number.
+the others (SIGTERM to their groups, SIGKILL `FAILED_GRACE` seconds later: they are stuck in
+collectives that will not complete, and JAX's runtime takes SIGTERM as a preemption notice
+and goes on) and starts all of them again, at most `max_restarts` times; the script resumes
+from its last checkpoint (progdesc/distributed/resume.py). When no restart is left it
+returns the failed process's status (128 + the signal's number for a signal). SIGINT,
+SIGTERM and SIGHUP sent to the launcher go to every process; the launcher then stops them
+all (SIGKILL after `stop_timeout` seconds), restarts none, and returns 128 + the signal's
+number.
+
+A launcher killed outright (SIGKILL: the OOM killer, a scheduler) cannot stop anything
+itself: its guard process kills the groups then, and on Linux the kernel kills the processes
+too (launch_guard.py).
 """
 import os
 import signal
@@ -24,17 +30,26 @@ import sys
 import threading
 import time
 
-from progdesc.distributed import environments, resume
+from progdesc.distributed import environments, launch_guard, resume
 
 _POLL = 0.05            # seconds between looks at the processes
-_FORWARDED = (signal.SIGINT, signal.SIGTERM)
+_FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+FAILED_GRACE = 2.0      # seconds between SIGTERM and SIGKILL for the survivors of a failure
 
 
-def free_port():
-    """A TCP port free on every address of this host now (the coordinator listens on all)."""
-    with socket.socket() as s:
-        s.bind(("", 0))
-        return s.getsockname()[1]
+def free_port(first=None, last=65535):
+    """A TCP port free on every address of this host now (the coordinator listens on all):
+    one the system picks, or with `first` the lowest free in [first, last] (None if none)."""
+    for port in [0] if first is None else range(first, last + 1):
+        with socket.socket() as s:
+            try:
+                s.bind(("", port))
+            except OSError:
+                if first is None:
+                    raise
+                continue
+            return s.getsockname()[1]
+    return None
 
 
 def describe(code):
@@ -63,6 +78,8 @@ class Launcher:
         self.procs = []
         self.pumps = []
         self.signalled = None        # the signal number that asked us to stop
+        self.told = set()            # pids whose group got a signal from us
+        self.guard = None
         self.write_lock = threading.Lock()
 
     def say(self, message):
@@ -75,6 +92,7 @@ class Launcher:
         """Run the job to its end; returns the exit status (0 when every process ended with 0)."""
         previous = {s: signal.signal(s, self._forward) for s in _FORWARDED}
         try:
+            self.guard = launch_guard.Guard()
             attempt = 0
             while True:
                 failed = self._attempt(attempt)
@@ -94,6 +112,8 @@ class Launcher:
                 self.say(f"{what}; stopped the others, starting all {self.nprocs} again "
                          f"(restart {attempt} of {self.max_restarts})")
         finally:
+            if self.guard is not None:
+                self.guard.close()
             for s, handler in previous.items():
                 signal.signal(s, handler)
 
@@ -101,7 +121,7 @@ class Launcher:
         """Start every process, wait for them; None if all ended with 0, else (rank,
         returncode) of the first that failed (the others are then stopped)."""
         coordinator = f"127.0.0.1:{free_port()}"
-        self.procs, self.pumps = [], []
+        self.procs, self.pumps, self.told = [], [], set()
         try:
             for rank in range(self.nprocs):
                 if self.signalled is not None:
@@ -124,10 +144,11 @@ class Launcher:
             environments.NUM_PROCESSES: str(self.nprocs),
             environments.PROCESS_ID: str(rank),
             resume.RESTART_COUNT: str(attempt)})
-        proc = subprocess.Popen(self.command, env=env, stdin=subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                start_new_session=True)
+        proc = subprocess.Popen(launch_guard.dying_with_launcher(self.command), env=env,
+                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, start_new_session=True)
         self.procs.append(proc)
+        self.guard.watch(proc.pid)
         for source, sink in ((proc.stdout, sys.stdout), (proc.stderr, sys.stderr)):
             pump = threading.Thread(target=self._pump, args=(source, sink, f"[{rank}] "),
                                     daemon=True)
@@ -144,26 +165,31 @@ class Launcher:
                     sink.flush()
 
     def _forward(self, signum, _frame):
-        """The launcher's handler of SIGINT and SIGTERM: pass it to every process; a second
-        one kills them."""
+        """The launcher's handler of SIGINT, SIGTERM and SIGHUP: pass it to every process; a
+        second one kills them."""
         again = self.signalled is not None
         self.signalled = signum
         for proc in self.procs:
             _signal_group(proc, signal.SIGKILL if again else signum)
+            self.told.add(proc.pid)
 
     def _stop_all(self):
-        """Stop every process still running (SIGTERM, SIGKILL after stop_timeout), and what
-        each started; wait until their output is copied."""
+        """Stop every process still running, and what each started: the signal the launcher
+        got (else SIGTERM) to each not told yet, SIGKILL after stop_timeout (FAILED_GRACE at
+        most when no signal asked); wait until their output is copied."""
         running = [p for p in self.procs if p.poll() is None]
-        if running and self.signalled is None:
-            for proc in running:
-                _signal_group(proc, signal.SIGTERM)
-        deadline = time.monotonic() + self.stop_timeout
+        for proc in running:
+            if proc.pid not in self.told:    # a process started as the signal came
+                _signal_group(proc, self.signalled or signal.SIGTERM)
+                self.told.add(proc.pid)
+        grace = self.stop_timeout if self.signalled else min(self.stop_timeout, FAILED_GRACE)
+        deadline = time.monotonic() + grace
         while any(p.poll() is None for p in running) and time.monotonic() < deadline:
             time.sleep(_POLL)
         for proc in self.procs:
             _signal_group(proc, signal.SIGKILL)   # what is left, and what it started
             proc.wait()
+            self.guard.forget(proc.pid)
         for pump in self.pumps:
             pump.join(timeout=5)     # a grandchild that left the group may hold the pipe
 

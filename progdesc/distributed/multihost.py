@@ -48,7 +48,9 @@ def initialize(coordinator=None, num_processes=None, process_id=None, timeout=30
     Open MPI, Kubernetes...); DistributedError if none says.
     If the processes have not all joined within `timeout` seconds, raises
     DistributedError naming the coordinator (JAX alone would end the process).
-    `local_device_ids` restricts this process to some of its accelerators.
+    `local_device_ids` restricts this process to some of its accelerators; left out, the
+    process sees every device of its host, except in a cluster environment found here
+    (a SLURM step...), where JAX gives it the one of its local rank.
 
     A process lost later (killed, crashed, its host gone) is noticed within about
     `heartbeat_timeout` seconds: the survivors' next step (or fetch, checkpoint, batch)
@@ -57,8 +59,9 @@ def initialize(coordinator=None, num_processes=None, process_id=None, timeout=30
     `heartbeat_timeout` seconds later, with the error printed. Losing process 0 (the
     coordinator's host) ends the others at once, with the error printed and status 1.
     """
+    cluster = None       # JAX's own detection stays off unless a cluster gave the values
     if None in (coordinator, num_processes, process_id):
-        coordinator, num_processes, process_id, source = environments.resolve(
+        coordinator, num_processes, process_id, source, cluster = environments.resolve(
             coordinator, num_processes, process_id, timeout)
         with _naming(source):
             _check_arguments(coordinator, num_processes, process_id, timeout, heartbeat_timeout)
@@ -78,6 +81,7 @@ def initialize(coordinator=None, num_processes=None, process_id=None, timeout=30
         with _connect_raises(), _survivors_go_on():
             jax.distributed.initialize(coordinator, num_processes, process_id,
                                        local_device_ids=local_device_ids,
+                                       cluster_detection_method=None if cluster else "deactivate",
                                        initialization_timeout=timeout,
                                        heartbeat_timeout_seconds=heartbeat_timeout)
     except RuntimeError:
