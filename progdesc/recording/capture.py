@@ -41,7 +41,7 @@ def capture(fn, *example_inputs, program=None, startup_program=None):
     """
     program = Program() if program is None else program
     startup_program = Program() if startup_program is None else startup_program
-    names = _input_names(fn, len(example_inputs))
+    names = input_names(fn, len(example_inputs))
     with program_guard(program, startup_program), eager.capturing():
         inputs = []
         for name, example in zip(names, example_inputs):
@@ -53,7 +53,7 @@ def capture(fn, *example_inputs, program=None, startup_program=None):
     return Captured(program, names, _fetch_vars(result), startup_program)
 
 
-def _input_names(fn, n):
+def input_names(fn, n):
     """Names of the data variables for `n` inputs: `fn`'s positional parameter names."""
     names = []
     try:

@@ -50,7 +50,7 @@ from progdesc import io
 from progdesc.callsites import user_callsite
 from progdesc.executor import Executor
 from progdesc.framework import Program, Variable, data, program_guard
-from progdesc.recording.capture import _input_names
+from progdesc.recording.capture import input_names
 from progdesc.recording.mode import eager
 from progdesc.recording.values import RecordingWarning
 from progdesc.scope import Scope, scope_guard
@@ -301,7 +301,7 @@ class Model:
     def _declare_inputs(self, fn, arrays, eager_values):
         """Data variables named after `fn`'s parameters, one per input."""
         variables = []
-        for name, array in zip(_input_names(functools.partial(fn, self), len(arrays)),
+        for name, array in zip(input_names(functools.partial(fn, self), len(arrays)),
                                arrays):
             array = np.asarray(array)
             dtype = np.float32 if array.dtype == np.float64 else array.dtype
