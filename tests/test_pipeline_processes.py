@@ -1,8 +1,10 @@
 """Pipelines across two processes: 2 stages over 2 processes of 1 CPU device each, and 4
 stages over 2 processes of 2 devices each (stages 0-1 in process 0, 2-3 in process 1),
 every process feeding the whole batch, train like one device in one process: the same
-per-step losses in both processes, and the checkpoint `dist.save_checkpoint` gathers
-(each stage's state from its own process) holds the one-device run's parameters.
+per-step losses and last fetches in both processes, and the checkpoint
+`dist.save_checkpoint` gathers (each stage's state from its own process), as the shards
+`dist.save_checkpoint_shards` writes (each process its own stages'), holds the one-device
+run's parameters and optimizer state.
 """
 import textwrap
 
@@ -10,6 +12,7 @@ import numpy as np
 import pytest
 
 import progdesc as pd
+from progdesc.distributed import multihost
 from test_multihost import finish, free_port, start
 from test_pipeline_devices import _NOISE, _mlp, _train
 
@@ -38,6 +41,7 @@ WORKER = ["-c", textwrap.dedent("""
         if step == 0:   # a checkpoint mid-run, then training goes on
             dist.save_checkpoint(os.path.join(out, f"first-{stages}.safetensors"), main, scope)
     dist.save_checkpoint(os.path.join(out, f"last-{stages}.safetensors"), main, scope)
+    dist.save_checkpoint_shards(os.path.join(out, f"shards-{stages}"), main, scope)
     mine = sorted(n for n in (p.name for p in main.all_parameters())
                   if scope.get(n).is_fully_addressable)
     np.savez(os.path.join(out, f"process-{rank}.npz"), losses=np.array(losses), logits=lg,
@@ -76,8 +80,10 @@ def test_a_pipeline_over_two_processes_trains_like_one_device(tmp_path, stages, 
     assert len(first["mine"]) + len(second["mine"]) == len(main.all_parameters())
     assert {"fc_0.w_0", "fc_3.w_0"} <= {*first["mine"], *second["mine"]}
     assert "fc_0.w_0" in first["mine"] and "fc_3.w_0" in second["mine"]
-    for name, reference in (("first", after_one), ("last", want)):
-        saved = _checkpoint(tmp_path / f"{name}-{stages}.safetensors", main)
+    shards = multihost.read_checkpoint_shards(tmp_path / f"shards-{stages}")
+    for name, reference in (("first", after_one), ("last", want), ("shards", want)):
+        saved = shards if name == "shards" else \
+            _checkpoint(tmp_path / f"{name}-{stages}.safetensors", main)
         assert saved.keys() == reference.keys()
         for n in reference:
             if not n.endswith(_NOISE):

@@ -207,7 +207,8 @@ def to_host(value):
         if not value.addressable_shards:
             raise DistributedError(
                 f"the value is held by process {_holder(value)} only (a pipeline stage's "
-                "state): save_checkpoint gathers it, in every process")
+                "state): fetch it (exe.run brings fetched values to every process) or "
+                "gather it with save_checkpoint, called in every process")
         with peers.raising():
             if value.is_fully_replicated:
                 return np.asarray(value.addressable_data(0))
