@@ -33,6 +33,14 @@ WORKER = ["-c", textwrap.dedent("""
     exe, scope = pd.Executor(mesh=dist.Mesh({"pipe": stages})), pd.Scope()
     pd.Executor().run(startup, scope=scope)   # in every process, the same values
     bx, by = _batch(_mlp)
+    try:   # a global array of each process's rows is refused: every process feeds it all
+        ends = dist.Mesh({"data": 2}, devices=[jax.devices()[0], jax.devices()[-1]])
+        rows = dist.global_batch(bx[rank * 8:rank * 8 + 8], ends)
+        exe.run(main, feed={x: rows, label: by}, fetch_list=[loss], scope=scope)
+    except pd.FeedError as e:
+        assert e.var == "x" and "whole batch in every process" in str(e), e
+    else:
+        raise AssertionError("a global batch was fed to a pipeline")
     losses = []
     for step in range(%d):
         lost, lg, c = exe.run(main, feed={x: bx, label: by}, fetch_list=[loss, logits, correct],

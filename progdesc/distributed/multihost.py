@@ -11,8 +11,8 @@ CPU implementation (gloo).
 - Fetches: `to_host` gives every process the whole value, gathering the parts
   other processes hold (`process_allgather`).
 - Checkpoints: `save_checkpoint` gathers every persistable (a pipeline stage's state
-  from the process that holds it) and process 0 writes one ordinary checkpoint file (`progdesc.io.load_checkpoint` reads it, on any
-  device count). `save_checkpoint_shards` lets each process write the shards it
+  from the process that holds it) and process 0 writes one ordinary checkpoint file
+  (`progdesc.io.load_checkpoint` reads it, on any device count). `save_checkpoint_shards` lets each process write the shards it
   holds, nothing gathered; `load_checkpoint_shards` assembles them, again for
   any device count.
 """

@@ -108,6 +108,10 @@ class PipelineStep:
         m = self.plan.micro_batches
         out = [dict() for _ in range(m)]
         for name, value in feeds.items():
+            if isinstance(value, jax.Array) and not value.is_fully_addressable:
+                raise FeedError("a pipeline takes the whole batch in every process (each uses "
+                                "what its stages read), not a global array of every "
+                                "process's rows (dist.global_batch)", var=name)
             if name in self.per_example:
                 if value.shape[0] % m:
                     raise FeedError(f"a fed batch of {value.shape[0]} does not split into the "

@@ -25,7 +25,7 @@ from progdesc.distributed import peers
 
 
 def abstract(value):
-    """The shape and dtype of `value` (an array, or already a ShapeDtypeStruct) as JAX holds it."""
+    """The shape and dtype of `value` (an array, or a ShapeDtypeStruct) as JAX holds it."""
     if isinstance(value, jax.ShapeDtypeStruct):
         return value
     return jax.ShapeDtypeStruct(np.shape(value), jax.dtypes.canonicalize_dtype(value.dtype))
