@@ -10,9 +10,9 @@ CPU implementation (gloo).
   `global_batch` makes them one global array (`jax.make_array_from_process_local_data`).
 - Fetches: `to_host` gives every process the whole value, gathering the parts
   other processes hold (`process_allgather`).
-- Checkpoints: `save_checkpoint` gathers every persistable and process 0 writes
-  one ordinary checkpoint file (`progdesc.io.load_checkpoint` reads it, on any
-  device count). `save_checkpoint_shards` lets each process write the shards it
+- Checkpoints: `save_checkpoint` gathers every persistable (a pipeline stage's state
+  from the process that holds it) and process 0 writes one ordinary checkpoint file
+  (`progdesc.io.load_checkpoint` reads it, on any device count). `save_checkpoint_shards` lets each process write the shards it
   holds, nothing gathered; `load_checkpoint_shards` assembles them, again for
   any device count.
 """
@@ -208,6 +208,11 @@ def to_host(value):
     """`value` as one NumPy array, the same on every process: the parts that other
     processes hold are gathered."""
     if isinstance(value, jax.Array) and not value.is_fully_addressable:
+        if not value.addressable_shards:
+            raise DistributedError(
+                f"the value is held by process {_holder(value)} only (a pipeline stage's "
+                "state): fetch it (exe.run brings fetched values to every process) or "
+                "gather it with save_checkpoint, called in every process")
         with peers.raising():
             if value.is_fully_replicated:
                 return np.asarray(value.addressable_data(0))
@@ -239,10 +244,12 @@ def save_checkpoint(path, program=None, scope=None, background=False):
     scope = scope or global_scope()
     checkpointing.before_save(path)
     with scope.lock:    # values of one step: a run holds the lock from reading to writing
-        gathered = {name: scope.get(name) for name in io.persistable_vars(program)
-                    if name in scope}
-        gathered = {name: value if isinstance(value, jax.Array) and value.is_fully_addressable
-                    else to_host(value) for name, value in gathered.items()}
+        held = {name: scope.get(name) for name in io.persistable_vars(program)
+                if name in scope}
+        gathered = _from_holders(held)   # pipeline stages' state, held by one process each
+        gathered.update((name, value if isinstance(value, jax.Array)
+                         and value.is_fully_addressable else to_host(value))
+                        for name, value in held.items() if name not in gathered)
     writer = jax.process_index() == 0
     if not background:
         if writer:
@@ -256,6 +263,38 @@ def save_checkpoint(path, program=None, scope=None, background=False):
             io.atomic_write(path, io.tensors_file(values))
 
     return checkpointing.submit_across(path, write, [0], f"checkpoint '{os.fspath(path)}'")
+
+
+def _holder(value):
+    """The process whose devices hold all of `value`, an array this process holds none of."""
+    return next(iter(value.sharding.device_set)).process_index
+
+
+def _from_holders(values):
+    """{name: NumPy array} of the `values` ({name: jax.Array}) that some process holds none
+    of (a pipeline stage's state, held by its stage's process only), each broadcast from
+    the process that holds it. Every process must call it, with the same names."""
+    names = list(values)
+    if jax.process_count() == 1 or not names:
+        return {}
+    absent = [n for n in names if isinstance(values[n], jax.Array)
+              and not values[n].addressable_shards]
+    holders = np.full(len(names), -1, np.int32)
+    for n in absent:
+        holders[names.index(n)] = _holder(values[n])
+    with peers.raising():   # which process holds what, agreed by all
+        holders = multihost_utils.process_allgather(holders).max(axis=0)
+    me, out = jax.process_index(), {}
+    for owner in sorted(set(holders.tolist()) - {-1}):
+        mine = [n for n, h in zip(names, holders) if h == owner]
+        sent = [np.asarray(values[n]) if owner == me else
+                np.zeros(values[n].shape, values[n].dtype) for n in mine]
+        with peers.raising(), jax.enable_x64(True):   # int64 state stays int64
+            got = multihost_utils.broadcast_one_to_all(
+                [v.astype(np.uint8) if v.dtype == np.bool_ else v for v in sent],
+                is_source=owner == me)
+        out.update((n, np.asarray(g).astype(v.dtype)) for n, g, v in zip(mine, got, sent))
+    return out
 
 
 def save_checkpoint_shards(dirname, program=None, scope=None, background=False):

@@ -12,6 +12,10 @@ per step: the gradient of the mean loss over the whole batch, as on one device w
 loss is a mean over examples. Fetched values computed per micro-batch are combined as
 the data-parallel mode combines devices' (progdesc/distributed/run.py): per-example
 ones concatenated, floats averaged, integers summed.
+
+Stages may live in different processes (a mesh over several processes' devices): each
+process then runs only its own stages, follows the others' with shapes only, and moves
+values between processes through computations both take part in (processes.py).
 """
 import contextlib
 
@@ -22,6 +26,7 @@ import numpy as np
 from lowering.errors import FeedError, ProgramError
 from lowering.lower import RNG_VAR, run_step
 from progdesc.distributed.pipeline.plan import plan as make_plan
+from progdesc.distributed.pipeline.processes import Links, is_abstract, placeholder
 from progdesc.distributed.pipeline.schedule import ticks
 
 
@@ -57,6 +62,8 @@ class PipelineStep:
         persistable = {n for n, v in var.items() if v.persistable}
         self.plan = p = make_plan(program_desc, kept, fetch_names, persistable)
         self.devices = stage_devices(mesh, p.n_stages, p.axis_name)
+        self.links = Links(self.devices)
+        self._shapes = {}   # (segment kind, stage, input shapes) -> output shapes
         self.table = ticks(p.schedule, p.n_stages, p.micro_batches)
         self.feed_names, self.fetch_names = tuple(feed_names), tuple(fetch_names)
         self.reads, self.writes, self.steps = tuple(reads), tuple(writes), steps
@@ -92,7 +99,8 @@ class PipelineStep:
             out = self._step({f: v[k] for f, v in zip(self.feed_names, feeds)}, state)
             state.update(zip(self.writes, out[len(self.fetch_names):]))
             outs.append(out)
-        fetched = [jnp.stack([jax.device_put(o[i], self.devices[0]) for o in outs])
+        home = self.devices[0] if self.links.local[0] else jax.local_devices()[0]
+        fetched = [jnp.stack([jax.device_put(o[i], home) for o in outs])
                    for i in range(len(self.fetch_names))]
         return (*fetched, *outs[-1][len(self.fetch_names):])
 
@@ -100,6 +108,10 @@ class PipelineStep:
         m = self.plan.micro_batches
         out = [dict() for _ in range(m)]
         for name, value in feeds.items():
+            if isinstance(value, jax.Array) and not value.is_fully_addressable:
+                raise FeedError("a pipeline takes the whole batch in every process (each uses "
+                                "what its stages read), not a global array of every "
+                                "process's rows (dist.global_batch)", var=name)
             if name in self.per_example:
                 if value.shape[0] % m:
                     raise FeedError(f"a fed batch of {value.shape[0]} does not split into the "
@@ -114,23 +126,24 @@ class PipelineStep:
         return out
 
     def _step(self, feeds, state):
-        p, dev = self.plan, self.devices
+        p, links = self.plan, self.links
         micro = self._micro_feeds(feeds)
-        held = [{n: jax.device_put(state[n], dev[s]) for n in p.state[s] if n in state}
+        held = [{n: links.put(state[n], s, n) for n in p.state[s] if n in state}
                 for s in range(p.n_stages)]
         env = [[None] * p.micro_batches for _ in range(p.n_stages)]
         acc = [None] * p.n_stages
-        per_micro = {}   # fetched name -> [value per micro-batch]
+        per_micro, made_by = {}, {}   # fetched name -> [value per micro-batch], its stage
 
         def values(s, i):
             if env[s][i] is None:
-                env[s][i] = {n: jax.device_put(micro[i][n], dev[s]) for n in self._fed_at[s]}
+                env[s][i] = {n: links.put(micro[i][n], s) for n in self._fed_at[s]}
             return env[s][i]
 
         def keep(s, out):
             for n in self.fetch_names:
                 if n in out and n not in self.final:
                     per_micro.setdefault(n, []).append(out[n])
+                    made_by[n] = s
             held[s].update((n, v) for n, v in out.items() if n in self.persistable)
 
         for tick in self.table:
@@ -138,52 +151,77 @@ class PipelineStep:
                 here = values(s, i)
                 if kind == "F":
                     seg, fn = p.forward[s], self._forward[s]
-                    out = fn({n: here[n] if n in here else held[s][n] for n in seg.reads})
+                    out = self._call(fn, s, "F",
+                                     {n: here[n] if n in here else held[s][n] for n in seg.reads})
                     here.update(out)
                     keep(s, out)
                     for t in p.sends:
                         if t.src == s:
-                            values(t.dst, i)[t.target] = jax.device_put(out[t.source],
-                                                                        dev[t.dst])
+                            values(t.dst, i)[t.target] = links.move(out[t.source], s, t.dst)
                 else:
                     seg = p.backward[s]
                     inputs = {n: here[n] if n in here else held[s][n] for n in seg.reads}
                     if acc[s] is None:   # zeros, so that one compiled function serves all
                         acc[s] = self._zeros(s, inputs)
-                    out, acc[s] = self._backward[s](inputs, acc[s])
+                    out, acc[s] = self._call(self._backward[s], s, "B", inputs, acc[s])
                     keep(s, out)
                     for t in p.returns:
                         if t.src == s:
-                            values(t.dst, i)[t.target] = jax.device_put(out[t.source],
-                                                                        dev[t.dst])
+                            values(t.dst, i)[t.target] = links.move(out[t.source], s, t.dst)
                     env[s][i] = ()   # its activations are no longer needed
         finals = {}
         for s in range(p.n_stages):
             seg = p.update[s]
             if seg.steps:
-                out = self._update[s]({n: held[s][n] for n in seg.reads
-                                       if n not in p.grads[s]}, acc[s])
+                out = self._call(self._update[s], s, "U", {n: held[s][n] for n in seg.reads
+                                                           if n not in p.grads[s]}, acc[s])
                 held[s].update(out)
-            for n, v in held[s].items():
-                finals.setdefault(n, v)
-        fetched = []
+            for n, v in held[s].items():   # the first stage's, where this process runs one
+                if n not in finals or is_abstract(finals[n][0]) and not is_abstract(v):
+                    finals[n] = v, s
+        fetched, made = [], []
         for n in self.fetch_names:
-            if n in self.final:
-                fetched.append(finals[n])
+            if n in self.final:   # the same stage's in every process
+                fetched.append(held[self.final[n]][n])
+                made.append(self.final[n])
             elif n in per_micro:
                 fetched.append(self._combine(n, per_micro[n]))
+                made.append(made_by[n])
             else:
                 fetched.append(jnp.asarray(feeds[n]))
-        return (*fetched, *(finals[n] for n in self.writes))
+                made.append(None)
+        if links.spans:   # every process gets every fetched value whole
+            sent = [i for i, s in enumerate(made) if s is not None]
+            got = links.broadcast([(fetched[i], made[i]) for i in sent])
+            for i, v in zip(sent, got):
+                fetched[i] = v
+        writes = [finals[n] for n in self.writes]
+        return (*fetched, *(placeholder(v, self.devices[s]) if is_abstract(v) else v
+                            for v, s in writes))
+
+    def _call(self, fn, s, kind, *args):
+        """`fn(*args)`, stage `s`'s segment of `kind`; where another process runs the
+        stage, the shapes of what it returns (memoized per input shapes)."""
+        if self.links.local[s]:
+            return fn(*args)
+        key = (kind, s, str(jax.tree.map(lambda a: (a.shape, a.dtype), args)))
+        if key not in self._shapes:
+            self._shapes[key] = jax.eval_shape(fn, *args)
+        return self._shapes[key]
 
     def _zeros(self, s, inputs):
-        """Zero sums of stage `s`'s gradients, on its device."""
+        """Zero sums of stage `s`'s gradients, on its device (their shapes where another
+        process runs the stage)."""
         if s not in self._acc_shapes:
             self._acc_shapes[s] = jax.eval_shape(self._backward[s], inputs, None)[1] or {}
+        if not self.links.local[s]:
+            return dict(self._acc_shapes[s])
         return {g: jax.device_put(np.zeros(a.shape, a.dtype), self.devices[s])
                 for g, a in self._acc_shapes[s].items()}
 
     def _combine(self, name, parts):
+        if is_abstract(parts[0]):
+            return jax.eval_shape(lambda *xs: self._combine(name, list(xs)), *parts)
         if name in self.per_example:
             return jnp.concatenate(parts)
         stacked = jnp.stack(parts)

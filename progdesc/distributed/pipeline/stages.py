@@ -19,20 +19,21 @@ import contextlib
 from lowering import progdesc_pb2 as pb
 from lowering.desc import PIPELINE_STAGE
 from lowering.errors import ProgramError
-from progdesc.framework import ProgramListener, add_listener
+from progdesc.framework import ProgramListener, add_listener, default_startup_program
 
 SCHEDULES = ("gpipe", "1f1b")
 _FORWARD_ROLES = (pb.FORWARD, pb.LOSS)
 
 
 class _Marker(ProgramListener):
-    """Records the innermost open `pipeline_stage` on each forward op of a root block."""
+    """Records the innermost open `pipeline_stage` on each forward op of a root block, but
+    the startup program's (initializers: every stage's device runs it whole)."""
 
     def __init__(self):
         self.stages = []
 
     def op_appended(self, block, index, opdef, inputs, outputs, attrs):
-        if self.stages and block.idx == 0:
+        if self.stages and block.idx == 0 and block.program is not default_startup_program():
             desc = block.desc.ops[index]
             if desc.role in _FORWARD_ROLES and PIPELINE_STAGE not in desc.attrs:
                 desc.attrs[PIPELINE_STAGE].i = self.stages[-1]
