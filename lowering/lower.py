@@ -64,7 +64,8 @@ def precision_value(precision):
     return pb.ProgramDesc.Precision.Value(check_precision(precision).upper())
 
 
-def _precision_scope(precision):
+def precision_scope(precision):
+    """A context applying matmul `precision` ('default': nothing) as the compiled block does."""
     if precision == "default":
         return contextlib.nullcontext()
     return jax.default_matmul_precision(precision)
@@ -251,7 +252,7 @@ def lower_block(program_desc, block_idx=0, precision=None, fetches_only=False):
         env = {**readonly, **mutable, FEED_VAR: list(feeds)}
         fetches = [None] * n_fetch
         rng = env.get(RNG_VAR)
-        with _precision_scope(precision):
+        with precision_scope(precision):
             _run_steps(steps, env, rng, fetches, block_idx, program_desc, plans)
         if uses_rng:
             env[RNG_VAR] = jax.random.fold_in(rng, 0)

@@ -22,7 +22,6 @@ only when it reads a value). `python -m bench.eager_schedule` measured it on a w
 waiting for each op costs up to 1.3x, and dispatching in `program.schedule()`'s level
 order instead of FIFO did not pay (bench/RESULTS.md), so ops are not held back to reorder.
 """
-import contextlib
 import dataclasses
 import operator
 import weakref
@@ -31,7 +30,7 @@ import jax
 
 from lowering import registry
 from lowering.errors import FeedError, ProgramError, ScopeError
-from lowering.lower import RNG_VAR, precision_of, run_step, steps_of
+from lowering.lower import RNG_VAR, precision_of, precision_scope, run_step, steps_of
 from progdesc import compile_cache, jax_compat
 from progdesc.feeding import convert_feed
 from progdesc.scope import global_scope
@@ -240,7 +239,4 @@ def _run_unjitted(program, index, in_map, args, rng):
 
 def _precision(program):
     """The program's precision policy as a context, as the compiled block applies it."""
-    precision = precision_of(program.desc)
-    if precision == "default":
-        return contextlib.nullcontext()
-    return jax.default_matmul_precision(precision)
+    return precision_scope(precision_of(program.desc))

@@ -17,14 +17,13 @@ Stages may live in different processes (a mesh over several processes' devices):
 process then runs only its own stages, follows the others' with shapes only, and moves
 values between processes through computations both take part in (processes.py).
 """
-import contextlib
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from lowering.errors import FeedError, ProgramError
-from lowering.lower import RNG_VAR, run_step
+from lowering.lower import RNG_VAR, precision_scope, run_step
 from progdesc.distributed.pipeline.plan import plan as make_plan
 from progdesc.distributed.pipeline.processes import Links, is_abstract, placeholder
 from progdesc.distributed.pipeline.schedule import ticks
@@ -42,11 +41,6 @@ def stage_devices(mesh, n_stages, axis_name):
         raise ProgramError(f"a pipeline runs on a mesh with the one axis '{axis_name}'; this "
                            f"one also splits axis '{others[0]}'")
     return list(mesh.jax_mesh.devices.reshape(-1))
-
-
-def _precision(precision):
-    return contextlib.nullcontext() if precision == "default" else \
-        jax.default_matmul_precision(precision)
 
 
 class PipelineStep:
@@ -233,7 +227,7 @@ class PipelineStep:
 def _run(segment, program_desc, precision):
     def run(inputs):
         env = dict(inputs)
-        with _precision(precision):
+        with precision_scope(precision):
             for step in segment.steps:
                 run_step(step, env, None, program_desc)
         return {n: env[n] for n in segment.writes}

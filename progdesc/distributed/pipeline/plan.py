@@ -109,8 +109,9 @@ def plan(program_desc, kept, fetch_names, persistable):
             found = {var_stage[n] for n in ins + outs if n in var_stage}
             if len(found) > 1:
                 raise ProgramError(f"the op reads values of pipeline stages {sorted(found)}; "
-                                   "each stage updates its own parameters (gradient clipping "
-                                   "by global norm is not pipelined)", **where)
+                                   "each stage updates its own parameters, so an update op "
+                                   "reading every stage's gradients (clipping by global norm, "
+                                   "AMP's check for infs) is not pipelined", **where)
             for s in (found or range(n_stages)):
                 update[s].steps.append(step)
             continue
