@@ -261,7 +261,8 @@ class OpDef:
         returned dict is shared between calls, so it must not be modified.
         """
         try:
-            key = tuple([(k, v.__class__, v) for k, v in given.items()])
+            key = tuple([(k, v.__class__, repr(v) if v.__class__ is float and not v else v)
+                         for k, v in given.items()])   # 0.0 == -0.0, but they encode apart
             hit = self._checked.get(key)
         except TypeError:   # list-valued attributes
             key = tuple([(k, _typed(v)) for k, v in given.items()])
@@ -303,6 +304,8 @@ def _typed(value):
     """A hashable stand-in for an attribute value that tells 1, 1.0 and True apart."""
     if isinstance(value, (list, tuple)):
         return (list, tuple([_typed(v) for v in value]))
+    if value.__class__ is float and not value:
+        return (float, repr(value))   # 0.0 and -0.0
     return (value.__class__, value)
 
 
@@ -312,6 +315,15 @@ _REGISTRY: dict = {}
 GENERATION = [0]
 """Bumped whenever a definition is registered: compiled programs made before may be stale."""
 
+WATCHERS = []
+"""Functions called with the op type whenever its definition is registered or removed."""
+
+
+def _changed(op_type):
+    GENERATION[0] += 1
+    for watcher in tuple(WATCHERS):
+        watcher(op_type)
+
 
 def register(opdef, replace=False):
     """Add an `OpDef` to the registry; registering a type twice needs `replace=True`."""
@@ -320,7 +332,7 @@ def register(opdef, replace=False):
         raise ProgramError(f"op type '{opdef.type}' is already registered "
                            "(pass replace=True to replace it)")
     _REGISTRY[opdef.type] = opdef
-    GENERATION[0] += 1
+    _changed(opdef.type)
     return opdef
 
 
@@ -346,7 +358,7 @@ def unregister(op_type, previous=None):
         _REGISTRY.pop(op_type, None)
     else:
         _REGISTRY[op_type] = previous
-    GENERATION[0] += 1
+    _changed(op_type)
 
 
 def all_ops():

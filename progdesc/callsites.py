@@ -45,7 +45,10 @@ def user_callsite():
     """'file:line' of the innermost frame outside progdesc and lowering ('In[3]:2' in a cell)."""
     frame, stop, known = sys._getframe(1), _COMMAND.get(), _USER_FILES.get
     while frame is not None and frame is not stop:
-        if known(frame.f_code.co_filename) != "":   # not a file known to be progdesc's
+        shown = known(frame.f_code.co_filename)
+        if shown != "":   # not a file known to be progdesc's
+            if shown is not None and shown is not _CELL:   # a user's file seen before
+                return f"{shown}:{frame.f_lineno}"
             site = _site_of(frame)
             if site:
                 return site

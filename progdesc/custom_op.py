@@ -95,7 +95,7 @@ def _check_name(op_type):
     if op_type.startswith("_"):
         raise ProgramError(f"op type {op_type!r} must not start with '_'")
     import progdesc.ops as ops_module
-    if op_type in vars(ops_module):
+    if op_type in vars(ops_module) and not ops_module.is_op_function(op_type):
         raise ProgramError(f"op type {op_type!r} would hide progdesc.ops.{op_type}; "
                            "choose another name")
 

@@ -70,11 +70,24 @@ class Variable:
     """A view of one `VarDesc` in a block; `name` is the variable's name (fixed once the
     layer that made it has returned)."""
 
-    def __init__(self, block, desc, type_=None):
+    def __init__(self, block, desc, type_=None, name=None):
         self.block = block
-        self.desc = desc
-        self.name = desc.name
+        self._desc = desc     # None while the op making it waits in `block._pending`
+        self.name = desc.name if name is None else name
         self._type = type_    # (dims, dtype name) as in the desc; kept in step by the Block
+
+    @property
+    def desc(self):
+        """The variable's `VarDesc` in its block."""
+        desc = self._desc
+        if desc is None:   # declared by an op not written into the block yet
+            self.block._flush()
+            desc = self._desc
+        return desc
+
+    @desc.setter
+    def desc(self, desc):
+        self._desc = desc
 
     def _read_type(self):
         self._type = (tuple(self.desc.dims), dtypes.name_of(self.desc.dtype))
@@ -90,7 +103,7 @@ class Variable:
         """Element type name."""
         return (self._type or self._read_type())[1]
 
-    persistable = property(lambda self: self.desc.persistable,
+    persistable = property(lambda self: self._desc is not None and self._desc.persistable,
                            doc="Whether the value lives in the Scope between runs.")
     is_parameter = property(lambda self: self.desc.is_parameter,
                             doc="Whether this is a trainable parameter.")
@@ -222,9 +235,41 @@ class Block:
 
     def __init__(self, program, desc):
         self.program = program
-        self.desc = desc
+        self._desc = desc
+        # Planned ops of one fresh output variable, appended but not yet written into
+        # `desc` (see op_plans.block_bytes), in order: reading `desc` (or the program's)
+        # writes them first (`_flush`).
+        self._pending = []
         self._is_root = desc.parent_idx < 0
         self._reindex()
+
+    @property
+    def desc(self):
+        """The block's `BlockDesc`, every op appended so far in it."""
+        if self._pending:
+            self._flush()
+        return self._desc
+
+    def _counts(self):
+        """(ops, variables) the block holds, those of its pending ops included."""
+        queued = len(self._pending)   # each pending op: one variable
+        if queued:
+            n_ops, n_vars = self._written
+            return n_ops + queued, n_vars + queued
+        return len(self._desc.ops), len(self._desc.vars)
+
+    def _flush(self):
+        """Write the pending ops and their output variables into `desc`: one parse of
+        their wire-format bytes appends them all (progdesc.op_plans.block_bytes)."""
+        pending = self._pending
+        if not pending:
+            return
+        self._pending = []
+        desc = self._desc
+        first = len(desc.vars)
+        desc.MergeFromString(op_plans.block_bytes(pending))
+        for var, var_desc in zip([p[3] for p in pending], desc.vars[first:]):
+            var._desc = var_desc
 
     def _reindex(self):
         """Rebuild the name -> Variable map from the desc; a Variable of a name still
@@ -238,8 +283,8 @@ class Block:
                 var.desc, var._type = desc, None
             self._vars[desc.name] = var
 
-    idx = property(lambda self: self.desc.idx, doc="Index of the block in its program.")
-    parent_idx = property(lambda self: self.desc.parent_idx, doc="Parent block index, -1 for root.")
+    idx = property(lambda self: self._desc.idx, doc="Index of the block in its program.")
+    parent_idx = property(lambda self: self._desc.parent_idx, doc="Parent block index, -1 for root.")
 
     @property
     def parent(self):
@@ -348,13 +393,14 @@ class Block:
     def _add_op(self, op_type, inputs=None, outputs=None, attrs=None, *, role=pb.FORWARD,
                 name=None, callsite=None, index=None):
         """Validate and insert an op at `index` (default: the end); returns its desc."""
-        return self._insert_op(op_type, inputs, outputs, attrs, role, name, callsite, index)[0]
+        desc = self._insert_op(op_type, inputs, outputs, attrs, role, name, callsite, index)[0]
+        return self.desc.ops[-1] if desc is None else desc   # None: pending, appended last
 
     def _insert_op(self, op_type, inputs, outputs, attrs, role, name, callsite, index):
         """`_add_op`'s work; returns (desc, {slot: [input names]}, {slot: [output names]})."""
         callsite = user_callsite() if callsite is None else callsite
         at_end = index is None
-        n_ops, n_vars = len(self.desc.ops), len(self.desc.vars)
+        n_ops, n_vars = self._counts()
         index = n_ops if at_end else index
         key = plan = None
         try:
@@ -399,8 +445,8 @@ class Block:
             raise type(e)(e.detail, var=var, op_type=op_type, op_index=index,
                           block_idx=self.idx, callsite=callsite, slot=e.slot) from None
         if plan is not None and plan.single is not None:
-            return self._append_single(plan, opdef, in_map, role, name, callsite, n_ops,
-                                       n_vars)
+            var = self._append_single(plan, opdef, in_map, role, name, callsite, n_ops, n_vars)
+            return None, in_map, {plan.single[0]: [var.name]}
         if plan is not None:
             desc = self.desc.ops.add()
             desc.MergeFromString(plan.op_bytes(in_map, out_map, role, callsite))
@@ -447,10 +493,24 @@ class Block:
         key = op_plans.signature_key(parts, attrs)
         return (None, None) if key is None else (key, in_map)
 
+    def append_planned(self, opdef, inputs, attrs, name=None):
+        """The output Variable of an `opdef` op with one output appended at the end with
+        fresh outputs, where an op of its signature was appended before (its plan, see
+        progdesc.op_plans); None where there is no such plan (nothing is appended then:
+        append it with `append_op_outputs`). The cheap path of the functions of
+        progdesc.ops."""
+        key, in_map = self._signature(opdef, inputs, attrs)
+        plan = None if key is None else op_plans.lookup(key)
+        if plan is None or plan.single is None or plan.opdef is not opdef:
+            return None
+        n_ops, n_vars = self._counts()
+        return self._append_single(plan, opdef, in_map, pb.FORWARD, name, user_callsite(),
+                                   n_ops, n_vars)
+
     def _append_single(self, plan, opdef, in_map, role, name, callsite, n_ops, n_vars):
         """`_insert_op` of a planned op with one output variable (most ops): the same steps,
-        in one frame."""
-        slot, suffix, dims, dtype, tail = plan.single
+        in one frame; returns the output Variable."""
+        slot, suffix, dims, dtype, tail, type_ = plan.single
         program = self.program
         if name:
             base = program._names(name)
@@ -459,19 +519,23 @@ class Block:
         else:
             base = program._op_names(opdef.type)
         out = base + suffix
-        if self.find_var(out) is None:
-            var_desc = self.desc.vars.add()
-            var_desc.MergeFromString(op_plans.name_field(out) + tail)
-            self._vars[out] = Variable(self, var_desc, (dims, dtype))
+        out_map = {slot: [out]}
+        if self.find_var(out) is None:   # the op and its variable wait in `_pending`
+            var = self._vars[out] = Variable(self, None, type_, out)
+            if not self._pending:   # the first: what `desc` holds, for the next ones
+                if self not in program._unflushed:
+                    program._unflushed.append(self)
+                self._written = (n_ops, n_vars)
+            pending = (plan, role, callsite, var, *map(_first, in_map.values()))
+            self._pending.append(pending)   # (see op_plans.block_bytes)
         else:
             try:
                 self._set_output_var(out, dims, dtype)
             except ProgdescError as e:
                 raise type(e)(e.detail, var=e.var, op_type=opdef.type, op_index=n_ops,
                               block_idx=self.idx, callsite=callsite) from None
-        out_map = {slot: [out]}
-        desc = self.desc.ops.add()
-        desc.MergeFromString(plan.op_bytes(in_map, out_map, role, callsite))
+            pending, var = None, self.find_var(out)
+            self.desc.ops.add().MergeFromString(plan.op_bytes(in_map, out_map, role, callsite))
         if opdef.random:
             program._ensure_rng_var()
         program._version += 1   # mark_changed
@@ -483,9 +547,14 @@ class Block:
                     listener.op_appended(self, n_ops, opdef, in_map, out_map,
                                          plan.encoded_attrs)
             except BaseException:
-                self._take_back(range(n_ops, len(self.desc.ops)), n_vars)
+                if pending is not None and self._pending and self._pending[-1] is pending:
+                    self._pending.pop()
+                    del self._vars[out]
+                    program.mark_changed()
+                else:   # written already (the listener read the block)
+                    self._take_back(range(n_ops, len(self.desc.ops)), n_vars)
                 raise
-        return desc, in_map, out_map
+        return var
 
     def _add_planned_vars(self, plan, out_map):
         """Declare the outputs of a planned op (see progdesc.op_plans), as `_set_output_var`
@@ -635,6 +704,9 @@ class Block:
         return block_html(self)
 
 
+_first = operator.itemgetter(0)
+
+
 def _bind_slots(declared, given, what, required=True):
     """{slot: [names]} of `given` ({slot: Variable, name or a list of them}), checked against
     the `declared` {slot name: Slot}: unknown, overfull and (for inputs, if `required`)
@@ -720,14 +792,31 @@ _program_serials = itertools.count()
 class Program:
     """A program description: blocks of variables and ops (block 0 is the root)."""
 
+    _unflushed = ()   # blocks holding pending ops (Block._pending); a list once built
+
     def __init__(self, random_seed=0, precision="default"):
         self.desc = pb.ProgramDesc(format_version=FORMAT_VERSION, random_seed=random_seed,
                                    precision=precision_value(precision))
         self.desc.blocks.add(idx=0, parent_idx=-1)
         self._rebuild()
 
+    @property
+    def desc(self):
+        """The program's `ProgramDesc`, every op appended so far in it."""
+        if self._unflushed:
+            for block in self._unflushed:
+                block._flush()
+            self._unflushed.clear()
+        return self._desc
+
+    @desc.setter
+    def desc(self, desc):
+        self._desc = desc
+
     def _rebuild(self):
-        self.blocks = [Block(self, b) for b in self.desc.blocks]
+        desc = self.desc   # the pending ops of the blocks being replaced written first
+        self._unflushed = []
+        self.blocks = [Block(self, b) for b in desc.blocks]
         self._current = 0
         self._version = 0
         self._serial = next(_program_serials)    # with _version, identifies what executors compiled
@@ -800,6 +889,9 @@ class Program:
         `Executor(precision=...)` overrides it.
         """
         return precision_of(self.desc)
+
+    precision_enum = property(lambda self: self._desc.precision,
+                              doc="`precision` as the ProgramDesc holds it (a number).")
 
     @precision.setter
     def precision(self, precision):

@@ -16,14 +16,17 @@ class NameGenerator:
 
     def __call__(self, prefix):
         """The next unused name starting with `prefix`."""
-        n = self._counts.get(prefix, 0)
-        while f"{prefix}_{n}" in self._taken:
+        counts, taken = self._counts, self._taken
+        n = counts.get(prefix, 0)
+        name = f"{prefix}_{n}"
+        while name in taken:
             n += 1
+            name = f"{prefix}_{n}"
         if self.journal is not None:
-            self.journal.append((self, prefix, self._counts.get(prefix), f"{prefix}_{n}"))
-        self._counts[prefix] = n + 1
-        self._taken.add(f"{prefix}_{n}")
-        return f"{prefix}_{n}"
+            self.journal.append((self, prefix, counts.get(prefix), name))
+        counts[prefix] = n + 1
+        taken.add(name)
+        return name
 
     def reserve(self, name):
         """Count `name` (a variable declared by its own name) and every prefix of it

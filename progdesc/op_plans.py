@@ -8,6 +8,12 @@ functions of these alone (ops with sub-blocks excepted, whose shape rule reads t
 the new OpDesc and output VarDescs as protobuf wire-format bytes, each parsed by one
 `MergeFromString`: the very messages `fill_op_desc` and `create_var` would make.
 
+Most ops (those of one fresh output variable, appended by the functions of progdesc.ops
+through `Block.append_planned`) are not even written at once: the block keeps them as
+pending entries and writes them all, one `MergeFromString` of `block_bytes`, when
+anything reads its `desc` (or the program's, or an output Variable's). What a reader
+sees is the same; an eager loop that never reads the program never pays for the writes.
+
 Only the common case has a signature (`Block` makes its key with `signature_key`): every
 input a Variable of the block appending it (or of an enclosing block), attributes of
 hashable values or lists, fresh outputs appended at the end. Anything else (names,
@@ -25,18 +31,30 @@ _MAX_PLANS = 8192
 def signature_key(parts, attrs):
     """The signature key of an op whose type and input types are `parts` (a list, extended
     here) and whose attributes are `attrs`; None where a value cannot be hashed."""
+    unsure = False   # whether a value may be unhashable
     if attrs:
         parts.append(None)
         for k, v in attrs.items():
+            cls = v.__class__
             parts.append(k)
-            parts.append(v.__class__)
-            parts.append(v if v.__class__ not in (list, tuple) else _frozen(v))
+            parts.append(cls)
+            if cls is list or cls is tuple:
+                v, unsure = _frozen(v), True
+            elif cls is float and not v:   # 0.0 == -0.0, but they encode apart
+                v = repr(v)
+            elif cls not in _HASHABLE:
+                unsure = True
+            parts.append(v)
     key = tuple(parts)
-    try:
-        hash(key)
-    except TypeError:
-        return None
+    if unsure:
+        try:
+            hash(key)
+        except TypeError:
+            return None
     return key
+
+
+_HASHABLE = frozenset((int, float, bool, str, bytes, type(None)))
 
 
 def lookup(key):
@@ -50,22 +68,25 @@ def remember(key, opdef, full_attrs, encoded_attrs, inferred, out_map, base):
         _PLANS.clear()
     cut = len(base)
     outputs = tuple((slot, tuple(n[cut:] for n in names)) for slot, names in out_map.items())
-    _PLANS[key] = OpPlan(opdef, full_attrs, encoded_attrs, inferred, outputs)
+    inputs = key[2:key.index(None) if None in key else len(key):2]   # slot, type, slot, ...
+    _PLANS[key] = OpPlan(opdef, full_attrs, encoded_attrs, inferred, outputs, inputs)
 
 
 def _frozen(value):
-    return tuple(_frozen(v) if v.__class__ in (list, tuple) else (v.__class__, v)
+    return tuple(_frozen(v) if v.__class__ in (list, tuple)
+                 else (float, repr(v)) if v.__class__ is float and not v else (v.__class__, v)
                  for v in value)
 
 
 class OpPlan:
     """What appending an op of one signature needs (see the module docstring)."""
 
-    __slots__ = ("opdef", "full_attrs", "encoded_attrs", "outputs", "head", "slot_heads",
-                 "var_tails", "single")
+    __slots__ = ("opdef", "full_attrs", "encoded_attrs", "outputs", "inputs", "head",
+                 "slot_heads", "var_tails", "single")
 
-    def __init__(self, opdef, full_attrs, encoded_attrs, inferred, outputs):
+    def __init__(self, opdef, full_attrs, encoded_attrs, inferred, outputs, inputs):
         self.opdef = opdef
+        self.inputs = inputs     # the input slots bound (one variable each), in order
         self.full_attrs = full_attrs
         self.encoded_attrs = encoded_attrs
         self.outputs = outputs   # ((slot, (suffix after the base name, ...)), ...)
@@ -77,11 +98,12 @@ class OpPlan:
                 kind=pb.DENSE_TENSOR, dtype=dtypes.to_enum(dtype), dims=dims).SerializeToString())
                          for dims, dtype in inferred.get(slot, ())[:len(suffixes)]))
             for slot, suffixes in outputs)
-        # (slot, suffix, dims, dtype, VarDesc tail) where the op makes one output variable
+        # (slot, suffix, dims, dtype, VarDesc tail, (dims, dtype)) where the op makes one
+        # output variable
         self.single = None
         if len(outputs) == 1 and len(outputs[0][1]) == 1 and len(self.var_tails[0][1]) == 1:
             (slot, (suffix,)), (_, ((dims, dtype, tail),)) = outputs[0], self.var_tails[0]
-            self.single = (slot, suffix, dims, dtype, tail)
+            self.single = (slot, suffix, dims, dtype, tail, (dims, dtype))
 
     def out_map(self, base):
         """{slot: [names]} of the outputs, named after `base`."""
@@ -103,6 +125,22 @@ class OpPlan:
         if role:
             parts.append(b"\x30" + _varint(role))
         return b"".join(parts)
+
+
+def block_bytes(pending):
+    """The wire-format bytes that, merged into a BlockDesc, append the ops of `pending` and
+    their output variables in order: each entry (plan, role, callsite, output Variable,
+    input name, ...), an op of a plan with one output (`OpPlan.single`) whose variable is
+    new, its inputs in `plan.inputs`' order. (Entries hold few objects that the garbage
+    collector tracks: they live until the block is read.)"""
+    parts = []
+    for plan, role, callsite, var, *names in pending:
+        in_map = {slot: [name] for slot, name in zip(plan.inputs, names)}
+        op = plan.op_bytes(in_map, {plan.single[0]: [var.name]}, role, callsite)
+        declared = b"\x0a" + _counted(var.name) + plan.single[4]
+        parts.append(b"\x1a" + _varint(len(declared)) + declared)   # BlockDesc.vars (3)
+        parts.append(b"\x22" + _varint(len(op)) + op)               # BlockDesc.ops (4)
+    return b"".join(parts)
 
 
 _COUNTED = {}   # text -> its UTF-8 bytes after their length (a varint): names recur

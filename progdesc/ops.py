@@ -68,22 +68,25 @@ def make_op_function(opdef):
     attrs = tuple(a.name for a in opdef.attrs)
     function = opdef.type + "_" if keyword.iskeyword(opdef.type) else opdef.type   # 'while'
     source = (f"def {function}({_parameter_list(signature)}):\n"
-              f"    return _append(({''.join(s.lower() + ', ' for s in slots)}), "
-              f"({''.join(a + ', ' for a in attrs)}), name)\n")
+              f"    return _append({{{''.join(f'{s!r}: {s.lower()}, ' for s in slots)}}}, "
+              f"{{{''.join(f'{a!r}: {a}, ' for a in attrs)}}}, name)\n")
 
     may_miss = any(p.default is _MISSING for p in signature.parameters.values())
     op_type = opdef.type
     single = [s.name for s in opdef.outputs if not s.many]   # the one output Variable
     single = single[0] if len(opdef.outputs) == 1 and single else None
 
-    def _append(input_values, attr_values, name):
+    def _append(inputs, attributes, name):
         if may_miss:
-            for slot, value in zip(slots, input_values):
+            for slot, value in inputs.items():
                 if value is _MISSING:
                     raise TypeError(f"{op_type}() missing required argument '{slot.lower()}'")
         block = default_main_program().current_block()
-        out_map = block.append_op_outputs(op_type, dict(zip(slots, input_values)),
-                                          dict(zip(attrs, attr_values)), name=name)
+        if single is not None:   # one output Variable: the cheap path where it has a plan
+            var = block.append_planned(opdef, inputs, attributes, name)
+            if var is not None:
+                return var
+        out_map = block.append_op_outputs(op_type, inputs, attributes, name=name)
         if single is not None and len(out_map.get(single, ())) == 1:
             return block.var(out_map[single][0])
         return _outputs_of(opdef, block, out_map)
@@ -124,11 +127,25 @@ def _outputs_of(opdef, block, out_map):
 
 
 _made = {}
+_bound = set()   # op types whose function is a global of this module (found without
+                 # __getattr__) until their definition changes
 
 
 def forget(op_type):
     """Make the function of `op_type` again on its next use (its definition changed)."""
     _made.pop(op_type, None)
+    if op_type in _bound:
+        _bound.discard(op_type)
+        globals().pop(op_type, None)
+
+
+registry.WATCHERS.append(forget)
+
+
+def is_op_function(name):
+    """Whether global `name` of this module is the function of op type `name` (kept there
+    once made), not one of the module's own names."""
+    return name in _bound
 
 
 def __getattr__(name):
@@ -141,6 +158,8 @@ def __getattr__(name):
     if made is None or made[0] is not opdef:
         made = (opdef, make_op_function(opdef))
     made = _made[name] = (*made[:2], registry.GENERATION[0])
+    globals()[name] = made[1]   # later lookups skip __getattr__ (`forget` takes it back)
+    _bound.add(name)
     return made[1]
 
 

@@ -111,3 +111,57 @@ def test_a_planned_eager_op_that_cannot_run_names_itself_and_is_taken_back():
     assert "test_eager_speed.py:" in text and "ran outside eager mode" in text
     assert len(main.global_block().desc.ops) == n_ops
     assert len(main.global_block().desc.vars) == n_vars
+
+
+def _read_midway():
+    """Planned ops (their writes deferred) mixed with general appends, the program read
+    between them in every way: a Variable's desc, a block's desc held across appends, the
+    program's desc. Returns the program's bytes and what each read saw."""
+    main = pd.Program()
+    seen = []
+    with pd.program_guard(main, pd.Program()):
+        x = pd.data("x", [None, 4])
+        a = ops.tanh(ops.tanh(x))            # the second tanh is planned
+        seen.append((a.desc.name, list(a.desc.dims)))   # its VarDesc, read at once
+        held = main.global_block().desc      # held while more ops are appended
+        b = ops.scale(ops.scale(a, scale=0.5), scale=-0.0)   # -0.0 planned apart from 0.0
+        main.global_block().append_op("sigmoid", {"X": b})   # the general path, after them
+        c = ops.tanh(ops.tanh(b))
+        seen.append(len(main.desc.blocks[0].ops))   # the program's desc
+        seen.append([op.type for op in held.ops])   # the held desc sees every op now
+        ops.scale(c, scale=0.0)
+    return main.to_bytes(), seen
+
+
+def test_ops_written_when_the_program_is_read_equal_the_general_paths(monkeypatch):
+    planned, seen = _read_midway()
+    assert seen == [("tanh_1.out", [-1, 4]), 7,
+                    ["tanh", "tanh", "scale", "scale", "sigmoid", "tanh", "tanh"]]
+    monkeypatch.setattr(framework.Block, "_signature", lambda *args: (None, None))
+    assert (planned, seen) == _read_midway()
+    scales = [op for op in pd.Program.from_bytes(planned).global_block().ops
+              if op.type == "scale"]
+    assert [str(op.attr("scale")) for op in scales] == ["0.5", "-0.0", "0.0"]
+
+
+def test_an_op_a_listener_refuses_is_taken_back_before_it_is_written():
+    class Refuse(framework.ProgramListener):
+        def op_appended(self, block, index, opdef, inputs, outputs, attrs):
+            raise RuntimeError(f"refused op #{index}")
+
+    main = pd.Program()
+    with pd.program_guard(main, pd.Program()):
+        x = pd.data("x", [4])
+        ops.tanh(ops.tanh(x))   # tanh on float32[4] is planned from here on
+        before = main.to_bytes()
+        stop = framework.add_listener(Refuse())
+        try:
+            with pytest.raises(RuntimeError, match="refused op #2"):
+                ops.tanh(x)   # the planned op, refused before anything read the block
+        finally:
+            stop()
+        assert main.to_bytes() == before
+        assert [v for v in main.global_block().vars if v.startswith("tanh")] == \
+            ["tanh_0.out", "tanh_1.out"]
+        later = ops.tanh(x)   # appending goes on after the refused op
+    assert main.global_block().ops[-1].output("Out") == [later.name]

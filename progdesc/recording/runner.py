@@ -87,11 +87,22 @@ def run_op(block, index, opdef, in_map, out_map, encoded_attrs):
         if values is None:
             values = values_of(program)
         args = []
-        for slot in opdef.inputs:
-            for name in in_map.get(slot.name, ()):
+        for slot in in_map if len(in_map) == 1 else opdef.input_index:   # declared order
+            for name in in_map.get(slot, ()):
                 value = values.get(name)
                 args.append(_stored_value(block, scope, name, opdef, index)
                             if value is None else value)
+        if not (opdef.random or opdef.has_blocks):   # most ops: `_run_kernel`'s steps
+            kernel = _KERNELS.get(_kernel_key(program, None, opdef, in_map, encoded_attrs,
+                                              args))
+            if kernel is not None and kernel[2] is not None:   # one output value
+                name = out_map.get(kernel[2], ())
+                if len(name) == 1:
+                    name = name[0]
+                    var = block.find_var(name)
+                    if var is None or not var.persistable:
+                        values[name] = kernel[0](*args)
+                        return
         rng = _rng_state(program, scope) if opdef.random else None
         if opdef.has_blocks:
             names, produced = _run_unjitted(program, index, in_map, args, rng)
@@ -103,10 +114,15 @@ def run_op(block, index, opdef, in_map, out_map, encoded_attrs):
 
 def _store(block, scope, opdef, values, names, produced):
     """Keep an op's outputs: persistables in `scope`, the others in `values`."""
+    if len(names) == 1:   # most ops: one output, not persistable
+        var = block.find_var(names[0])
+        if var is None or not var.persistable:
+            values[names[0]] = produced[0]
+            return
     persistable = None
     for name, value in zip(names, produced):
         var = block.find_var(name)
-        if var is not None and var.desc.persistable:
+        if var is not None and var.persistable:
             if persistable is None:
                 persistable = {}
             persistable[name] = value
@@ -172,10 +188,8 @@ def _rng_state(program, scope):
 
 def _run_kernel(program, index, opdef, in_map, out_map, encoded_attrs, args, rng):
     """(output names, values) of an op without sub-blocks, through its cached executable."""
-    key = (opdef.type, registry.GENERATION[0], encoded_attrs,
-           *in_map, *map(len, in_map.values()),   # the binding
-           program.desc.precision, index if rng is not None else None,
-           *map(_AVAL, args))   # shapes, dtypes and weak types
+    key = _kernel_key(program, index if rng is not None else None, opdef, in_map,
+                      encoded_attrs, args)
     kernel = _KERNELS.get(key)
     if kernel is None:
         flat = (*args, rng) if rng is not None else args
@@ -185,16 +199,28 @@ def _run_kernel(program, index, opdef, in_map, out_map, encoded_attrs, args, rng
         # (as the Executor uses it): calling that saves a Python frame per op.
         if len(_KERNELS) >= _MAX_KERNELS:
             _KERNELS.clear()
-        _KERNELS[key] = (jax_compat.compiled_call(compiled), produced_slots)
+        single = produced_slots[0][0] if [k for _, k in produced_slots] == [1] else None
+        _KERNELS[key] = (jax_compat.compiled_call(compiled), produced_slots, single)
     else:
-        call, produced_slots = kernel
+        call, produced_slots, single = kernel
         outs = call(*args, rng) if rng is not None else call(*args)
+    if single is not None:   # the executable returns its one value as it is
+        outs = (outs,)
     if len(produced_slots) == 1:
         slot, k = produced_slots[0]
         names = out_map.get(slot, ())
         return (names if len(names) == k else names[:k]), outs
     names = [n for slot, k in produced_slots for n in out_map.get(slot, ())[:k]]
     return names, outs
+
+
+def _kernel_key(program, rng_index, opdef, in_map, encoded_attrs, args):
+    """What names an op's executable in `_KERNELS`: op type and attributes, the binding,
+    the precision, the op's index for a random op, the inputs' shapes and dtypes."""
+    return (opdef.type, registry.GENERATION[0], encoded_attrs,
+            *in_map, *map(len, in_map.values()),   # the binding
+            program.precision_enum, rng_index,
+            *map(_AVAL, args))   # shapes, dtypes and weak types
 
 
 def _canonical_step(program, index, opdef, args):
@@ -210,7 +236,8 @@ def _canonical_step(program, index, opdef, args):
 
 
 def _compile(program, index, opdef, args, rng):
-    """(compiled executable, [(output slot, how many values)]) for one op."""
+    """(compiled executable, [(output slot, how many values)]) for one op; the executable
+    returns a tuple of the values, or the value itself where there is one."""
     step = _canonical_step(program, index, opdef, args)
     in_names = [n for names in step.inputs.values() for n in names]
     produced = []
@@ -220,7 +247,8 @@ def _compile(program, index, opdef, args, rng):
         run_step(step, env, flat[-1] if rng is not None else None, None)
         produced[:] = [(slot, sum(n in env for n in names))
                        for slot, names in step.outputs.items()]
-        return tuple(env[n] for names in step.outputs.values() for n in names if n in env)
+        outs = tuple(env[n] for names in step.outputs.values() for n in names if n in env)
+        return outs[0] if len(outs) == 1 else outs   # one value: no tuple to unpack
 
     flat = (*args, rng) if rng is not None else tuple(args)
     with jax.enable_x64(True), _precision(program), compile_cache.compiling():

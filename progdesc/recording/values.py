@@ -26,7 +26,7 @@ class RecordingWarning(UserWarning):
 def value_of(var):
     """The value `var` holds (a jax array), or None: an ordinary variable's from its
     program's eager values, a persistable's from the current Scope."""
-    if var.desc.persistable:
+    if var.persistable:
         holder = global_scope().find_var(var.name)
         return None if holder is None else holder.value
     return values_of(var.block.program).get(var.name)
