@@ -215,7 +215,8 @@ def measure_2d(names, steps):
 
 def ratios_2d(rows):
     """Lines: progdesc's 2-D mesh step time over hand-written JAX's, per workload."""
-    step = {(r["workload"], r["mode"]): r["step_s"] for r in rows}
+    step = {(r["workload"], r["mode"]): r["step_s"] for r in rows
+            if r.get("mode") in ("2d", "jax2d")}
     return [f"2-D mesh {MESH_2D}: {w} progdesc step / hand-written JAX step = "
             f"x{step[(w, '2d')] / step[(w, 'jax2d')]:.2f}"
             for w in dict.fromkeys(r["workload"] for r in rows) if (w, "2d") in step]
