@@ -8,8 +8,6 @@ mesh (itself checked against Flax + optax in test_training.py).
 """
 import os
 import re
-import subprocess
-import sys
 
 import jax
 import numpy as np
@@ -22,23 +20,14 @@ from progdesc import distributed as dist
 from progdesc import layers, ops
 from progdesc.distributed import Mesh
 from progdesc.optimizer import Adam, ClipGradByGlobalNorm
+from forced_devices import SELECTIONS, four_devices, run_on_four_host_devices
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-FOUR = jax.device_count() >= 4
-four_devices = pytest.mark.skipif(not FOUR, reason="run by test_on_four_host_devices")
 
 
-@pytest.mark.parametrize("selection", ["not slow", pytest.param("slow", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("selection", SELECTIONS)
 def test_on_four_host_devices(selection):
-    if FOUR:
-        pytest.skip("this process has four devices: the cases run in it")
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4",
-               JAX_PLATFORMS="cpu", PYTHONPATH=ROOT)
-    result = subprocess.run([sys.executable, "-m", "pytest", __file__, "-p",
-                             "no:cacheprovider", "-m", selection], env=env, cwd=ROOT,
-                            capture_output=True, text=True, timeout=900)
-    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
-    assert re.search(r"\d+ passed, 1 skipped", result.stdout), result.stdout[-3000:]
+    run_on_four_host_devices(__file__, selection)
 
 
 # --- models: `stage(k)` opens the stage of the k-th of `n` pieces, or nothing ---

@@ -6,12 +6,7 @@ tests/test_distributed_devices.py does). The reference everywhere is the same pr
 on one device without a mesh, where every collective is the identity (itself the plain
 model: tests/test_tensor_parallel.py), and for the collectives themselves NumPy.
 """
-import os
-import re
-import subprocess
-import sys
 
-import jax
 import numpy as np
 import pytest
 
@@ -21,25 +16,12 @@ from progdesc import io, layers, ops
 from progdesc.distributed import Mesh, sharding_of
 from progdesc.optimizer import SGD, Adam
 from progdesc.param import create_global_var
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-FOUR = jax.device_count() >= 4
-four_devices = pytest.mark.skipif(not FOUR, reason="run by test_on_four_host_devices")
-# the bench's transformer, small: 2 layers, d 16, 4 heads (2 a device), ffn 32
-SPEC = W.Spec("transformer", 8, (6, 16), extra=dict(layers=2, heads=4, ffn=32))
+from forced_devices import SELECTIONS, four_devices, run_on_four_host_devices
 
 
-@pytest.mark.parametrize("selection", ["not slow", pytest.param("slow", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("selection", SELECTIONS)
 def test_on_four_host_devices(selection):
-    if FOUR:
-        pytest.skip("this process has four devices: the cases run in it")
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4",
-               JAX_PLATFORMS="cpu", PYTHONPATH=ROOT)
-    result = subprocess.run([sys.executable, "-m", "pytest", __file__, "-p",
-                             "no:cacheprovider", "-m", selection], env=env, cwd=ROOT,
-                            capture_output=True, text=True, timeout=900)
-    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
-    assert re.search(r"\d+ passed, 1 skipped", result.stdout), result.stdout[-3000:]
+    run_on_four_host_devices(__file__, selection)
 
 
 def _mesh():
