@@ -19,12 +19,12 @@ import numpy as np
 import pytest
 
 import progdesc as pd
-from progdesc import cli
 from progdesc import distributed as dist
 from progdesc.distributed.launch import Launcher
 
 from launch_worker import STEPS, batch
 from multihost_worker import mlp_program
+from test_cli import in_process
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TIMEOUT = 240
@@ -104,15 +104,6 @@ def pids(directory):
     return [int(p) for name in sorted(os.listdir(directory)) if name.startswith("pids-")
             for p in (directory / name).read_text().split()]
 
-
-def in_process(capsys, *args):
-    """`progdesc ARGS` run by `cli.main` in this process: (exit code, stdout, stderr)."""
-    try:
-        code = cli.main([str(a) for a in args])
-    except SystemExit as e:
-        code = e.code
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_a_failure_restarts_all_then_ends_with_its_status_and_no_process_left(tmp_path,
