@@ -503,7 +503,12 @@ class Block:
         plan = None if key is None else op_plans.lookup(key)
         if plan is None or plan.single is None or plan.opdef is not opdef:
             return None
-        n_ops, n_vars = self._counts()
+        queued = len(self._pending)   # self._counts(), inlined
+        if queued:
+            n_ops, n_vars = self._written
+            n_ops, n_vars = n_ops + queued, n_vars + queued
+        else:
+            n_ops, n_vars = len(self._desc.ops), len(self._desc.vars)
         return self._append_single(plan, opdef, in_map, pb.FORWARD, name, user_callsite(),
                                    n_ops, n_vars)
 
@@ -520,7 +525,8 @@ class Block:
             base = program._op_names(opdef.type)
         out = base + suffix
         out_map = {slot: [out]}
-        if self.find_var(out) is None:   # the op and its variable wait in `_pending`
+        if (self._vars.get(out) if self._is_root else self.find_var(out)) is None:
+            # the op and its variable wait in `_pending`
             var = self._vars[out] = Variable(self, None, type_, out)
             if not self._pending:   # the first: what `desc` holds, for the next ones
                 if self not in program._unflushed:

@@ -77,15 +77,15 @@ def make_op_function(opdef):
     single = single[0] if len(opdef.outputs) == 1 and single else None
 
     def _append(inputs, attributes, name):
+        block = default_main_program().current_block()
+        if single is not None:   # one output Variable: the cheap path where it has a plan
+            var = block.append_planned(opdef, inputs, attributes, name)   # None where an
+            if var is not None:                                  # input is not a Variable
+                return var
         if may_miss:
             for slot, value in inputs.items():
                 if value is _MISSING:
                     raise TypeError(f"{op_type}() missing required argument '{slot.lower()}'")
-        block = default_main_program().current_block()
-        if single is not None:   # one output Variable: the cheap path where it has a plan
-            var = block.append_planned(opdef, inputs, attributes, name)
-            if var is not None:
-                return var
         out_map = block.append_op_outputs(op_type, inputs, attributes, name=name)
         if single is not None and len(out_map.get(single, ())) == 1:
             return block.var(out_map[single][0])

@@ -93,8 +93,10 @@ def run_op(block, index, opdef, in_map, out_map, encoded_attrs):
                 args.append(_stored_value(block, scope, name, opdef, index)
                             if value is None else value)
         if not (opdef.random or opdef.has_blocks):   # most ops: `_run_kernel`'s steps
-            kernel = _KERNELS.get(_kernel_key(program, None, opdef, in_map, encoded_attrs,
-                                              args))
+            kernel = _KERNELS.get((opdef.type, registry.GENERATION[0], encoded_attrs,
+                                   *in_map, *map(len, in_map.values()),
+                                   program.precision_enum, None,
+                                   *map(_AVAL, args)))   # _kernel_key(..., None, ...), inlined
             if kernel is not None and kernel[2] is not None:   # one output value
                 name = out_map.get(kernel[2], ())
                 if len(name) == 1:
@@ -217,7 +219,7 @@ def _run_kernel(program, index, opdef, in_map, out_map, encoded_attrs, args, rng
 def _kernel_key(program, rng_index, opdef, in_map, encoded_attrs, args):
     """What names an op's executable in `_KERNELS`: op type and attributes, the binding,
     the precision, the op's index for a random op, the inputs' shapes and dtypes."""
-    return (opdef.type, registry.GENERATION[0], encoded_attrs,
+    return (opdef.type, registry.GENERATION[0], encoded_attrs,   # (run_op has it inlined)
             *in_map, *map(len, in_map.values()),   # the binding
             program.precision_enum, rng_index,
             *map(_AVAL, args))   # shapes, dtypes and weak types
