@@ -39,6 +39,7 @@ on every micro-batch, as they do under optax.MultiSteps or DDP.
 from lowering import progdesc_pb2 as pb
 from lowering.errors import ProgramError
 from lowering.gradients import grad_name
+from progdesc.distributed.data_parallel import after_last_writer
 from progdesc.distributed.sharding import sharding_of
 from progdesc.framework import default_main_program, default_startup_program, program_guard
 from progdesc.param import create_global_var
@@ -210,17 +211,7 @@ def _check_not_accumulating(block):
 def _after_last_writer(block, grads):
     """The index after the last op writing one of `grads`; ProgramError if one has no
     writer or an optimizer-role op comes before that index."""
-    last = {}
-    for i, op_desc in enumerate(block.desc.ops):
-        for slot in op_desc.outputs:
-            for n in slot.arguments:
-                if n in grads:
-                    last[n] = i
-    missing = [g for g in grads if g not in last]
-    if missing:
-        raise ProgramError("no op writes this gradient: append the backward pass first",
-                           var=missing[0])
-    at = max(last.values()) + 1
+    at = after_last_writer(block, grads)
     for i, op_desc in enumerate(block.desc.ops[:at]):
         if op_desc.role in _GATED_ROLES:
             raise ProgramError("an optimizer op comes before the last gradient is computed: "

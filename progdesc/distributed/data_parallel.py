@@ -16,27 +16,34 @@ from lowering.ops.collective import COLLECTIVE_OPS
 _DEFAULT_AXIS = {t: "data" if t == "c_allreduce" else "model" for t in COLLECTIVE_OPS}
 
 
+def after_last_writer(block, grads, refused=None, why=""):
+    """The index after the last op of `block` that writes one of the gradients `grads`;
+    ProgramError naming the gradient if no op writes one, or (`why`) if an op of type
+    `refused` writes one."""
+    last = {}
+    for i, op_desc in enumerate(block.desc.ops):
+        for slot in op_desc.outputs:
+            for g in slot.arguments:
+                if g in grads:
+                    if op_desc.type == refused:
+                        raise ProgramError(why, op_type=op_desc.type, op_index=i, var=g)
+                    last[g] = i
+    missing = [g for g in grads if g not in last]
+    if missing:
+        raise ProgramError("no op writes this gradient: append the backward pass first",
+                           var=missing[0])
+    return max(last.values()) + 1
+
+
 def all_reduce_gradients(block, params_grads, axis_name="data"):
     """Insert one `c_allreduce` (mean over `axis_name`) per gradient of [(param, grad)],
     in place (it writes the gradient variable it reads), right after the last op that
     writes any of them. Returns the inserted ops' indices. ProgramError, leaving the block
     as it was, if a gradient is already all-reduced or no op writes it."""
     grads = [g.name if hasattr(g, "name") else g for _, g in params_grads]
-    last_writer = {}
-    for i, op_desc in enumerate(block.desc.ops):
-        written = {n for slot in op_desc.outputs for n in slot.arguments}
-        for g in grads:
-            if g in written:
-                if op_desc.type == "c_allreduce":
-                    raise ProgramError("the gradient is already all-reduced (data_parallel "
-                                       "was applied before)", op_type=op_desc.type,
-                                       op_index=i, var=g)
-                last_writer[g] = i
-    missing = [g for g in grads if g not in last_writer]
-    if missing:
-        raise ProgramError("no op writes this gradient: append the backward pass first",
-                           var=missing[0])
-    at = max(last_writer.values()) + 1
+    at = after_last_writer(block, grads, refused="c_allreduce",
+                           why="the gradient is already all-reduced (data_parallel was "
+                               "applied before)")
     for k, g in enumerate(grads):
         block.insert_op(at + k, "c_allreduce", {"X": g}, {"Out": g},
                         {"reduce_type": "mean", "axis_name": axis_name}, role=pb.BACKWARD,

@@ -20,7 +20,7 @@ from progdesc.recording.runner import (drop_values, rename_values, run_op, set_d
 from progdesc.scope import global_scope
 
 _depth = contextvars.ContextVar("progdesc_eager_depth", default=0)   # nested `with` blocks
-_recording = contextvars.ContextVar("progdesc_eager_recording", default=0)   # `capture`s
+_recording = contextvars.ContextVar("progdesc_eager_recording", default="")   # who records
 _enabled = threading.local()        # .on: `enable()` in this thread
 _keeping = weakref.WeakSet()        # startup programs whose ops skip state the Scope holds
 
@@ -91,13 +91,14 @@ class EagerMode:
 
     @property
     def recording(self):
-        """Whether `capture` is recording now (converting a value to Python is an error)."""
-        return _recording.get() > 0
+        """What records now ('capture records', 'pd.Model records train_one_batch'), or ''
+        (converting a value to Python is an error while something records)."""
+        return _recording.get()
 
     @contextlib.contextmanager
     def capturing(self):
-        """Inside, eager mode is on and `recording` is True (`capture` records in one)."""
-        token = _recording.set(_recording.get() + 1)
+        """Inside, eager mode is on and `capture` records (`recording`)."""
+        token = _recording.set("capture records")
         try:
             with self._on():
                 yield
@@ -105,11 +106,12 @@ class EagerMode:
             _recording.reset(token)
 
     @contextlib.contextmanager
-    def recording_only(self):
+    def recording_only(self, who):
         """Inside, ops are appended without running (eager mode off, even where `enable()`
-        or an outer `with` turned it on) and `recording` is True: a `pd.Model` records its
-        graph-mode step so, converting a value to Python being an error as in `capture`."""
-        depth, recording = _depth.set(0), _recording.set(_recording.get() + 1)
+        or an outer `with` turned it on) and `who` records (`recording`, e.g. 'pd.Model
+        records train_one_batch'): a `pd.Model` records its graph-mode step so, converting a
+        value to Python being an error as in `capture`."""
+        depth, recording = _depth.set(0), _recording.set(who)
         was_on = getattr(_enabled, "on", False)
         _enabled.on = False
         try:

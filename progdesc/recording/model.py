@@ -45,7 +45,7 @@ import warnings
 import numpy as np
 
 from lowering import dtypes
-from lowering.errors import ProgramError, RecordingError
+from lowering.errors import ProgramError
 from progdesc import io
 from progdesc.callsites import user_callsite
 from progdesc.executor import Executor
@@ -317,17 +317,10 @@ class Model:
         Scope lacks, and keep the Recording."""
         main, startup = Program(random_seed=self.seed), Program(random_seed=self.seed)
         held = set(self._names(True))
-        try:
-            with scope_guard(self.scope), program_guard(main, startup), \
-                    eager.recording_only(), self._body(kind, training):
-                variables = self._declare_inputs(fn, arrays, eager_values=False)
-                result = fn(self, *variables)
-        except RecordingError as e:   # said of capture: say it of this step
-            if "while capture records" not in e.detail:
-                raise
-            raise RecordingError(e.detail.replace("while capture records",
-                                                  f"while pd.Model records {kind}"),
-                                 var=e.var, callsite=e.callsite) from None
+        with scope_guard(self.scope), program_guard(main, startup), \
+                eager.recording_only(f"pd.Model records {kind}"), self._body(kind, training):
+            variables = self._declare_inputs(fn, arrays, eager_values=False)
+            result = fn(self, *variables)
         structure, fetch = _flatten(result, kind)
         fetch_names = [v.name for v in fetch]
         if not training:   # eval mode: is_test on every op that has it
@@ -417,10 +410,7 @@ def _stepped(kind, fn):
             except AttributeError:   # a Python number or list among the inputs
                 rec = None
             if rec is not None:
-                outs = state["executor"].run(rec.program, feed=dict(zip(rec.feed_names,
-                                                                        inputs)),
-                                             fetch_list=rec.fetch_names, scope=state["scope"])
-                return outs[0] if rec.structure == "one" else _shaped(outs, rec.structure)
+                return self._replay(rec, inputs)
         return self._step(kind, fn, inputs)
     return step
 

@@ -57,7 +57,7 @@ def to_python(var, convert):
     docstring describes for capture and plain eager mode."""
     what, how = _HOW[convert]
     if eager.recording:
-        raise RecordingError(f"{what}() of a value while capture records: {how}",
+        raise RecordingError(f"{what}() of a value while {eager.recording}: {how}",
                              var=var.name, callsite=user_callsite())
     array = numpy_of(var)
     if array.size != 1:
